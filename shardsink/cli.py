@@ -1,0 +1,53 @@
+"""The ``shardsink`` command.
+
+Each area of the package contributes its own subcommands through a
+``register(commands, bench)`` function in its ``_cli`` module, so this file
+only assembles them: ``commands`` is the top-level subparser set, ``bench`` the
+one under ``shardsink bench``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# One line per area; each module defines ``register(commands, bench)``.
+AREAS = (
+    "shardsink.storage._cli",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="shardsink",
+        description="Coalescing multi-process writer of durable Arrow shards.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    bench_parser = commands.add_parser("bench", help="benchmarks (see `shardsink bench -h`)")
+    bench = bench_parser.add_subparsers(dest="bench", metavar="BENCH", required=True)
+    for name in AREAS:
+        importlib.import_module(name).register(commands, bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the process exit code.
+
+    A ``ValueError`` or storage error raised by a command is printed as one line
+    naming the problem (exit code 2), not as a traceback.
+    """
+    from .storage.errors import StorageError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, StorageError) as exc:
+        print(f"shardsink {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

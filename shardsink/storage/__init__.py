@@ -1,0 +1,28 @@
+"""Storage contracts (``Blob``, ``Consensus``) and their backends."""
+
+from .contracts import (
+    Blob,
+    BlobMeta,
+    CasResult,
+    Committed,
+    Consensus,
+    Mismatch,
+    VersionedData,
+)
+from .errors import DeterminateError, IndeterminateError, StorageError
+from .uri import open_blob, open_consensus
+
+__all__ = [
+    "Blob",
+    "BlobMeta",
+    "CasResult",
+    "Committed",
+    "Consensus",
+    "DeterminateError",
+    "IndeterminateError",
+    "Mismatch",
+    "StorageError",
+    "VersionedData",
+    "open_blob",
+    "open_consensus",
+]

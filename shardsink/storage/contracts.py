@@ -1,0 +1,189 @@
+"""The two storage contracts everything durable goes through.
+
+``Blob`` stores immutable byte values under string keys; ``Consensus`` stores,
+per shard, a linearizable log of versions advanced only by compare-and-set.
+Backends live one per module next to this file; the conformance suite in
+``tests/storage/`` runs every backend against the invariants stated here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Protocol, runtime_checkable
+
+import msgspec
+
+_KEY_RE = re.compile(r"^[A-Za-z0-9_.=-]+(/[A-Za-z0-9_.=-]+)*$")
+
+
+def check_key(key: str) -> str:
+    """Return ``key`` if it is a valid blob key, else raise ``ValueError``.
+
+    Keys are ``/``-separated segments of ``[A-Za-z0-9_.=-]``; no empty segment,
+    no ``.`` or ``..`` segment, no leading or trailing ``/``. Every backend maps
+    them to paths or object names without escaping.
+    """
+    if (
+        not isinstance(key, str)
+        or not _KEY_RE.match(key)
+        or any(seg in (".", "..") for seg in key.split("/"))
+    ):
+        raise ValueError(
+            f"invalid blob key {key!r}: expected '/'-separated segments of "
+            "[A-Za-z0-9_.=-], without empty, '.' or '..' segments"
+        )
+    return key
+
+
+def check_prefix(prefix: str) -> str:
+    """Return ``prefix`` if it is a valid key prefix (possibly empty or ending in ``/``)."""
+    if prefix == "":
+        return prefix
+    check_key(prefix.rstrip("/") or "x")
+    return prefix
+
+
+class BlobMeta(msgspec.Struct, frozen=True):
+    """One listed blob: its key, its size in bytes and its modification time
+    (seconds since the epoch)."""
+
+    key: str
+    size: int
+    modified: float
+
+
+@runtime_checkable
+class Blob(Protocol):
+    """A durable key-value store of immutable byte values.
+
+    Invariants every backend keeps:
+
+    - ``set`` is atomic: a concurrent or later ``get`` sees the old value, or no
+      value, or the whole new value, never a part of it, even if the writing
+      process dies in the middle.
+    - ``set`` returns only once the value is durable (fsync'd / acknowledged).
+    - ``delete`` is idempotent: deleting a missing key is not an error.
+    - ``list_meta(prefix)`` yields every key that starts with ``prefix`` and was
+      durably set before the call began and not deleted since (keys set or
+      deleted concurrently may or may not appear). Order is unspecified.
+
+    Errors: :class:`~shardsink.storage.errors.DeterminateError` or
+    :class:`~shardsink.storage.errors.IndeterminateError`; an invalid key is a
+    ``ValueError``. ``close()`` is idempotent.
+    """
+
+    uri: str
+
+    def get(self, key: str) -> bytes | None:
+        """The value under ``key``, or ``None`` if there is none."""
+        ...
+
+    def set(self, key: str, data: bytes) -> None:
+        """Store ``data`` under ``key`` atomically and durably, replacing any value."""
+        ...
+
+    def delete(self, key: str) -> None:
+        """Remove ``key``; no error if it is absent."""
+        ...
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        """Keys starting with ``prefix``."""
+        ...
+
+    def list_meta(self, prefix: str = "") -> Iterator[BlobMeta]:
+        """Keys starting with ``prefix`` with their size and modification time."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class VersionedData(msgspec.Struct, frozen=True):
+    """One version of a shard's state: its sequence number and opaque bytes."""
+
+    seqno: int
+    data: bytes
+
+
+class Committed(msgspec.Struct, frozen=True, tag="committed"):
+    """``compare_and_set`` stored the new version."""
+
+    seqno: int
+
+
+class Mismatch(msgspec.Struct, frozen=True, tag="mismatch"):
+    """``compare_and_set`` did not store anything: the head was not ``expected``.
+
+    ``current`` is the head at the time of the check (``None`` if the shard has
+    no version)."""
+
+    current: VersionedData | None
+
+
+CasResult = Committed | Mismatch
+
+
+@runtime_checkable
+class Consensus(Protocol):
+    """A per-shard linearizable log of versions, advanced by compare-and-set.
+
+    Invariants every backend keeps:
+
+    - Versions of a shard have strictly increasing seqnos, and each committed
+      version's seqno is exactly one more than the one before (no gaps).
+    - ``compare_and_set(shard, expected, new)`` commits ``new`` iff the shard's
+      head seqno is ``expected`` (``None``: the shard has no version at all).
+      ``new.seqno`` must be ``expected + 1`` (or any ``>= 0`` when ``expected``
+      is ``None``), else ``ValueError``. Among concurrent callers with the same
+      ``expected`` exactly one commits; the others get :class:`Mismatch` as a
+      return value, never an exception.
+    - ``scan(shard, from_seqno, limit)`` returns at most ``limit`` versions with
+      ``seqno >= from_seqno`` in ascending order.
+    - ``truncate(shard, below)`` deletes versions with ``seqno < below`` and
+      returns how many; it never deletes the head: ``below > head.seqno`` is a
+      ``ValueError`` (as is truncating a shard with no version).
+    - ``head`` is linearizable: it reflects every compare-and-set that committed
+      before it began.
+
+    Errors: :class:`~shardsink.storage.errors.DeterminateError` or
+    :class:`~shardsink.storage.errors.IndeterminateError` (a commit whose outcome
+    is unknown). ``close()`` is idempotent.
+    """
+
+    uri: str
+
+    def head(self, shard: str) -> VersionedData | None: ...
+
+    def compare_and_set(
+        self, shard: str, expected: int | None, new: VersionedData
+    ) -> CasResult: ...
+
+    def scan(self, shard: str, from_seqno: int, limit: int) -> list[VersionedData]: ...
+
+    def truncate(self, shard: str, below_seqno: int) -> int: ...
+
+    def list_shards(self) -> list[str]: ...
+
+    def close(self) -> None: ...
+
+
+def check_cas_args(expected: int | None, new: VersionedData) -> None:
+    """Raise ``ValueError`` if ``new.seqno`` does not follow ``expected``."""
+    if expected is None:
+        if new.seqno < 0:
+            raise ValueError(f"first version of a shard needs seqno >= 0, got {new.seqno}")
+    elif new.seqno != expected + 1:
+        raise ValueError(
+            f"compare_and_set: new seqno {new.seqno} must be expected + 1 = {expected + 1}"
+        )
+
+
+def check_truncate_args(shard: str, head: VersionedData | None, below_seqno: int) -> None:
+    """Raise ``ValueError`` if truncating below ``below_seqno`` would drop the head."""
+    if head is None:
+        raise ValueError(f"truncate: shard {shard!r} has no version")
+    if below_seqno > head.seqno:
+        raise ValueError(
+            f"truncate: below_seqno {below_seqno} is past the head seqno {head.seqno} "
+            f"of shard {shard!r}; the head is never truncated"
+        )

@@ -1,0 +1,114 @@
+"""In-memory backends of both contracts, for unit tests of logic.
+
+``memory://NAME`` opens a store shared by every opener of the same name within
+this process (so a test can open a "second client"); nothing survives the
+process.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+from .contracts import (
+    BlobMeta,
+    CasResult,
+    Committed,
+    Mismatch,
+    VersionedData,
+    check_cas_args,
+    check_key,
+    check_prefix,
+    check_truncate_args,
+)
+
+_REGISTRY_LOCK = threading.Lock()
+_BLOBS: dict[str, tuple[threading.Lock, dict[str, tuple[bytes, float]]]] = {}
+_LOGS: dict[str, tuple[threading.Lock, dict[str, list[VersionedData]]]] = {}
+
+
+class MemoryBlob:
+    """A ``Blob`` held in this process's memory."""
+
+    def __init__(self, name: str = "default") -> None:
+        self.uri = f"memory://{name}"
+        with _REGISTRY_LOCK:
+            self._lock, self._data = _BLOBS.setdefault(name, (threading.Lock(), {}))
+
+    def get(self, key: str) -> bytes | None:
+        check_key(key)
+        with self._lock:
+            entry = self._data.get(key)
+        return None if entry is None else entry[0]
+
+    def set(self, key: str, data: bytes) -> None:
+        check_key(key)
+        with self._lock:
+            self._data[key] = (bytes(data), time.time())
+
+    def delete(self, key: str) -> None:
+        check_key(key)
+        with self._lock:
+            self._data.pop(key, None)
+
+    def list_meta(self, prefix: str = "") -> Iterator[BlobMeta]:
+        check_prefix(prefix)
+        with self._lock:
+            items = [(k, v) for k, v in self._data.items() if k.startswith(prefix)]
+        for key, (data, modified) in items:
+            yield BlobMeta(key, len(data), modified)
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        return (m.key for m in self.list_meta(prefix))
+
+    def close(self) -> None:
+        pass
+
+
+class MemoryConsensus:
+    """A ``Consensus`` held in this process's memory."""
+
+    def __init__(self, name: str = "default") -> None:
+        self.uri = f"memory://{name}"
+        with _REGISTRY_LOCK:
+            self._lock, self._logs = _LOGS.setdefault(name, (threading.Lock(), {}))
+
+    def head(self, shard: str) -> VersionedData | None:
+        with self._lock:
+            log = self._logs.get(shard)
+            return log[-1] if log else None
+
+    def compare_and_set(
+        self, shard: str, expected: int | None, new: VersionedData
+    ) -> CasResult:
+        check_cas_args(expected, new)
+        with self._lock:
+            log = self._logs.setdefault(shard, [])
+            current = log[-1] if log else None
+            if (current.seqno if current else None) != expected:
+                return Mismatch(current)
+            log.append(new)
+            return Committed(new.seqno)
+
+    def scan(self, shard: str, from_seqno: int, limit: int) -> list[VersionedData]:
+        if limit < 0:
+            raise ValueError(f"scan: limit must be >= 0, got {limit}")
+        with self._lock:
+            log = self._logs.get(shard, [])
+            return [v for v in log if v.seqno >= from_seqno][:limit]
+
+    def truncate(self, shard: str, below_seqno: int) -> int:
+        with self._lock:
+            log = self._logs.get(shard, [])
+            check_truncate_args(shard, log[-1] if log else None, below_seqno)
+            keep = [v for v in log if v.seqno >= below_seqno]
+            self._logs[shard] = keep
+            return len(log) - len(keep)
+
+    def list_shards(self) -> list[str]:
+        with self._lock:
+            return sorted(s for s, log in self._logs.items() if log)
+
+    def close(self) -> None:
+        pass

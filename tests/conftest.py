@@ -1,0 +1,106 @@
+"""Suite-wide fixtures: leak checks after every test, and real services.
+
+Every test is followed by a check that it left no child process and no
+``/dev/shm`` segment of shardsink behind. Servers started by session fixtures
+are registered in ``_SERVICE_PIDS`` and exempt.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+SHM_DIR = Path("/dev/shm")
+SHM_PREFIX = "shardsink"
+_SERVICE_PIDS: set[int] = set()
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _shm_segments() -> set[str]:
+    try:
+        return {p.name for p in SHM_DIR.iterdir() if p.name.startswith(SHM_PREFIX)}
+    except FileNotFoundError:
+        return set()
+
+
+def _own_children() -> dict[int, str]:
+    me = psutil.Process()
+    out: dict[int, str] = {}
+    for child in me.children(recursive=True):
+        if child.pid in _SERVICE_PIDS:
+            continue
+        try:
+            if any(p.pid in _SERVICE_PIDS for p in child.parents()):
+                continue
+            if child.status() == psutil.STATUS_ZOMBIE:
+                continue
+            out[child.pid] = " ".join(child.cmdline()) or child.name()
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+@pytest.fixture(autouse=True)
+def no_leaks():
+    """Fail a test that leaves a child process or a shardsink shm segment behind."""
+    shm_before = _shm_segments()
+    yield
+    deadline = time.monotonic() + 5.0
+    while True:
+        procs = _own_children()
+        shm = _shm_segments() - shm_before
+        if (not procs and not shm) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    for pid in procs:  # clean up so one leak does not fail every later test
+        try:
+            psutil.Process(pid).kill()
+        except psutil.NoSuchProcess:
+            pass
+    for name in shm:
+        try:
+            (SHM_DIR / name).unlink()
+        except FileNotFoundError:
+            pass
+    assert not procs, f"test left processes running: {procs}"
+    assert not shm, f"test left shared-memory segments: {sorted(shm)}"
+
+
+def _service(request, factory, what: str):
+    try:
+        server = factory()
+    except Exception as exc:  # any failure to start: fail in CI, skip elsewhere
+        if IN_CI:
+            pytest.fail(f"could not start {what} (CI=true, so this fails): {exc}")
+        pytest.skip(f"could not start {what}: {exc}")
+    _SERVICE_PIDS.update(server.pids())
+    request.addfinalizer(server.stop)
+    return server
+
+
+@pytest.fixture(scope="session")
+def postgres_server(request, tmp_path_factory):
+    """A real PostgreSQL server on loopback for the whole session."""
+    from shardsink.testing.postgres import PostgresServer
+
+    return _service(
+        request,
+        lambda: PostgresServer(tmp_path_factory.mktemp("pg")).start(),
+        "PostgreSQL",
+    )
+
+
+@pytest.fixture(scope="session")
+def s3_server(request, tmp_path_factory):
+    """A real S3-protocol server on loopback for the whole session."""
+    from shardsink.testing.s3 import S3Server
+
+    return _service(
+        request,
+        lambda: S3Server(tmp_path_factory.mktemp("s3")).start(),
+        "S3 server",
+    )

@@ -1,0 +1,1 @@
+"""Launching clusters, supervision, process groups and the workloads they write."""

@@ -1,0 +1,261 @@
+"""``shardsink bench consensus``: compare-and-set throughput under contention.
+
+For each ``--store`` and each client count C, C client processes (each with its
+own store opened from the URI) race to append to one shard for ``--seconds``:
+read the head once, then compare-and-set ``head + 1``; on a mismatch retry from
+the head the mismatch carries. Reported per run: committed versions per second,
+compare-and-set attempts per second, the share of attempts that mismatched,
+and the compare-and-set latency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from .contracts import Committed, Consensus, VersionedData
+from .errors import StorageError
+from .uri import open_consensus
+
+# Client start-up (interpreter, imports, connecting) is not measured, but bounded.
+_START_TIMEOUT = 60.0
+_FINISH_GRACE = 30.0
+
+
+def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
+    parser = bench.add_parser(
+        "consensus",
+        help="compare-and-set throughput of consensus stores under contention",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--store",
+        action="append",
+        required=True,
+        metavar="URI",
+        help="consensus store (sqlite:///abs/path.db or postgresql://...); repeat to compare",
+    )
+    parser.add_argument(
+        "--clients", type=_counts, default=[1, 4], help="client counts, e.g. 1,4 (default)"
+    )
+    parser.add_argument(
+        "--seconds", type=float, default=5.0, help="measured seconds per run (default 5)"
+    )
+    parser.add_argument("--shard", default="bench-consensus", help="shard the clients append to")
+    parser.add_argument(
+        "--bytes", type=int, default=128, help="payload bytes per version (default 128)"
+    )
+    parser.add_argument("--json", type=Path, metavar="FILE", help="also write the figures here")
+    parser.set_defaults(func=_run)
+
+
+def _counts(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers like 1,4, got {text!r}")
+    return counts
+
+
+def _display(uri: str) -> str:
+    """``uri`` without a password."""
+    parts = urlsplit(uri)
+    if parts.password is None:
+        return uri
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _client(argv: list[str]) -> None:
+    """A client process: open the store, say ``ready``, wait for ``go`` on stdin,
+    race for the given seconds, print the counts as one JSON line."""
+    uri, shard, client, payload_bytes, seconds = argv
+    client, payload_bytes, seconds = int(client), int(payload_bytes), float(seconds)
+    store = open_consensus(uri)
+    try:
+        print("ready", flush=True)
+        if sys.stdin.readline().strip() != "go":
+            return
+        pad = b"." * payload_bytes
+        committed = mismatches = errors = 0
+        latencies_us: list[int] = []
+        head = store.head(shard)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            seqno = 0 if head is None else head.seqno + 1
+            new = VersionedData(seqno, (f"{client}:{seqno}:".encode() + pad)[:payload_bytes])
+            started = time.perf_counter()
+            try:
+                result = store.compare_and_set(shard, None if head is None else head.seqno, new)
+            except StorageError:
+                errors += 1
+                head = _reread(store, shard)
+                continue
+            finally:
+                latencies_us.append(round((time.perf_counter() - started) * 1e6))
+            if isinstance(result, Committed):
+                committed += 1
+                head = new
+            else:
+                mismatches += 1
+                head = result.current
+        counts = {"committed": committed, "mismatches": mismatches, "errors": errors}
+        print(json.dumps({**counts, "latencies_us": latencies_us}), flush=True)
+    finally:
+        store.close()
+
+
+def _reread(store: Consensus, shard: str) -> VersionedData | None:
+    """The head after a failed call, retrying briefly while the store is failing."""
+    for _ in range(50):
+        try:
+            return store.head(shard)
+        except StorageError:
+            time.sleep(0.1)
+    return store.head(shard)
+
+
+def _quantile_ms(sorted_us: list[int], q: float) -> float:
+    if not sorted_us:
+        return float("nan")
+    return sorted_us[min(len(sorted_us) - 1, int(q * len(sorted_us)))] / 1000
+
+
+def _drive(uri: str, procs: list[subprocess.Popen[bytes]], seconds: float) -> list[dict]:
+    """Wait until every client is ready, start them together, collect their reports."""
+    deadline = time.monotonic() + _START_TIMEOUT
+    for c, proc in enumerate(procs):
+        readable, _, _ = select.select([proc.stdout], [], [], max(0, deadline - time.monotonic()))
+        if not readable or proc.stdout.readline() != b"ready\n":
+            raise RuntimeError(
+                f"bench client {c} did not open {_display(uri)} within "
+                f"{_START_TIMEOUT:.0f}s (exit code {proc.poll()}); see its error above"
+            )
+    for proc in procs:
+        proc.stdin.write(b"go\n")
+    reports = []
+    for c, proc in enumerate(procs):
+        try:
+            out, _ = proc.communicate(timeout=seconds + _FINISH_GRACE)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(
+                f"bench client {c} did not finish within {seconds + _FINISH_GRACE:g}s"
+            ) from None
+        if proc.returncode != 0:
+            raise RuntimeError(
+                f"bench client {c} failed with exit code {proc.returncode}; see its error above"
+            )
+        reports.append(json.loads(out))
+    return reports
+
+
+def race(uri: str, shard: str, clients: int, seconds: float, payload_bytes: int = 128) -> dict:
+    """Run one measurement: ``clients`` processes racing for ``seconds``.
+
+    Clients are separate interpreters (no fork of this process, no shared
+    multiprocessing state); their stderr is this process's. Raises
+    ``RuntimeError`` if a client fails to start or to report."""
+    code = "import sys; from shardsink.storage._cli import _client; _client(sys.argv[1:])"
+
+    def argv(client: int) -> list[str]:
+        return [uri, shard, str(client), str(payload_bytes), str(seconds)]
+
+    with contextlib.ExitStack() as stack:  # closes the pipes and reaps every client
+        procs = [
+            stack.enter_context(
+                subprocess.Popen(
+                    [sys.executable, "-c", code, *argv(c)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    bufsize=0,
+                )
+            )
+            for c in range(clients)
+        ]
+        try:
+            reports = _drive(uri, procs, seconds)
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+    latencies = sorted(x for r in reports for x in r["latencies_us"])
+    committed = sum(r["committed"] for r in reports)
+    mismatches = sum(r["mismatches"] for r in reports)
+    errors = sum(r["errors"] for r in reports)
+    attempts = len(latencies)
+    return {
+        "store": _display(uri),
+        "clients": clients,
+        "seconds": seconds,
+        "committed": committed,
+        "attempts": attempts,
+        "mismatches": mismatches,
+        "errors": errors,
+        "committed_per_s": committed / seconds,
+        "attempts_per_s": attempts / seconds,
+        "mismatch_rate": mismatches / attempts if attempts else 0.0,
+        "cas_ms_p50": _quantile_ms(latencies, 0.50),
+        "cas_ms_p99": _quantile_ms(latencies, 0.99),
+    }
+
+
+def _run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    if args.seconds <= 0 or args.bytes < 1:
+        raise ValueError("--seconds and --bytes must be positive")
+    for uri in args.store:
+        if urlsplit(uri).scheme.lower() == "memory":
+            raise ValueError(
+                f"{uri}: a memory:// store is private to one process, so client processes "
+                "cannot race on it; use sqlite:///... or postgresql://..."
+            )
+        # Fail before spawning anything if the store cannot be opened; also
+        # creates its tables, so clients do not race to do that.
+        open_consensus(uri).close()
+    # Piped output (CI logs, tee) gets room for whole store URIs, not 80 columns.
+    console = Console() if sys.stdout.isatty() else Console(width=200)
+    runs = []
+    for uri in args.store:
+        for clients in args.clients:
+            with console.status(f"{_display(uri)}: {clients} client(s), {args.seconds:g}s"):
+                runs.append(race(uri, args.shard, clients, args.seconds, args.bytes))
+    table = Table(title=f"compare-and-set on one shard, {args.seconds:g}s per run")
+    for column in (
+        "store",
+        "clients",
+        "committed/s",
+        "attempts/s",
+        "mismatch rate",
+        "CaS p50 ms",
+        "CaS p99 ms",
+        "errors",
+    ):
+        table.add_column(column, justify="left" if column == "store" else "right")
+    for r in runs:
+        table.add_row(
+            r["store"],
+            str(r["clients"]),
+            f"{r['committed_per_s']:,.0f}",
+            f"{r['attempts_per_s']:,.0f}",
+            f"{r['mismatch_rate']:.1%}",
+            f"{r['cas_ms_p50']:.2f}",
+            f"{r['cas_ms_p99']:.2f}",
+            str(r["errors"]),
+        )
+    console.print(table)
+    if args.json:
+        args.json.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
+        console.print(f"figures written to {args.json}")
+    return 0

@@ -1,0 +1,113 @@
+"""The seeded fault-injecting wrappers, around the in-memory stores."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from shardsink.storage import (
+    Blob,
+    Committed,
+    Consensus,
+    DeterminateError,
+    IndeterminateError,
+    StorageError,
+    VersionedData,
+)
+from shardsink.storage.faults import FaultyBlob, FaultyConsensus
+from shardsink.storage.memory import MemoryBlob, MemoryConsensus
+
+
+def fresh_consensus() -> MemoryConsensus:
+    return MemoryConsensus(uuid.uuid4().hex)
+
+
+def fresh_blob() -> MemoryBlob:
+    return MemoryBlob(uuid.uuid4().hex)
+
+
+def outcomes(store: FaultyConsensus, calls: int) -> list[str]:
+    seen = []
+    for _ in range(calls):
+        try:
+            store.head("s")
+            seen.append("ok")
+        except StorageError as exc:
+            seen.append(type(exc).__name__)
+    return seen
+
+
+def test_wrappers_satisfy_the_protocols():
+    assert isinstance(FaultyConsensus(fresh_consensus(), seed=1), Consensus)
+    assert isinstance(FaultyBlob(fresh_blob(), seed=1), Blob)
+
+
+def test_same_seed_gives_the_same_fault_sequence():
+    def run(seed: int) -> list[str]:
+        return outcomes(FaultyConsensus(fresh_consensus(), seed, 0.2, 0.2), 300)
+
+    first = run(7)
+    assert first == run(7)
+    assert first != run(8)
+    assert {"ok", "DeterminateError", "IndeterminateError"} == set(first)
+
+
+def test_faults_are_counted_by_kind_at_about_their_rates():
+    store = FaultyConsensus(fresh_consensus(), seed=3, fail_rate=0.1, indeterminate_rate=0.3)
+    seen = outcomes(store, 2000)
+    assert store.injected["determinate"] == seen.count("DeterminateError")
+    assert store.injected["indeterminate"] == seen.count("IndeterminateError")
+    assert 150 < store.injected["determinate"] < 250
+    assert 500 < store.injected["indeterminate"] < 700
+
+
+def test_determinate_fault_never_reaches_the_inner_store():
+    inner = fresh_consensus()
+    store = FaultyConsensus(inner, seed=0, fail_rate=1.0)
+    with pytest.raises(DeterminateError, match=r"compare_and_set .* not performed"):
+        store.compare_and_set("s", None, VersionedData(0, b"x"))
+    assert inner.head("s") is None
+    blob_inner = fresh_blob()
+    blob = FaultyBlob(blob_inner, seed=0, fail_rate=1.0)
+    with pytest.raises(DeterminateError):
+        blob.set("k", b"x")
+    assert blob_inner.get("k") is None
+
+
+def test_indeterminate_fault_performs_the_call_then_raises():
+    inner = fresh_consensus()
+    store = FaultyConsensus(inner, seed=0, indeterminate_rate=1.0)
+    with pytest.raises(IndeterminateError, match="timeout after compare_and_set"):
+        store.compare_and_set("s", None, VersionedData(0, b"x"))
+    assert inner.head("s") == VersionedData(0, b"x")
+    blob_inner = fresh_blob()
+    blob = FaultyBlob(blob_inner, seed=0, indeterminate_rate=1.0)
+    with pytest.raises(IndeterminateError, match="timeout after set"):
+        blob.set("k", b"x")
+    assert blob_inner.get("k") == b"x"
+    assert store.injected == {"indeterminate": 1}
+
+
+def test_without_faults_every_call_passes_through():
+    store = FaultyConsensus(fresh_consensus(), seed=0)
+    assert store.compare_and_set("s", None, VersionedData(0, b"a")) == Committed(0)
+    assert store.scan("s", 0, 5) == [VersionedData(0, b"a")]
+    assert store.list_shards() == ["s"]
+    assert store.truncate("s", 0) == 0
+    blob = FaultyBlob(fresh_blob(), seed=0)
+    blob.set("a/b", b"1")
+    assert blob.get("a/b") == b"1"
+    assert list(blob.list("a/")) == ["a/b"]
+    assert [m.key for m in blob.list_meta("")] == ["a/b"]
+    blob.delete("a/b")
+    assert blob.get("a/b") is None
+    assert not store.injected and not blob.injected
+    store.close()
+    blob.close()
+
+
+@pytest.mark.parametrize("rates", [(-0.1, 0.0), (0.0, -0.1), (0.6, 0.5)])
+def test_invalid_rates_are_value_errors(rates):
+    with pytest.raises(ValueError, match="fault rates"):
+        FaultyConsensus(fresh_consensus(), 0, *rates)

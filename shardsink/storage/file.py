@@ -1,0 +1,252 @@
+"""``Blob`` on a local directory: ``file:///absolute/dir``.
+
+Each key is a file at ``DIR/<key>`` (its ``/``-separated segments become nested
+directories). ``set`` writes a temporary file next to the target, fsyncs it,
+renames it over the target and fsyncs the directory, so a reader sees the old
+file or the whole new one, and the new one survives a machine crash once
+``set`` returns.
+
+Temporary files carry a ``~`` in their name, a character no key may contain, so
+they never collide with a key and are never listed; a writer that dies leaves
+one behind, which :meth:`FileBlob.sweep_temp` removes.
+
+Empty directories left by ``delete`` are kept: removing them would race with a
+concurrent ``set`` creating its temporary file in the same directory, and there
+is at most one per distinct key prefix.
+
+Limitation of the mapping: a key cannot be both a value and a prefix of
+another key (``a`` and ``a/b``); the second ``set`` raises ``DeterminateError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import stat
+import time
+from collections.abc import Iterator
+from urllib.parse import unquote, urlsplit
+
+from .contracts import BlobMeta, check_key, check_prefix
+from .errors import DeterminateError, IndeterminateError
+from .uri import bad_uri
+
+_TEMP_MARK = "~"
+_ABSENT = (errno.ENOENT, errno.ENOTDIR, errno.EISDIR)
+
+
+def _is_key_segment(name: str) -> bool:
+    try:
+        check_key(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class FileBlob:
+    """A ``Blob`` stored as files under one root directory.
+
+    Errors: ``ValueError`` for an invalid key; :class:`DeterminateError` when an
+    operation failed before changing anything (including every failed read);
+    :class:`IndeterminateError` when ``set`` or ``delete`` changed the directory
+    but could not make the change durable (the directory fsync failed).
+    """
+
+    def __init__(self, root: str) -> None:
+        """Use the existing, writable directory ``root`` (an absolute path)."""
+        self.root = root
+        self.uri = f"file://{root}"
+
+    @classmethod
+    def from_uri(cls, uri: str) -> FileBlob:
+        """Open ``file:///absolute/dir``.
+
+        The directory is created if missing, but only the last component: its
+        parent must exist, so a mistyped path does not silently grow a new tree.
+
+        Raises ``ValueError`` for a malformed URI (relative path, a host, a
+        query or fragment, ``.``/``..`` segments) and :class:`DeterminateError`
+        naming the path if it is not a directory, cannot be created or is not
+        writable.
+        """
+        parts = urlsplit(uri)
+        if parts.netloc:
+            raise bad_uri(uri, "blob", f"file URIs take no host, got {parts.netloc!r}")
+        if parts.query or parts.fragment or uri.endswith(("?", "#")):
+            raise bad_uri(uri, "blob", "file URIs take no query or fragment")
+        path = unquote(parts.path)
+        if not path.startswith("/"):
+            raise bad_uri(uri, "blob", "the directory must be an absolute path (file:///dir)")
+        segments = [s for s in path.split("/") if s]
+        if any(s in (".", "..") for s in segments):
+            raise bad_uri(uri, "blob", "the path must not contain '.' or '..' segments")
+        root = "/" + "/".join(segments)
+        cls._ensure_root(root)
+        return cls(root)
+
+    @staticmethod
+    def _ensure_root(root: str) -> None:
+        try:
+            os.mkdir(root)
+        except FileExistsError:
+            pass
+        except FileNotFoundError:
+            raise DeterminateError(
+                f"blob directory {root!r}: its parent {os.path.dirname(root)!r} does not "
+                "exist (only the last component is created)"
+            ) from None
+        except OSError as exc:
+            raise DeterminateError(f"blob directory {root!r}: cannot create: {exc}") from exc
+        else:
+            try:
+                _fsync_dir(os.path.dirname(root))
+            except OSError as exc:
+                raise DeterminateError(f"blob directory {root!r}: cannot sync: {exc}") from exc
+        try:
+            mode = os.stat(root).st_mode
+        except OSError as exc:
+            raise DeterminateError(f"blob directory {root!r}: {exc}") from exc
+        if not stat.S_ISDIR(mode):
+            raise DeterminateError(f"blob directory {root!r} exists and is not a directory")
+        if not os.access(root, os.W_OK | os.X_OK):
+            raise DeterminateError(f"blob directory {root!r} is not writable")
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.root, *check_key(key).split("/"))
+
+    def get(self, key: str) -> bytes | None:
+        """The value under ``key``, or ``None``."""
+        path = self._path(key)
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError as exc:
+            if exc.errno in _ABSENT:
+                return None
+            raise DeterminateError(f"{self.uri}: cannot read key {key!r}: {exc}") from exc
+
+    def set(self, key: str, data: bytes) -> None:
+        """Store ``data`` under ``key`` atomically and durably."""
+        path = self._path(key)
+        parent = os.path.dirname(path)
+        temp = f"{path}{_TEMP_MARK}{os.getpid()}-{secrets.token_hex(6)}"
+        try:
+            self._make_parents(parent)
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+            try:
+                view = memoryview(data).cast("B")
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temp, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise DeterminateError(f"{self.uri}: cannot set key {key!r}: {exc}") from exc
+        try:
+            _fsync_dir(parent)
+        except OSError as exc:
+            raise IndeterminateError(
+                f"{self.uri}: key {key!r} was replaced but the directory sync failed: {exc}"
+            ) from exc
+
+    def _make_parents(self, parent: str) -> None:
+        """Create the directories between the root and ``parent``, each made
+        durable by syncing the directory that holds it."""
+        missing = []
+        d = parent
+        while d != self.root and not os.path.isdir(d):
+            missing.append(d)
+            d = os.path.dirname(d)
+        for d in reversed(missing):
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(d)
+            # also when another writer created it: its sync may not have happened yet
+            _fsync_dir(os.path.dirname(d))
+
+    def delete(self, key: str) -> None:
+        """Remove ``key`` durably; no error if it is absent."""
+        path = self._path(key)
+        try:
+            os.unlink(path)
+        except OSError as exc:
+            if exc.errno in _ABSENT:
+                return
+            raise DeterminateError(f"{self.uri}: cannot delete key {key!r}: {exc}") from exc
+        try:
+            _fsync_dir(os.path.dirname(path))
+        except OSError as exc:
+            raise IndeterminateError(
+                f"{self.uri}: key {key!r} was removed but the directory sync failed: {exc}"
+            ) from exc
+
+    def list_meta(self, prefix: str = "") -> Iterator[BlobMeta]:
+        """Every key starting with ``prefix``, with its size and mtime."""
+        check_prefix(prefix)
+        if prefix.startswith("/") or "//" in prefix:  # check_prefix lets "/", "a//" pass
+            return
+        head, _, name_prefix = prefix.rpartition("/")
+        start = os.path.join(self.root, *head.split("/")) if head else self.root
+        key_base = f"{head}/" if head else ""
+        try:
+            yield from self._walk(start, key_base, name_prefix)
+        except OSError as exc:
+            raise DeterminateError(f"{self.uri}: cannot list prefix {prefix!r}: {exc}") from exc
+
+    def _walk(self, directory: str, key_base: str, name_prefix: str) -> Iterator[BlobMeta]:
+        try:
+            entries = list(os.scandir(directory))
+        except OSError as exc:
+            if exc.errno in _ABSENT:  # never created, or removed while listing
+                return
+            raise
+        for entry in entries:
+            name = entry.name
+            if not name.startswith(name_prefix) or not _is_key_segment(name):
+                continue
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    yield from self._walk(entry.path, f"{key_base}{name}/", "")
+                elif entry.is_file(follow_symlinks=False):
+                    st = entry.stat(follow_symlinks=False)
+                    yield BlobMeta(f"{key_base}{name}", st.st_size, st.st_mtime)
+            except FileNotFoundError:  # deleted while listing
+                continue
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        """Every key starting with ``prefix``."""
+        return (m.key for m in self.list_meta(prefix))
+
+    def sweep_temp(self, older_than_s: float = 3600.0) -> int:
+        """Remove temporary files of writers that died, if not modified for
+        ``older_than_s`` seconds (younger ones may belong to a live ``set``).
+        Returns how many were removed."""
+        cutoff = time.time() - older_than_s
+        removed = 0
+        for dirpath, _dirs, files in os.walk(self.root):
+            for name in files:
+                if _TEMP_MARK not in name:
+                    continue
+                path = os.path.join(dirpath, name)
+                try:
+                    if os.stat(path, follow_symlinks=False).st_mtime < cutoff:
+                        os.unlink(path)
+                        removed += 1
+                except FileNotFoundError:
+                    continue
+        return removed
+
+    def close(self) -> None:
+        """Nothing to release; idempotent."""

@@ -1,0 +1,110 @@
+"""Compaction: merge runs of adjacent small batches into parts near the
+target size, off the append path.
+
+The merged batch replaces its inputs only through the ``ApplyCompaction``
+command, which checks that the inputs are still in state and adjacent. The
+merge forwards times below ``since`` to ``since`` and consolidates, so every
+snapshot at a readable time (``as_of >= since``) is unchanged.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import pyarrow as pa
+
+from ..storage.contracts import Blob
+from . import parts as P
+from .batches import build_batch, flush_inline, load_part
+from .commands import ApplyCompaction, InlineCapExceeded, Rejected
+from .machine import ShardMachine
+from .state import Batch, ShardState
+from .stats import ShardStats
+
+
+class CompactionReport(msgspec.Struct, kw_only=True):
+    """What one :func:`compact` call did: ``applied`` runs replaced
+    ``batches_merged`` batches; ``skipped`` runs lost their inputs to a
+    concurrent change (their output blobs are left to the leaked-blob sweep)."""
+
+    applied: int = 0
+    batches_merged: int = 0
+    skipped: int = 0
+
+
+def plan(state: ShardState, target_bytes: int) -> list[list[Batch]]:
+    """Runs of two or more adjacent batches, each below half of
+    ``target_bytes``, together at most ``target_bytes``."""
+    runs: list[list[Batch]] = []
+    run: list[Batch] = []
+    size = 0
+    for batch in state.ordered_batches():
+        small = batch.encoded_bytes < target_bytes // 2
+        if small and size + batch.encoded_bytes <= target_bytes:
+            run.append(batch)
+            size += batch.encoded_bytes
+            continue
+        if len(run) >= 2:
+            runs.append(run)
+        run, size = ([batch], batch.encoded_bytes) if small else ([], 0)
+    if len(run) >= 2:
+        runs.append(run)
+    return runs
+
+
+def compact(
+    machine: ShardMachine,
+    blob: Blob,
+    schema: pa.Schema,
+    *,
+    target_bytes: int,
+    stats: ShardStats,
+) -> CompactionReport:
+    """Compact every run :func:`plan` finds in the latest state."""
+    report = CompactionReport()
+    state = machine.state(refresh=True)
+    for run in plan(state, target_bytes):
+        output = _merge(machine.shard, blob, schema, state, run, target_bytes, stats)
+        result = None
+        if output is not None:
+            command = ApplyCompaction(tuple(b.id for b in run), output)
+            result = machine.run(command)
+            if isinstance(result, InlineCapExceeded):
+                output = flush_inline(blob, machine.shard, output, schema, stats)
+                result = machine.run(msgspec.structs.replace(command, output=output))
+        if output is None or isinstance(result, Rejected | InlineCapExceeded):
+            report.skipped += 1
+        else:
+            report.applied += 1
+            report.batches_merged += len(run)
+    stats.compactions += report.applied
+    return report
+
+
+def _merge(
+    shard: str,
+    blob: Blob,
+    schema: pa.Schema,
+    state: ShardState,
+    run: list[Batch],
+    target_bytes: int,
+    stats: ShardStats,
+) -> Batch | None:
+    """The merged batch of ``run``, or ``None`` if an input part is gone."""
+    tables = []
+    for batch in run:
+        for part in batch.parts:
+            table = load_part(blob, shard, part, schema)
+            if table is None:
+                return None
+            tables.append(table)
+    merged = P.consolidate(P.forward(P.concat(tables, schema), state.since))
+    return build_batch(
+        blob,
+        shard,
+        merged,
+        run[0].lower,
+        max(b.upper for b in run),
+        inline_max_bytes=state.inline_max_bytes,
+        target_bytes=target_bytes,
+        stats=stats,
+    )

@@ -1,0 +1,51 @@
+"""Knobs of a shard handle, as one msgspec Struct."""
+
+from __future__ import annotations
+
+import msgspec
+
+MIB = 1 << 20
+
+
+class ShardConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Limits and timings of one shard handle; every field has a sane default.
+
+    ``inline_max_bytes`` and ``inline_total_max_bytes`` are fixed into the
+    shard's state by whoever creates it; later openers use the state's values.
+    The other fields apply to the handle that carries them.
+
+    - ``rollup_threshold``: a full state rollup goes to blob every this many versions.
+    - ``inline_max_bytes``: a part whose encoding is below this many bytes is
+      stored inline in state instead of in blob.
+    - ``inline_total_max_bytes``: cap on all inline bytes of the shard; at the
+      cap a writer flushes its inline parts to blob and retries.
+    - ``blob_target_bytes``: target size of a data part (writers split above it,
+      compaction merges up to it).
+    - ``reader_lease_ms``: a reader not heartbeated for this long stops holding
+      its seqno and may be expired.
+    - ``leaked_blob_grace_ms``: the leaked-blob sweep only deletes unreferenced
+      blobs older than this.
+    - ``max_attempts``: how many lost compare-and-sets or failed storage calls
+      a command survives before the last error (or ``Contended``) is raised.
+    """
+
+    rollup_threshold: int = 128
+    inline_max_bytes: int = 4096
+    inline_total_max_bytes: int = MIB
+    blob_target_bytes: int = 128 * MIB
+    reader_lease_ms: int = 15 * 60 * 1000
+    leaked_blob_grace_ms: int = 60 * 60 * 1000
+    max_attempts: int = 64
+
+    def __post_init__(self) -> None:
+        for name in (
+            "rollup_threshold",
+            "blob_target_bytes",
+            "reader_lease_ms",
+            "max_attempts",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"ShardConfig.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("inline_max_bytes", "inline_total_max_bytes", "leaked_blob_grace_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"ShardConfig.{name} must be >= 0, got {getattr(self, name)}")

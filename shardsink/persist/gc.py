@@ -1,0 +1,87 @@
+"""Garbage collection of a shard: retired blobs, old versions, leaked blobs.
+
+Safety rests on two facts the transitions keep: a blob leaves the state only
+by being *retired* at the version that stopped referencing it, and a reader's
+seqno hold only moves forward (a new reader holds the newest version). So a
+blob retired at version ``r`` is referenced by no version ``>= r``, and once
+every live reader holds a seqno ``>= r`` nobody can read it any more.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from ..storage.contracts import Blob
+from .commands import ExpireReaders, ForgetRetired, ForgetRollups
+from .machine import ShardMachine
+
+
+class GcReport(msgspec.Struct, kw_only=True):
+    """What one :func:`collect_garbage` run did."""
+
+    readers_expired: tuple[str, ...] = ()
+    seqno_hold: int = 0
+    blobs_deleted: tuple[str, ...] = ()
+    truncated_below: int = 0
+    versions_truncated: int = 0
+    rollups_retired: int = 0
+
+
+def collect_garbage(machine: ShardMachine, blob: Blob) -> GcReport:
+    """Expire readers whose lease ran out; delete the blobs retired at or
+    below the smallest held seqno; truncate consensus below the latest rollup
+    at or below that seqno (every held version stays rebuildable) and retire
+    the older rollups. Safe to run concurrently with anything, including
+    itself; a run cut short leaves work for the next one, never damage."""
+    before = set(machine.state(refresh=True).readers)
+    machine.run(ExpireReaders())
+    state = machine.state()
+    hold = state.seqno_hold()
+    live = {k for b in state.batches.values() for k in b.blob_keys()}
+    live.update(r.key for r in state.rollups.values())
+    due = sorted(s for s in state.retired if s <= hold)
+    deleted = []
+    for seqno in due:
+        for key in state.retired[seqno]:
+            if key not in live:
+                blob.delete(key)
+                deleted.append(key)
+    if due:
+        machine.run(ForgetRetired(tuple(due)))
+    # holds only move forward, so a rollup at or below the hold always remains
+    keep = max(s for s in state.rollups if s <= hold)
+    truncated = machine.truncate_below(keep)
+    older = sum(1 for s in state.rollups if s < keep)
+    if older:
+        machine.run(ForgetRollups(keep))
+    return GcReport(
+        readers_expired=tuple(sorted(before - set(state.readers))),
+        seqno_hold=hold,
+        blobs_deleted=tuple(deleted),
+        truncated_below=keep,
+        versions_truncated=truncated,
+        rollups_retired=older,
+    )
+
+
+def sweep_leaked_blobs(
+    machine: ShardMachine, blob: Blob, grace_ms: int, now_ms: float
+) -> list[str]:
+    """Delete blobs under the shard's prefix that the latest state does not
+    reference (as a part, a rollup or a retired key) and that were last
+    modified at least ``grace_ms`` before ``now_ms`` (milliseconds since the
+    epoch); return their keys.
+
+    Blobs are listed before the state is read, so a blob appended meanwhile
+    is seen as referenced; the grace period covers a blob whose append is
+    still in flight.
+    """
+    cutoff = (now_ms - grace_ms) / 1000.0
+    old = [m.key for m in blob.list_meta(f"{machine.shard}/") if m.modified <= cutoff]
+    if not old:
+        return []
+    referenced = machine.state(refresh=True).referenced_keys()
+    leaked = [key for key in old if key not in referenced]
+    for key in leaked:
+        blob.delete(key)
+    return leaked

@@ -1,0 +1,373 @@
+"""The shard machine: applies commands to a shard's state, durably.
+
+:class:`ShardMachine` is what a shard handle needs from the machinery that
+owns the state; :class:`LocalMachine` implements it in-process over a
+``Consensus`` and a ``Blob`` store. A remote machine (a consensus server
+applying the same commands) implements the same protocol.
+
+``LocalMachine`` keeps the latest state it knows, applies a command with the
+pure :func:`~shardsink.persist.transitions.apply`, and stores the new version
+as a diff with ``compare_and_set``. On a mismatch it catches up by scanning
+the diffs it missed and re-applies; on an indeterminate outcome it re-reads
+the head and re-applies, and the command's idempotence (for appends: the
+writer's token) decides whether it already took effect.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+import msgspec
+
+from ..storage.contracts import Blob, Committed, Consensus, VersionedData
+from ..storage.errors import IndeterminateError, StorageError
+from .commands import AddRollup, Command, Result
+from .config import ShardConfig
+from .diff import StateDiff, apply_diff, decode_diff, diff, encode_diff
+from .errors import Contended, CorruptState, ShardNotFound
+from .state import RollupRef, ShardState, decode_state, encode_state
+from .stats import MachineStats
+from .transitions import apply, initial_state
+
+log = logging.getLogger(__name__)
+
+_SCAN_PAGE = 512
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@runtime_checkable
+class ShardMachine(Protocol):
+    """The state machine of one shard, as a shard handle uses it.
+
+    - ``run(command)`` applies ``command`` to the latest state, durably and
+      linearizably, and returns its result (a ``Result`` Struct); storage
+      failures that outlast the machine's retries are raised
+      (``StorageError``), as is :class:`~.errors.Contended`.
+    - ``state(refresh)`` is the latest state known; with ``refresh`` it is at
+      least as new as the head when the call began.
+    - ``wait_for_upper_past(upper, timeout)`` returns a state whose upper is
+      greater than ``upper``, or raises ``TimeoutError`` after ``timeout``
+      seconds (``None``: wait forever).
+    - ``truncate_below(seqno)`` drops stored versions below ``seqno`` (which
+      must have a rollup, or be at or below the oldest rollup; else
+      ``ValueError``) and returns how many.
+    - ``stats()`` counts the state-storage work; ``close()`` is idempotent.
+    """
+
+    shard: str
+
+    def run(self, command: Command) -> Result: ...
+
+    def state(self, refresh: bool = False) -> ShardState: ...
+
+    def wait_for_upper_past(self, upper: int, timeout: float | None) -> ShardState: ...
+
+    def truncate_below(self, seqno: int) -> int: ...
+
+    def stats(self) -> MachineStats: ...
+
+    def close(self) -> None: ...
+
+
+def rollup_key(shard: str, seqno: int) -> str:
+    """A fresh blob key for a rollup of ``seqno``: unique per attempt, so a
+    losing writer can never overwrite the winner's rollup."""
+    return f"{shard}/rollup/{seqno:020d}-{uuid.uuid4().hex}"
+
+
+class LocalMachine:
+    """A :class:`ShardMachine` in this process over ``consensus`` and ``blob``
+    (neither is closed by the machine). Thread-safe. Use :meth:`open`."""
+
+    def __init__(
+        self,
+        consensus: Consensus,
+        blob: Blob,
+        shard: str,
+        config: ShardConfig,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.shard = shard
+        self._consensus = consensus
+        self._blob = blob
+        self._config = config
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._stats = MachineStats()
+        self._state: ShardState | None = None
+        self._suspect = False
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls,
+        consensus: Consensus,
+        blob: Blob,
+        shard: str,
+        *,
+        schema: bytes,
+        config: ShardConfig,
+        create: bool = True,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> LocalMachine:
+        """A machine holding the shard's latest state. A shard without state
+        is created with ``schema`` if ``create``, else :class:`ShardNotFound`."""
+        machine = cls(consensus, blob, shard, config, clock)
+        machine._load(schema, create)
+        return machine
+
+    # --- the protocol ---------------------------------------------------------
+
+    def run(self, command: Command) -> Result:
+        with self._lock:
+            self._check_open()
+            # after a failed run the cache may predate a commit of ours: re-read first
+            refresh, refreshed = self._suspect, False
+            failures = 0
+            error: Exception | None = None
+            while True:
+                try:
+                    if refresh:
+                        self._refresh()
+                        refresh, refreshed = False, True
+                    state = self._state
+                    new, result = apply(state, command, self._clock())
+                    if new is None:
+                        if refreshed:
+                            return result
+                        # decided on a cached state: confirm against the head
+                        refresh = True
+                        continue
+                    if self._commit(state, new):
+                        self._after_commit(new)
+                        return result
+                    error = None
+                except IndeterminateError as exc:
+                    self._stats.indeterminate += 1
+                    error = exc
+                except StorageError as exc:
+                    error = exc
+                failures += 1
+                if failures >= self._config.max_attempts:
+                    break
+                refresh = True
+                _backoff(failures)
+            self._suspect = True
+            if error is not None:
+                raise error
+            raise Contended(
+                f"shard {self.shard!r}: {type(command).__name__} lost "
+                f"{self._config.max_attempts} compare-and-sets in a row"
+            )
+
+    def state(self, refresh: bool = False) -> ShardState:
+        with self._lock:
+            self._check_open()
+            if refresh:
+                self._refresh()
+            return self._state
+
+    def wait_for_upper_past(self, upper: int, timeout: float | None) -> ShardState:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = 0.001
+        while True:
+            state = self.state(refresh=True)
+            if state.upper > upper:
+                return state
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"shard {self.shard!r}: upper stayed at {state.upper}, not past {upper}, "
+                    f"for {timeout} s"
+                )
+            pause = delay if deadline is None else min(delay, deadline - time.monotonic())
+            time.sleep(max(pause, 0.0))
+            delay = min(delay * 2, 0.05)
+
+    def truncate_below(self, seqno: int) -> int:
+        with self._lock:
+            self._check_open()
+            rollups = self._state.rollups
+            # below the oldest kept rollup, versions are no longer rebuildable anyway
+            if seqno not in rollups and seqno > min(rollups):
+                raise ValueError(
+                    f"shard {self.shard!r}: no rollup at seqno {seqno}; truncating below it "
+                    "would leave versions that cannot be rebuilt"
+                )
+            return self._consensus.truncate(self.shard, seqno)
+
+    def stats(self) -> MachineStats:
+        with self._lock:
+            return msgspec.structs.replace(self._stats)
+
+    def close(self) -> None:
+        self._closed = True
+
+    # --- internals --------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"shard machine for {self.shard!r} is closed")
+
+    def _load(self, schema: bytes, create: bool) -> None:
+        error: Exception | None = None
+        for attempt in range(self._config.max_attempts):
+            try:
+                head = self._consensus.head(self.shard)
+                if head is not None:
+                    self._state = self._rebuild(head)
+                    return
+                if not create:
+                    raise ShardNotFound(
+                        f"shard {self.shard!r} does not exist in consensus {self._consensus.uri}"
+                    )
+                if self._create(schema):
+                    return
+            except StorageError as exc:
+                error = exc
+            _backoff(attempt)
+        raise error or Contended(f"shard {self.shard!r}: could not create or load its state")
+
+    def _create(self, schema: bytes) -> bool:
+        """Try to store version 0; ``False`` if another opener stored one first."""
+        key = rollup_key(self.shard, 0)
+        state = initial_state(
+            self.shard,
+            schema,
+            self._config.inline_max_bytes,
+            self._config.inline_total_max_bytes,
+            key,
+        )
+        self._put_rollup(key, state)
+        first = StateDiff(shard=self.shard, seqno=0, rollup=RollupRef(0, key))
+        result = self._cas(None, VersionedData(0, encode_diff(first)))
+        if result:
+            self._state = state
+            return True
+        self._blob.delete(key)
+        return False
+
+    def _put_rollup(self, key: str, state: ShardState) -> None:
+        data = encode_state(state)
+        self._blob.set(key, data)
+        self._stats.rollup_puts += 1
+        self._stats.rollup_bytes += len(data)
+
+    def _cas(self, expected: int | None, version: VersionedData) -> bool:
+        self._stats.cas_calls += 1
+        result = self._consensus.compare_and_set(self.shard, expected, version)
+        if isinstance(result, Committed):
+            self._stats.versions += 1
+            self._stats.diff_bytes += len(version.data)
+            self._stats.last_diff_bytes = len(version.data)
+            return True
+        self._stats.cas_mismatches += 1
+        return False
+
+    def _commit(self, old: ShardState, new: ShardState) -> bool:
+        data = encode_diff(diff(old, new))
+        if not self._cas(old.seqno, VersionedData(new.seqno, data)):
+            return False
+        self._state = new
+        return True
+
+    def _after_commit(self, state: ShardState) -> None:
+        """Write a rollup once the latest is ``rollup_threshold`` versions old.
+
+        The command already succeeded, so a failure here is only logged: the
+        next commit by anyone tries again.
+        """
+        if state.seqno - state.latest_rollup().seqno < self._config.rollup_threshold:
+            return
+        key = rollup_key(self.shard, state.seqno)
+        try:
+            self._put_rollup(key, state)
+            self.run(AddRollup(state.seqno, key))
+            if key not in self._state.referenced_keys():
+                self._blob.delete(key)
+        except (StorageError, Contended) as exc:
+            log.warning("shard %r: rollup of version %d failed: %s", self.shard, state.seqno, exc)
+
+    def _refresh(self) -> None:
+        """Bring the cached state up to (at least) the head."""
+        head = self._consensus.head(self.shard)
+        if head is None:
+            raise CorruptState(f"shard {self.shard!r} has no version in {self._consensus.uri}")
+        current = self._state
+        if head.seqno < current.seqno:
+            raise CorruptState(
+                f"shard {self.shard!r}: consensus head {head.seqno} is behind the known "
+                f"version {current.seqno}"
+            )
+        if head.seqno > current.seqno:
+            caught = self._catch_up(current)
+            if caught is None or caught.seqno < head.seqno:
+                caught = self._rebuild(head)
+            self._state = caught
+        self._suspect = False
+
+    def _catch_up(self, state: ShardState) -> ShardState | None:
+        """``state`` advanced by every later stored diff, or ``None`` if some
+        are already truncated (then only a rollup can help)."""
+        while True:
+            versions = self._consensus.scan(self.shard, state.seqno + 1, _SCAN_PAGE)
+            if not versions:
+                return state
+            if versions[0].seqno != state.seqno + 1:
+                return None
+            for version in versions:
+                state = apply_diff(state, self._decode_diff(version))
+
+    def _rebuild(self, head: VersionedData) -> ShardState:
+        """The state at ``head``: its latest rollup plus the diffs after it."""
+        self._stats.rebuilds += 1
+        rollup = self._decode_diff(head).rollup
+        data = self._blob.get(rollup.key)
+        if data is None:
+            raise CorruptState(
+                f"shard {self.shard!r}: rollup {rollup.key!r} named by version {head.seqno} "
+                "is missing from blob"
+            )
+        try:
+            state = decode_state(data)
+        except msgspec.DecodeError as exc:
+            raise CorruptState(f"shard {self.shard!r}: rollup {rollup.key!r}: {exc}") from None
+        if state.shard != self.shard or state.seqno != rollup.seqno:
+            raise CorruptState(
+                f"rollup {rollup.key!r} holds shard {state.shard!r} version {state.seqno}, "
+                f"not shard {self.shard!r} version {rollup.seqno}"
+            )
+        caught = self._catch_up(state)
+        if caught is None or caught.seqno < head.seqno:
+            raise CorruptState(
+                f"shard {self.shard!r}: versions after rollup {rollup.seqno} are missing; "
+                f"cannot rebuild version {head.seqno}"
+            )
+        return caught
+
+    def _decode_diff(self, version: VersionedData) -> StateDiff:
+        try:
+            d = decode_diff(version.data)
+        except msgspec.DecodeError as exc:
+            raise CorruptState(
+                f"shard {self.shard!r}: version {version.seqno} is not a state diff: {exc}"
+            ) from None
+        if d.seqno != version.seqno or d.shard != self.shard:
+            raise CorruptState(
+                f"shard {self.shard!r}: version {version.seqno} holds the diff of shard "
+                f"{d.shard!r} version {d.seqno}"
+            )
+        return d
+
+
+def _backoff(attempt: int) -> None:
+    """Sleep a jittered, exponentially growing pause (at most ~50 ms)."""
+    time.sleep(random.uniform(0.5, 1.0) * min(0.0005 * 2**attempt, 0.05))

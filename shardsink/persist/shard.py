@@ -1,0 +1,642 @@
+"""The shard handle: ``open_shard``, writers and leased readers.
+
+A :class:`Shard` pairs a :class:`~.machine.ShardMachine` (the shard's state)
+with the blob store holding its data parts. Writers build batches and
+compare-and-append them; readers take a seqno lease before selecting what to
+read, so garbage collection cannot delete what they are about to fetch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
+from urllib.parse import urlsplit
+
+import msgspec
+import pyarrow as pa
+
+from ..storage.contracts import Blob, Consensus
+from ..storage.errors import StorageError
+from ..storage.uri import open_blob, open_consensus
+from . import parts as P
+from .batches import build_batch, discard, flush_inline, load_part
+from .commands import (
+    AdvanceSince,
+    AlreadyAppended,
+    Appended,
+    CompareAndAppend,
+    ExpireReader,
+    ExpireWriter,
+    HeartbeatReader,
+    InlineCapExceeded,
+    Leased,
+    LeaseSeqno,
+    ReaderExpired,
+    RegisterReader,
+    RegisterWriter,
+    Rejected,
+    Result,
+    WrongUpper,
+)
+from .compaction import CompactionReport, compact
+from .config import ShardConfig
+from .errors import NotReadable, PartMissing, PersistError, SchemaMismatch, UpperMismatch
+from .gc import GcReport, collect_garbage, sweep_leaked_blobs
+from .machine import LocalMachine, ShardMachine, wall_clock_ms
+from .state import Batch, BlobPart, InlinePart, ShardState, check_shard_name
+from .stats import ShardStats
+
+log = logging.getLogger(__name__)
+
+#: Consensus URI schemes that will name a remote shard machine (a consensus server).
+REMOTE_SCHEMES = ("tcp", "ipc")
+#: How many times a read restarts from refreshed state after a part went missing.
+PART_RETRIES = 2
+
+
+class ListenEvent(NamedTuple):
+    """Updates with ``lower <= ts < upper``, consolidated, sorted by key."""
+
+    lower: int
+    upper: int
+    updates: pa.Table
+
+
+def open_shard(
+    name: str = "default",
+    *,
+    blob: str | Blob,
+    consensus: str | Consensus,
+    schema: pa.Schema | None = None,
+    config: ShardConfig | None = None,
+    create: bool = True,
+    clock: Callable[[], int] = wall_clock_ms,
+) -> Shard:
+    """Open (or, with ``create``, create) the shard ``name``.
+
+    ``blob`` and ``consensus`` are URIs (``open_blob``/``open_consensus``
+    forms; the handle closes what it opened) or open stores (left open).
+    ``schema`` is the ``key``/``val`` schema (``ts``/``diff`` are added) or the
+    full one; ``None`` means the existing shard's schema, or key int64 / val
+    string for a new shard. ``clock`` gives milliseconds (leases, sweeps).
+
+    Errors: ``ValueError`` for a bad name, URI or schema;
+    :class:`SchemaMismatch` if the shard exists with another schema;
+    :class:`~.errors.ShardNotFound` if it does not exist and not ``create``;
+    storage errors if a store cannot be reached.
+    """
+    check_shard_name(name)
+    config = config or ShardConfig()
+    wanted = None if schema is None else P.full_schema(schema)
+    owned: list = []
+    try:
+        if isinstance(blob, str):
+            blob = open_blob(blob)
+            owned.append(blob)
+        machine = _open_machine(
+            consensus, blob, name, wanted or P.full_schema(), config, create, clock, owned
+        )
+        stored = P.schema_from_bytes(machine.state().schema)
+        if wanted is not None and not wanted.equals(stored):
+            raise SchemaMismatch(
+                f"shard {name!r} has schema {stored} which differs from the requested {wanted}"
+            )
+        return Shard(name, machine, blob, stored, config, clock, owned)
+    except BaseException:
+        for resource in reversed(owned):
+            resource.close()
+        raise
+
+
+def _open_machine(
+    consensus: str | Consensus,
+    blob: Blob,
+    name: str,
+    schema: pa.Schema,
+    config: ShardConfig,
+    create: bool,
+    clock: Callable[[], int],
+    owned: list,
+) -> ShardMachine:
+    """The one place a consensus argument turns into a shard machine."""
+    if isinstance(consensus, str):
+        scheme = urlsplit(consensus).scheme.lower()
+        if scheme in REMOTE_SCHEMES:
+            raise ValueError(
+                f"consensus URI {consensus!r}: a remote shard machine ({scheme}://) is not "
+                "supported yet; give a consensus store URI (sqlite:///..., postgresql://..., "
+                "memory://...)"
+            )
+        consensus = open_consensus(consensus)
+        owned.append(consensus)
+    machine = LocalMachine.open(
+        consensus,
+        blob,
+        name,
+        schema=P.schema_to_bytes(schema),
+        config=config,
+        create=create,
+        clock=clock,
+    )
+    owned.append(machine)
+    return machine
+
+
+class Shard:
+    """A handle on one shard. Thread-safe for state access; writers and
+    readers are meant for one thread each. ``close()`` closes its readers and
+    writers, then what it opened; it is idempotent."""
+
+    def __init__(
+        self,
+        name: str,
+        machine: ShardMachine,
+        blob: Blob,
+        schema: pa.Schema,
+        config: ShardConfig,
+        clock: Callable[[], int],
+        owned: list,
+    ) -> None:
+        self.name = name
+        self.schema = schema
+        self.config = config
+        self.machine = machine
+        self.blob = blob
+        self.clock = clock
+        self._owned = owned
+        self._handles: list[Writer | Reader] = []
+        self._counters = ShardStats()
+        self._closed = False
+
+    # --- state ------------------------------------------------------------------
+
+    def state(self, refresh: bool = True) -> ShardState:
+        """The latest state (re-read from consensus unless ``refresh`` is false)."""
+        return self.machine.state(refresh=refresh)
+
+    @property
+    def upper(self) -> int:
+        return self.state().upper
+
+    @property
+    def since(self) -> int:
+        return self.state().since
+
+    @property
+    def seqno(self) -> int:
+        return self.state().seqno
+
+    def stats(self) -> ShardStats:
+        """What this handle counted (see :class:`ShardStats`)."""
+        machine = msgspec.structs.asdict(self.machine.stats())
+        return msgspec.structs.replace(self._counters, **machine)
+
+    def inspect(self) -> dict:
+        """A summary of the latest state: frontiers, batch and part counts,
+        inline and blob bytes, readers and writers."""
+        state = self.state()
+        all_parts = [p for b in state.batches.values() for p in b.parts]
+        now = self.clock()
+        return {
+            "shard": self.name,
+            "seqno": state.seqno,
+            "upper": state.upper,
+            "since": state.since,
+            "batches": len(state.batches),
+            "parts": len(all_parts),
+            "inline_parts": sum(isinstance(p, InlinePart) for p in all_parts),
+            "blob_parts": sum(isinstance(p, BlobPart) for p in all_parts),
+            "rows": sum(b.rows for b in state.batches.values()),
+            "inline_bytes": state.inline_bytes,
+            "blob_bytes": sum(p.encoded_bytes for p in all_parts if isinstance(p, BlobPart)),
+            "rollups": sorted(state.rollups),
+            "retired_blobs": sum(len(v) for v in state.retired.values()),
+            "readers": {
+                rid: {
+                    "seqno_hold": r.seqno_hold,
+                    "heartbeat_age_ms": now - r.heartbeat_ms,
+                    "lease_ms": r.lease_ms,
+                    "expired": r.expired(now),
+                }
+                for rid, r in sorted(state.readers.items())
+            },
+            "writers": {
+                wid: {"upper": w.upper, "token": w.token, "heartbeat_age_ms": now - w.heartbeat_ms}
+                for wid, w in sorted(state.writers.items())
+            },
+        }
+
+    # --- handles ------------------------------------------------------------------
+
+    def writer(self, writer_id: str | None = None) -> Writer:
+        """A registered writer (a fresh id unless ``writer_id`` is given)."""
+        writer = Writer(self, writer_id or f"w-{uuid.uuid4().hex}")
+        self._handles.append(writer)
+        return writer
+
+    def reader(self, reader_id: str | None = None, *, lease_ms: int | None = None) -> Reader:
+        """A registered, leased reader; its lease lasts ``lease_ms`` (default
+        ``config.reader_lease_ms``) past each heartbeat."""
+        reader = Reader(self, reader_id or f"r-{uuid.uuid4().hex}", lease_ms)
+        self._handles.append(reader)
+        return reader
+
+    def snapshot(self, as_of: int | None = None) -> pa.Table:
+        """``Reader.snapshot`` through a short-lived reader."""
+        with self.reader() as reader:
+            return reader.snapshot(as_of)
+
+    # --- maintenance ----------------------------------------------------------------
+
+    def advance_since(self, since: int) -> None:
+        """Allow times below ``since`` to be merged forward; it must stay below
+        the upper (else ``ValueError``). Lowering it is a no-op."""
+        result = self.machine.run(AdvanceSince(since))
+        if isinstance(result, Rejected):
+            raise ValueError(f"shard {self.name!r}: {result.reason}")
+
+    def compact(self) -> CompactionReport:
+        """Merge runs of adjacent small batches (see ``compaction.compact``)."""
+        return compact(
+            self.machine,
+            self.blob,
+            self.schema,
+            target_bytes=self.config.blob_target_bytes,
+            stats=self._counters,
+        )
+
+    def collect_garbage(self) -> GcReport:
+        """Expire readers, delete unreachable blobs, truncate consensus (see
+        ``gc.collect_garbage``)."""
+        report = collect_garbage(self.machine, self.blob)
+        self._counters.gc_runs += 1
+        self._counters.blobs_deleted += len(report.blobs_deleted)
+        return report
+
+    def sweep_leaked_blobs(self, grace_ms: int | None = None) -> list[str]:
+        """Delete unreferenced blobs older than ``grace_ms`` (default
+        ``config.leaked_blob_grace_ms``); return their keys."""
+        grace = self.config.leaked_blob_grace_ms if grace_ms is None else grace_ms
+        leaked = sweep_leaked_blobs(self.machine, self.blob, grace, time.time() * 1000)
+        self._counters.blobs_deleted += len(leaked)
+        return leaked
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for handle in reversed(self._handles):
+            try:
+                handle.close()
+            except (StorageError, PersistError) as exc:
+                log.warning("shard %r: closing %r failed: %s", self.name, handle, exc)
+        for resource in reversed(self._owned):
+            resource.close()
+
+    def __enter__(self) -> Shard:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Shard({self.name!r})"
+
+
+class Writer:
+    """Builds batches and compare-and-appends them. ``close()`` forgets the
+    writer in state (idempotent)."""
+
+    def __init__(self, shard: Shard, writer_id: str) -> None:
+        self.shard = shard
+        self.writer_id = writer_id
+        self._pending: tuple[str, tuple[str, ...], int, int] | None = None
+        self._closed = False
+        shard.machine.run(RegisterWriter(writer_id))
+
+    def batch(self, updates: pa.Table, lower: int, upper: int) -> Batch:
+        """Write ``updates`` (columns key, val, ts, diff) as a batch ``[lower,
+        upper)``: consolidated, split into parts near the blob target size,
+        small parts inline. ``ValueError`` if ``lower < upper`` does not hold,
+        a column is missing or does not cast, or a row's ts is outside
+        ``[lower, upper)``."""
+        if not 0 <= lower < upper:
+            raise ValueError(f"batch interval [{lower}, {upper}) must satisfy 0 <= lower < upper")
+        shard = self.shard
+        table = P.conform(updates, shard.schema)
+        outside, example = P.ts_outside(table, lower, upper)
+        if outside:
+            raise ValueError(
+                f"shard {shard.name!r}: {outside} of {table.num_rows} rows have ts outside the "
+                f"batch interval [{lower}, {upper}), e.g. ts={example}"
+            )
+        return build_batch(
+            shard.blob,
+            shard.name,
+            P.consolidate(table),
+            lower,
+            upper,
+            inline_max_bytes=shard.machine.state().inline_max_bytes,
+            target_bytes=shard.config.blob_target_bytes,
+            stats=shard._counters,
+        )
+
+    def compare_and_append(
+        self,
+        batches: list[Batch],
+        expected_upper: int,
+        new_upper: int,
+        *,
+        token: str | None = None,
+    ) -> int:
+        """Append ``batches`` (each ``[expected_upper, new_upper)``; none for an
+        empty interval) iff the shard's upper is ``expected_upper``; return the
+        new upper.
+
+        The call carries an idempotency ``token`` (fresh by default). If it
+        raises (a storage error, :class:`~.errors.Contended`), the outcome may
+        be unknown: calling again with the same batches and uppers reuses the
+        token, so it succeeds exactly once and never appends twice.
+
+        Errors: :class:`UpperMismatch` (with the actual upper); ``ValueError``
+        for batches that do not match the interval; storage errors.
+        """
+        batches = list(batches)
+        for batch in batches:
+            if (batch.lower, batch.upper) != (expected_upper, new_upper):
+                raise ValueError(
+                    f"batch {batch.id!r} covers [{batch.lower}, {batch.upper}), not the "
+                    f"appended interval [{expected_upper}, {new_upper})"
+                )
+        signature = (tuple(b.id for b in batches), expected_upper, new_upper)
+        if token is None:
+            token = self._pending[0] if self._pending and self._pending[1:] == signature else None
+            token = token or uuid.uuid4().hex
+        shard = self.shard
+        shard._counters.append_calls += 1
+        command = CompareAndAppend(self.writer_id, token, tuple(batches), expected_upper, new_upper)
+        try:
+            result = shard.machine.run(command)
+            if isinstance(result, InlineCapExceeded):
+                flushed = tuple(
+                    flush_inline(shard.blob, shard.name, b, shard.schema, shard._counters)
+                    for b in batches
+                )
+                result = shard.machine.run(msgspec.structs.replace(command, batches=flushed))
+                batches = list(flushed)
+        except Exception:
+            # the outcome may be unknown: a retry of this same call reuses the token
+            self._pending = (token, *signature)
+            raise
+        self._pending = None
+        return self._outcome(result, batches, expected_upper)
+
+    def _outcome(self, result: Result, batches: list[Batch], expected_upper: int) -> int:
+        shard = self.shard
+        if isinstance(result, Appended | AlreadyAppended):
+            counters = shard._counters
+            counters.appends += 1
+            for batch in batches:
+                counters.rows += batch.rows
+                for part in batch.parts:
+                    if isinstance(part, InlinePart):
+                        counters.inline_parts += 1
+                        counters.inline_bytes += len(part.data)
+                    else:
+                        counters.data_parts += 1
+            return result.upper
+        if isinstance(result, WrongUpper):
+            raise UpperMismatch(shard.name, expected_upper, result.actual)
+        if isinstance(result, Rejected):
+            raise ValueError(f"shard {shard.name!r}: compare_and_append rejected: {result.reason}")
+        raise ValueError(f"shard {shard.name!r}: compare_and_append answered {result!r}")
+
+    def compare_and_append_table(
+        self, updates: pa.Table, expected_upper: int, new_upper: int
+    ) -> int:
+        """Build one batch of ``updates`` and compare-and-append it; on
+        :class:`UpperMismatch` its blobs are deleted before the error is raised.
+
+        Each call builds a new batch, hence a new token: to retry an append
+        whose outcome is unknown exactly once, use :meth:`batch` and retry
+        :meth:`compare_and_append` with the same batch."""
+        batch = self.batch(updates, expected_upper, new_upper)
+        try:
+            return self.compare_and_append([batch], expected_upper, new_upper)
+        except UpperMismatch:
+            self.discard([batch])
+            raise
+
+    def discard(self, batches: list[Batch]) -> None:
+        """Delete the blobs of ``batches`` that were never appended."""
+        discard(self.shard.blob, batches)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.shard.machine.run(ExpireWriter(self.writer_id))
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Writer({self.writer_id!r} on {self.shard.name!r})"
+
+
+class Reader:
+    """A leased reader. Every read first moves the lease to the newest version
+    and then selects batches from exactly that version, so GC keeps every
+    blob it selects. ``close()`` releases the lease (idempotent)."""
+
+    def __init__(self, shard: Shard, reader_id: str, lease_ms: int | None) -> None:
+        self.shard = shard
+        self.reader_id = reader_id
+        self.lease_ms = shard.config.reader_lease_ms if lease_ms is None else lease_ms
+        if self.lease_ms < 1:
+            raise ValueError(f"reader lease must be >= 1 ms, got {self.lease_ms}")
+        self._closed = False
+        self._register()
+
+    def _register(self) -> ShardState:
+        result = self.shard.machine.run(RegisterReader(self.reader_id, self.lease_ms))
+        return _leased(self.shard, result)
+
+    def lease(self) -> ShardState:
+        """Heartbeat and move this reader's hold to the newest version; return
+        that version. An expired reader registers again: safe, because what it
+        reads is selected after the lease."""
+        self._check_open()
+        result = self.shard.machine.run(LeaseSeqno(self.reader_id))
+        return (
+            self._register() if isinstance(result, ReaderExpired) else _leased(self.shard, result)
+        )
+
+    def heartbeat(self) -> None:
+        """Renew the lease without moving the hold."""
+        self._check_open()
+        if isinstance(self.shard.machine.run(HeartbeatReader(self.reader_id)), ReaderExpired):
+            self._register()
+
+    def snapshot(self, as_of: int | None = None, *, wait: float = 0.0) -> pa.Table:
+        """The consolidated collection as of ``as_of`` (default: upper - 1):
+        columns key, val, ts (= ``as_of``), diff, no zero diffs, sorted by key
+        then val. Empty if nothing was ever written and ``as_of`` is ``None``.
+
+        Errors: :class:`NotReadable` if ``as_of`` is below ``since``, or not
+        below the upper after waiting up to ``wait`` seconds;
+        :class:`PartMissing` if a part stays missing through
+        ``PART_RETRIES`` refreshes."""
+        state = self.lease()
+        if as_of is None:
+            if state.upper == 0:
+                return P.empty(self.shard.schema)
+            as_of = state.upper - 1
+        if as_of >= state.upper:
+            if wait > 0:
+                with contextlib.suppress(TimeoutError):
+                    self.shard.machine.wait_for_upper_past(as_of, wait)
+                state = self.lease()
+            if as_of >= state.upper:
+                raise NotReadable(
+                    f"shard {self.shard.name!r}: as_of {as_of} is not below the upper "
+                    f"{state.upper} (not yet written)"
+                )
+
+        def select(state: ShardState) -> list[Batch]:
+            if as_of < state.since:
+                raise NotReadable(
+                    f"shard {self.shard.name!r}: as_of {as_of} is below the since "
+                    f"{state.since} (merged forward)"
+                )
+            return [b for b in state.ordered_batches() if b.lower <= as_of]
+
+        _, tables = self._read(state, select)
+        return P.at_time(P.concat(tables, self.shard.schema), as_of)
+
+    def listen(
+        self,
+        since: int | None = None,
+        *,
+        until: int | None = None,
+        timeout: float | None = None,
+    ) -> Iterator[ListenEvent]:
+        """Each appended interval from ``since`` on (default: the current
+        upper), in order, as :class:`ListenEvent` s that tile the times
+        (intervals merged by compaction come as one event). Stops once an
+        event reaches ``until``; waits for new appends otherwise,
+        heartbeating, and raises ``TimeoutError`` after ``timeout`` seconds
+        without one.
+
+        Errors: :class:`NotReadable` if the frontier is at or below a
+        non-zero ``since`` (times there may have been merged forward);
+        :class:`PartMissing` as for :meth:`snapshot`."""
+        schema = self.shard.schema
+        frontier = self.shard.upper if since is None else since
+        while until is None or frontier < until:
+            state = self.lease()
+            if state.upper <= frontier:
+                self._wait_past(frontier, timeout)
+                continue
+
+            def select(state: ShardState, frontier: int = frontier) -> list[Batch]:
+                if state.since > 0 and frontier <= state.since:
+                    raise NotReadable(
+                        f"shard {self.shard.name!r}: listen frontier {frontier} is not above "
+                        f"the since {state.since} (merged forward)"
+                    )
+                return [b for b in state.ordered_batches() if b.upper > frontier]
+
+            state, tables = self._read(state, select)
+            data = P.in_times(P.concat(tables, schema), frontier, state.upper)
+            cuts = {frontier, state.upper}
+            for batch in state.ordered_batches():
+                cuts.update(t for t in (batch.lower, batch.upper) if frontier < t < state.upper)
+            bounds = sorted(cuts)
+            for lower, upper in itertools.pairwise(bounds):
+                yield ListenEvent(lower, upper, P.consolidate(P.in_times(data, lower, upper)))
+            frontier = state.upper
+
+    def _wait_past(self, frontier: int, timeout: float | None) -> None:
+        """Wait for the upper to pass ``frontier``, heartbeating every third of
+        the lease; ``TimeoutError`` after ``timeout`` seconds."""
+        chunk = self.lease_ms / 3000.0
+        remaining = timeout
+        while True:
+            step = chunk if remaining is None else min(chunk, remaining)
+            try:
+                self.shard.machine.wait_for_upper_past(frontier, step)
+                return
+            except TimeoutError:
+                if remaining is not None:
+                    remaining -= step
+                    if remaining <= 0:
+                        raise TimeoutError(
+                            f"shard {self.shard.name!r}: upper did not pass {frontier} "
+                            f"within {timeout} s"
+                        ) from None
+                self.heartbeat()
+
+    def _read(
+        self, state: ShardState, select: Callable[[ShardState], list[Batch]]
+    ) -> tuple[ShardState, list[pa.Table]]:
+        """Fetch the parts of the batches ``select`` picks from the leased
+        ``state``; if a part's blob is missing, lease again and re-select, at
+        most ``PART_RETRIES`` times, then raise :class:`PartMissing`."""
+        shard = self.shard
+        cache: dict[str, pa.Table] = {}
+        for attempt in range(PART_RETRIES + 1):
+            if attempt:
+                shard._counters.part_refetches += 1
+                state = self.lease()
+            fetched = self._fetch(select(state), cache)
+            if not isinstance(fetched, str):
+                return state, fetched
+        raise PartMissing(shard.name, fetched, PART_RETRIES + 1)
+
+    def _fetch(self, batches: list[Batch], cache: dict[str, pa.Table]) -> list[pa.Table] | str:
+        """The tables of ``batches``' parts, or the key of a missing one.
+        ``cache`` keeps blob parts across attempts (blob keys are immutable)."""
+        shard = self.shard
+        tables = []
+        for part in (p for b in batches for p in b.parts):
+            table = cache.get(part.key) if isinstance(part, BlobPart) else None
+            if table is None:
+                table = load_part(shard.blob, shard.name, part, shard.schema)
+                if table is None:
+                    return part.key
+                if isinstance(part, BlobPart):
+                    cache[part.key] = table
+            tables.append(table)
+        return tables
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"reader {self.reader_id!r} of shard {self.shard.name!r} is closed")
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.shard.machine.run(ExpireReader(self.reader_id))
+
+    def __enter__(self) -> Reader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Reader({self.reader_id!r} on {self.shard.name!r})"
+
+
+def _leased(shard: Shard, result: Result) -> ShardState:
+    if isinstance(result, Leased):
+        return result.state
+    raise ValueError(f"shard {shard.name!r}: reader lease answered {result!r}")

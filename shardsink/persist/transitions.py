@@ -1,0 +1,286 @@
+"""Pure state transitions: ``apply(state, command, now_ms)``.
+
+No I/O and no clock reads here: the caller passes the time. ``apply`` returns
+``(new_state, result)`` where ``new_state`` is the next version (seqno + 1) or
+``None`` when the command changes nothing (a no-op or a refusal).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import msgspec
+
+from .commands import (
+    AddRollup,
+    AdvanceSince,
+    AlreadyAppended,
+    Appended,
+    ApplyCompaction,
+    Command,
+    CompareAndAppend,
+    Done,
+    ExpireReader,
+    ExpireReaders,
+    ExpireWriter,
+    ForgetRetired,
+    ForgetRollups,
+    HeartbeatReader,
+    InlineCapExceeded,
+    Leased,
+    LeaseSeqno,
+    ReaderExpired,
+    RegisterReader,
+    RegisterWriter,
+    Rejected,
+    Result,
+    WrongUpper,
+)
+from .state import Batch, InlinePart, ReaderState, RollupRef, ShardState, WriterState
+
+Outcome = tuple[ShardState | None, Result]
+
+
+def initial_state(
+    shard: str, schema: bytes, inline_max_bytes: int, inline_total_max_bytes: int, rollup_key: str
+) -> ShardState:
+    """Version 0 of a new shard, whose rollup is stored under ``rollup_key``."""
+    return ShardState(
+        shard=shard,
+        seqno=0,
+        schema=schema,
+        inline_max_bytes=inline_max_bytes,
+        inline_total_max_bytes=inline_total_max_bytes,
+        rollups={0: RollupRef(0, rollup_key)},
+    )
+
+
+def apply(state: ShardState, command: Command, now_ms: int) -> Outcome:
+    """Apply ``command`` to ``state`` at time ``now_ms``. ``TypeError`` for a
+    value that is not a command."""
+    handler = _HANDLERS.get(type(command))
+    if handler is None:
+        raise TypeError(f"not a shard command: {command!r}")
+    return handler(state, command, now_ms)
+
+
+def _next(state: ShardState, **changes) -> ShardState:
+    return msgspec.structs.replace(state, seqno=state.seqno + 1, **changes)
+
+
+def _unchanged(state: ShardState) -> Outcome:
+    return None, Done(state.seqno)
+
+
+def _retire(state: ShardState, keys: Iterable[str]) -> dict[int, tuple[str, ...]]:
+    keys = tuple(keys)
+    return {**state.retired, state.seqno + 1: keys} if keys else state.retired
+
+
+def _check_inline(state: ShardState, batches: Iterable[Batch], freed: int) -> Result | None:
+    """Refuse inline parts above the per-part limit or past the shard-wide cap,
+    given that ``freed`` inline bytes leave the state in the same change."""
+    adding = 0
+    for batch in batches:
+        for part in batch.parts:
+            if isinstance(part, InlinePart):
+                if len(part.data) >= state.inline_max_bytes:
+                    return Rejected(
+                        f"inline part of {len(part.data)} bytes in batch {batch.id!r} is not "
+                        f"below the shard's inline_max_bytes {state.inline_max_bytes}"
+                    )
+                adding += len(part.data)
+    if adding and state.inline_bytes - freed + adding > state.inline_total_max_bytes:
+        return InlineCapExceeded(state.inline_bytes - freed, adding, state.inline_total_max_bytes)
+    return None
+
+
+def _register_writer(state: ShardState, cmd: RegisterWriter, now_ms: int) -> Outcome:
+    if cmd.writer_id in state.writers:
+        return _unchanged(state)
+    writer = WriterState(token="", upper=state.upper, heartbeat_ms=now_ms)
+    new = _next(state, writers={**state.writers, cmd.writer_id: writer})
+    return new, Done(new.seqno)
+
+
+def _expire_writer(state: ShardState, cmd: ExpireWriter, now_ms: int) -> Outcome:
+    if cmd.writer_id not in state.writers:
+        return _unchanged(state)
+    writers = {k: v for k, v in state.writers.items() if k != cmd.writer_id}
+    new = _next(state, writers=writers)
+    return new, Done(new.seqno)
+
+
+def _compare_and_append(state: ShardState, cmd: CompareAndAppend, now_ms: int) -> Outcome:
+    if not cmd.token:
+        return None, Rejected("compare_and_append needs a non-empty idempotency token")
+    writer = state.writers.get(cmd.writer_id)
+    if writer is not None and writer.token == cmd.token:
+        return None, AlreadyAppended(writer.upper)
+    if cmd.new_upper <= cmd.expected_upper:
+        return None, Rejected(
+            f"new upper {cmd.new_upper} must be greater than expected upper {cmd.expected_upper}"
+        )
+    ids: set[str] = set()
+    for batch in cmd.batches:
+        if (batch.lower, batch.upper) != (cmd.expected_upper, cmd.new_upper):
+            return None, Rejected(
+                f"batch {batch.id!r} covers [{batch.lower}, {batch.upper}), not the appended "
+                f"interval [{cmd.expected_upper}, {cmd.new_upper})"
+            )
+        if batch.id in ids:
+            return None, Rejected(f"batch id {batch.id!r} appears twice")
+        ids.add(batch.id)
+    if state.upper != cmd.expected_upper:
+        return None, WrongUpper(cmd.expected_upper, state.upper)
+    if ids & state.batches.keys():
+        return None, Rejected(f"batch ids {sorted(ids & state.batches.keys())} are already in use")
+    refusal = _check_inline(state, cmd.batches, freed=0)
+    if refusal is not None:
+        return None, refusal
+    stored = {b.id: b for b in cmd.batches if b.parts}
+    new = _next(
+        state,
+        upper=cmd.new_upper,
+        inline_bytes=state.inline_bytes + sum(b.inline_bytes for b in stored.values()),
+        batches={**state.batches, **stored} if stored else state.batches,
+        writers={
+            **state.writers,
+            cmd.writer_id: WriterState(cmd.token, cmd.new_upper, now_ms),
+        },
+    )
+    return new, Appended(new.seqno, new.upper)
+
+
+def _register_reader(state: ShardState, cmd: RegisterReader, now_ms: int) -> Outcome:
+    if cmd.lease_ms < 1:
+        return None, Rejected(f"reader lease must be >= 1 ms, got {cmd.lease_ms}")
+    reader = ReaderState(seqno_hold=state.seqno + 1, heartbeat_ms=now_ms, lease_ms=cmd.lease_ms)
+    new = _next(state, readers={**state.readers, cmd.reader_id: reader})
+    return new, Leased(new)
+
+
+def _lease_seqno(state: ShardState, cmd: LeaseSeqno, now_ms: int) -> Outcome:
+    reader = state.readers.get(cmd.reader_id)
+    if reader is None:
+        return None, ReaderExpired(cmd.reader_id)
+    held = ReaderState(state.seqno + 1, now_ms, reader.lease_ms)
+    new = _next(state, readers={**state.readers, cmd.reader_id: held})
+    return new, Leased(new)
+
+
+def _heartbeat_reader(state: ShardState, cmd: HeartbeatReader, now_ms: int) -> Outcome:
+    reader = state.readers.get(cmd.reader_id)
+    if reader is None:
+        return None, ReaderExpired(cmd.reader_id)
+    beat = msgspec.structs.replace(reader, heartbeat_ms=now_ms)
+    new = _next(state, readers={**state.readers, cmd.reader_id: beat})
+    return new, Done(new.seqno)
+
+
+def _drop_readers(state: ShardState, drop: Callable[[str, ReaderState], bool]) -> Outcome:
+    readers = {k: v for k, v in state.readers.items() if not drop(k, v)}
+    if len(readers) == len(state.readers):
+        return _unchanged(state)
+    new = _next(state, readers=readers)
+    return new, Done(new.seqno)
+
+
+def _expire_reader(state: ShardState, cmd: ExpireReader, now_ms: int) -> Outcome:
+    return _drop_readers(state, lambda rid, _: rid == cmd.reader_id)
+
+
+def _expire_readers(state: ShardState, cmd: ExpireReaders, now_ms: int) -> Outcome:
+    return _drop_readers(state, lambda _, r: r.expired(now_ms))
+
+
+def _advance_since(state: ShardState, cmd: AdvanceSince, now_ms: int) -> Outcome:
+    if cmd.since <= state.since:
+        return _unchanged(state)
+    if cmd.since >= state.upper:
+        # some time must stay readable: since <= as_of < upper
+        return None, Rejected(f"since {cmd.since} must stay below the upper {state.upper}")
+    new = _next(state, since=cmd.since)
+    return new, Done(new.seqno)
+
+
+def _apply_compaction(state: ShardState, cmd: ApplyCompaction, now_ms: int) -> Outcome:
+    out = cmd.output
+    if out.id in state.batches:
+        return _unchanged(state)
+    if not cmd.inputs or len(set(cmd.inputs)) != len(cmd.inputs):
+        return None, Rejected("compaction needs one or more distinct input batches")
+    missing = [i for i in cmd.inputs if i not in state.batches]
+    if missing:
+        return None, Rejected(f"compaction inputs no longer in state: {missing}")
+    order = [b.id for b in state.ordered_batches()]
+    positions = sorted(order.index(i) for i in cmd.inputs)
+    if positions[-1] - positions[0] != len(positions) - 1:
+        return None, Rejected("compaction inputs are not adjacent in time order")
+    inputs = [state.batches[i] for i in cmd.inputs]
+    lower, upper = min(b.lower for b in inputs), max(b.upper for b in inputs)
+    if (out.lower, out.upper) != (lower, upper):
+        return None, Rejected(
+            f"compaction output covers [{out.lower}, {out.upper}), its inputs [{lower}, {upper})"
+        )
+    freed = sum(b.inline_bytes for b in inputs)
+    refusal = _check_inline(state, [out], freed=freed)
+    if refusal is not None:
+        return None, refusal
+    batches = {k: v for k, v in state.batches.items() if k not in cmd.inputs}
+    batches[out.id] = out
+    new = _next(
+        state,
+        batches=batches,
+        inline_bytes=state.inline_bytes - freed + out.inline_bytes,
+        retired=_retire(state, (k for b in inputs for k in b.blob_keys())),
+    )
+    return new, Done(new.seqno)
+
+
+def _add_rollup(state: ShardState, cmd: AddRollup, now_ms: int) -> Outcome:
+    if cmd.seqno > state.seqno:
+        return None, Rejected(f"rollup of version {cmd.seqno} is ahead of version {state.seqno}")
+    if cmd.seqno <= state.latest_rollup().seqno:
+        return _unchanged(state)
+    new = _next(state, rollups={**state.rollups, cmd.seqno: RollupRef(cmd.seqno, cmd.key)})
+    return new, Done(new.seqno)
+
+
+def _forget_retired(state: ShardState, cmd: ForgetRetired, now_ms: int) -> Outcome:
+    drop = set(cmd.seqnos) & state.retired.keys()
+    if not drop:
+        return _unchanged(state)
+    new = _next(state, retired={k: v for k, v in state.retired.items() if k not in drop})
+    return new, Done(new.seqno)
+
+
+def _forget_rollups(state: ShardState, cmd: ForgetRollups, now_ms: int) -> Outcome:
+    if cmd.below_seqno not in state.rollups:
+        return None, Rejected(f"no rollup at seqno {cmd.below_seqno} to keep")
+    old = [s for s in state.rollups if s < cmd.below_seqno]
+    if not old:
+        return _unchanged(state)
+    new = _next(
+        state,
+        rollups={s: r for s, r in state.rollups.items() if s >= cmd.below_seqno},
+        retired=_retire(state, (state.rollups[s].key for s in sorted(old))),
+    )
+    return new, Done(new.seqno)
+
+
+_HANDLERS: dict[type, Callable[[ShardState, object, int], Outcome]] = {
+    RegisterWriter: _register_writer,
+    ExpireWriter: _expire_writer,
+    CompareAndAppend: _compare_and_append,
+    RegisterReader: _register_reader,
+    LeaseSeqno: _lease_seqno,
+    HeartbeatReader: _heartbeat_reader,
+    ExpireReader: _expire_reader,
+    ExpireReaders: _expire_readers,
+    AdvanceSince: _advance_since,
+    ApplyCompaction: _apply_compaction,
+    AddRollup: _add_rollup,
+    ForgetRetired: _forget_retired,
+    ForgetRollups: _forget_rollups,
+}

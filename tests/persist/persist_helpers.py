@@ -1,0 +1,50 @@
+"""Builders shared by the shard tests: update tables, batches, store URIs."""
+
+from __future__ import annotations
+
+import uuid
+
+import pyarrow as pa
+
+from shardsink.persist.parts import full_schema
+from shardsink.persist.state import Batch, BlobPart, InlinePart
+from shardsink.persist.transitions import initial_state
+
+SCHEMA = full_schema()
+
+
+def updates(rows: list[tuple[int, str, int, int]]) -> pa.Table:
+    """An update table of ``(key, val, ts, diff)`` rows in the default schema."""
+    columns = list(zip(*rows, strict=True)) if rows else [[], [], [], []]
+    return pa.Table.from_arrays(
+        [pa.array(c, f.type) for c, f in zip(columns, SCHEMA, strict=True)], schema=SCHEMA
+    )
+
+
+def interval_rows(i: int, keys, diff: int = 1) -> pa.Table:
+    """Rows of the trickle workload for interval ``i`` (ts = i)."""
+    return updates([(k, format(k, "032x"), i, diff) for k in keys])
+
+
+def rows_of(table: pa.Table) -> list[tuple]:
+    return [(r["key"], r["val"], r["ts"], r["diff"]) for r in table.to_pylist()]
+
+
+def memory_stores() -> tuple[str, str]:
+    name = uuid.uuid4().hex
+    return f"memory://b-{name}", f"memory://c-{name}"
+
+
+def s0(inline_max_bytes: int = 100, inline_total_max_bytes: int = 250):
+    """Version 0 of shard ``s`` with small inline limits."""
+    return initial_state("s", b"schema", inline_max_bytes, inline_total_max_bytes, "s/rollup/0-x")
+
+
+def blob_batch(bid: str, lower: int, upper: int, key: str | None = None) -> Batch:
+    part = BlobPart(key=key or f"s/part/{bid}", encoded_bytes=10, rows=1, ts_lo=lower, ts_hi=lower)
+    return Batch(id=bid, lower=lower, upper=upper, parts=(part,), rows=1)
+
+
+def inline_batch(bid: str, lower: int, upper: int, size: int = 40) -> Batch:
+    part = InlinePart(data=b"x" * size, rows=1, ts_lo=lower, ts_hi=lower)
+    return Batch(id=bid, lower=lower, upper=upper, parts=(part,), rows=1)

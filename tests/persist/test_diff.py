@@ -1,0 +1,116 @@
+"""State diffs: ``apply_diff(old, diff(old, new)) == new`` for every
+transition, through a MessagePack round trip."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from persist_helpers import blob_batch, inline_batch, s0
+
+from shardsink.persist import diff as D
+from shardsink.persist.commands import (
+    AddRollup,
+    AdvanceSince,
+    ApplyCompaction,
+    CompareAndAppend,
+    ExpireReader,
+    ExpireReaders,
+    ForgetRetired,
+    ForgetRollups,
+    HeartbeatReader,
+    LeaseSeqno,
+    RegisterReader,
+    RegisterWriter,
+)
+from shardsink.persist.state import ShardState
+from shardsink.persist.transitions import apply
+
+names = st.sampled_from(["a", "b", "c"])
+
+
+@st.composite
+def command(draw, state: ShardState):
+    kind = draw(st.integers(0, 10))
+    up = state.upper
+    if kind <= 2:
+        new_upper = up + draw(st.integers(1, 3))
+        make = draw(st.sampled_from([blob_batch, inline_batch]))
+        batches = [
+            make(f"b{state.seqno}-{i}", up, new_upper) for i in range(draw(st.integers(0, 2)))
+        ]
+        return CompareAndAppend(draw(names), f"t{state.seqno}", tuple(batches), up, new_upper)
+    if kind == 3:
+        return RegisterReader(draw(names), draw(st.integers(1, 50)))
+    if kind == 4:
+        return draw(st.sampled_from([LeaseSeqno, HeartbeatReader, ExpireReader]))(draw(names))
+    if kind == 5:
+        return ExpireReaders()
+    if kind == 6:
+        return AdvanceSince(draw(st.integers(0, max(up, 0))))
+    if kind == 7:
+        order = state.ordered_batches()
+        if len(order) < 2:
+            return RegisterWriter(draw(names))
+        i = draw(st.integers(0, len(order) - 2))
+        run = order[i : i + 2]
+        out = blob_batch(f"c{state.seqno}", run[0].lower, max(b.upper for b in run))
+        return ApplyCompaction(tuple(b.id for b in run), out)
+    if kind == 8:
+        return AddRollup(state.seqno, f"s/rollup/{state.seqno}")
+    if kind == 9:
+        return ForgetRollups(draw(st.sampled_from(sorted(state.rollups))))
+    return ForgetRetired(tuple(draw(st.lists(st.sampled_from(sorted(state.retired) or [0])))))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_apply_diff_inverts_diff_along_random_histories(data):
+    state = s0()
+    for step in range(25):
+        cmd = data.draw(command(state), label=f"command {step}")
+        new, _ = apply(state, cmd, step * 10)
+        if new is None:
+            continue
+        d = D.decode_diff(D.encode_diff(D.diff(state, new)))
+        assert D.apply_diff(state, d) == new
+        assert d.rollup == new.latest_rollup()
+        state = new
+
+
+def test_diff_covers_every_state_field():
+    fields = {f.name for f in msgspec.structs.fields(ShardState)}
+    assert fields == {"seqno", *D.FIXED_FIELDS, *D.SCALAR_FIELDS, *D.MAP_FIELDS}
+    diff_fields = {f.name for f in msgspec.structs.fields(D.StateDiff)}
+    for name in D.MAP_FIELDS:
+        assert {f"{name}_put", f"{name}_del"} <= diff_fields
+    assert set(D.SCALAR_FIELDS) <= diff_fields
+
+
+def test_diff_of_one_append_carries_only_the_new_batch():
+    state = s0()
+    for i in range(50):
+        state, _ = apply(
+            state, CompareAndAppend("w", f"t{i}", (blob_batch(f"b{i}", i, i + 1),), i, i + 1), 0
+        )
+    new, _ = apply(state, CompareAndAppend("w", "x", (blob_batch("n", 50, 51),), 50, 51), 0)
+    d = D.diff(state, new)
+    assert set(d.batches_put) == {"n"} and d.batches_del == () and d.upper == 51
+
+
+def test_diff_refuses_non_consecutive_or_fixed_changes():
+    state = s0()
+    with pytest.raises(ValueError, match="does not follow"):
+        D.diff(state, state)
+    changed = msgspec.structs.replace(state, seqno=1, schema=b"other")
+    with pytest.raises(ValueError, match="may not change"):
+        D.diff(state, changed)
+    d = D.StateDiff(shard="other", seqno=1, rollup=state.latest_rollup())
+    with pytest.raises(ValueError, match="does not apply"):
+        D.apply_diff(state, d)
+
+
+def test_corrupt_diff_bytes_do_not_decode():
+    with pytest.raises(msgspec.DecodeError):
+        D.decode_diff(b"\x92\x01garbage")

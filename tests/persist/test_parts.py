@@ -1,0 +1,73 @@
+"""Part encodings and consolidation."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from persist_helpers import SCHEMA, rows_of, updates
+
+from shardsink.persist import parts as P
+
+
+def test_consolidate_sums_drops_zeros_and_sorts():
+    table = updates(
+        [(2, "b", 1, 1), (1, "a", 1, 1), (2, "b", 1, -1), (1, "a", 1, 2), (1, "a", 0, 1)]
+    )
+    assert rows_of(P.consolidate(table)) == [(1, "a", 0, 1), (1, "a", 1, 3)]
+
+
+def test_at_time_filters_and_advances_ts():
+    table = updates([(1, "a", 0, 1), (1, "a", 3, -1), (2, "b", 3, 1), (3, "c", 9, 1)])
+    assert rows_of(P.at_time(table, 2)) == [(1, "a", 2, 1)]
+    assert rows_of(P.at_time(table, 5)) == [(2, "b", 5, 1)]
+
+
+def test_forward_moves_times_below_since():
+    table = updates([(1, "a", 0, 1), (1, "a", 7, 1)])
+    assert P.forward(table, 5)["ts"].to_pylist() == [5, 7]
+
+
+def test_inline_round_trip_and_size_limit():
+    table = updates([(k, "v", 3, 1) for k in range(5)])
+    part = P.inline_part(table, 4096)
+    assert part.rows == 5 and (part.ts_lo, part.ts_hi, part.key_lo, part.key_hi) == (3, 3, 0, 4)
+    assert P.decode_inline(part, SCHEMA).equals(table)
+    assert P.inline_part(table, len(part.data)) is None
+
+
+def test_parquet_round_trip_is_plain_parquet():
+    table = updates([(k, format(k, "032x"), 1, 1) for k in range(100)])
+    part, data = P.blob_part(table, "s/part/x.parquet")
+    assert part.encoded_bytes == len(data) and part.rows == 100
+    assert P.decode_parquet(data, SCHEMA).equals(table)
+    with pytest.raises(ValueError, match="corrupt Parquet"):
+        P.decode_parquet(b"nope", SCHEMA)
+    other = pa.schema([("key", pa.string()), ("val", pa.string())])
+    with pytest.raises(ValueError, match="schema"):
+        P.decode_parquet(data, P.full_schema(other))
+
+
+def test_full_schema():
+    assert P.full_schema().names == ["key", "val", "ts", "diff"]
+    custom = pa.schema([("key", pa.string()), ("val", pa.float64())])
+    assert P.full_schema(custom).field("ts").type == pa.uint64()
+    with pytest.raises(ValueError, match="fields key, val"):
+        P.full_schema(pa.schema([("k", pa.int64())]))
+    with pytest.raises(ValueError, match=r"pyarrow\.Schema"):
+        P.full_schema("key int64")
+
+
+def test_conform_names_the_bad_column():
+    with pytest.raises(ValueError, match="lack column 'diff'"):
+        P.conform(pa.table({"key": [1], "val": ["a"], "ts": [1]}), SCHEMA)
+    with pytest.raises(ValueError, match="column 'key'"):
+        P.conform(pa.table({"key": ["x"], "val": ["a"], "ts": [1], "diff": [1]}), SCHEMA)
+    loose = pa.table({"diff": [1], "ts": [1], "val": ["a"], "key": [1]})
+    assert P.conform(loose, SCHEMA).schema == SCHEMA
+
+
+def test_split_near_target():
+    table = updates([(k, "v" * 100, 1, 1) for k in range(1000)])
+    pieces = P.split(table, table.nbytes // 4)
+    assert 4 <= len(pieces) <= 5 and sum(p.num_rows for p in pieces) == 1000
+    assert P.split(updates([]), 10) == []

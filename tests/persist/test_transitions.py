@@ -1,0 +1,285 @@
+"""The pure state transitions, command by command, without any I/O."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+from persist_helpers import blob_batch, inline_batch, s0
+
+from shardsink.persist.commands import (
+    COMMAND_DECODER,
+    RESULT_DECODER,
+    AddRollup,
+    AdvanceSince,
+    AlreadyAppended,
+    Appended,
+    ApplyCompaction,
+    CompareAndAppend,
+    Done,
+    ExpireReader,
+    ExpireReaders,
+    ExpireWriter,
+    ForgetRetired,
+    ForgetRollups,
+    HeartbeatReader,
+    InlineCapExceeded,
+    Leased,
+    LeaseSeqno,
+    ReaderExpired,
+    RegisterReader,
+    RegisterWriter,
+    Rejected,
+    WrongUpper,
+)
+from shardsink.persist.state import Batch, check_shard_name
+from shardsink.persist.transitions import _HANDLERS, apply
+
+
+def caa(batches, lo, hi, token="t1", writer="w"):
+    return CompareAndAppend(writer, token, tuple(batches), lo, hi)
+
+
+def run(state, *commands, now=0):
+    """Apply ``commands`` in order; returns the final state and the last result."""
+    result = None
+    for cmd in commands:
+        new, result = apply(state, cmd, now)
+        state = new or state
+    return state, result
+
+
+def test_every_command_has_a_handler():
+    union = msgspec.inspect.type_info(COMMAND_DECODER.type)
+    assert {t.cls for t in union.types} == set(_HANDLERS)
+
+
+def test_not_a_command_is_a_type_error():
+    with pytest.raises(TypeError, match="not a shard command"):
+        apply(s0(), Done(1), 0)
+
+
+def test_apply_never_mutates_its_input():
+    state = s0()
+    before = msgspec.msgpack.encode(state)
+    apply(state, caa([blob_batch("a", 0, 1)], 0, 1), 5)
+    apply(state, RegisterReader("r", 10), 5)
+    assert msgspec.msgpack.encode(state) == before
+
+
+class TestCompareAndAppend:
+    def test_appends_and_advances(self):
+        new, res = apply(s0(), caa([blob_batch("a", 0, 2)], 0, 2), 7)
+        assert res == Appended(seqno=1, upper=2)
+        assert new.seqno == 1 and new.upper == 2 and set(new.batches) == {"a"}
+        assert new.writers["w"].token == "t1" and new.writers["w"].upper == 2
+        assert new.writers["w"].heartbeat_ms == 7
+
+    def test_wrong_upper_changes_nothing(self):
+        state, _ = run(s0(), caa([], 0, 3))
+        new, res = apply(state, caa([blob_batch("b", 1, 2)], 1, 2, token="t2"), 0)
+        assert new is None and res == WrongUpper(expected=1, actual=3)
+
+    def test_empty_interval_only_advances_upper(self):
+        empty = Batch(id="e", lower=0, upper=5, parts=(), rows=0)
+        new, res = apply(s0(), caa([empty], 0, 5), 0)
+        assert res == Appended(1, 5) and new.batches == {} and new.upper == 5
+
+    def test_several_batches_of_one_interval_commit_together(self):
+        new, _ = apply(s0(), caa([blob_batch("a", 0, 1), blob_batch("b", 0, 1)], 0, 1), 0)
+        assert set(new.batches) == {"a", "b"} and new.seqno == 1
+
+    def test_same_token_is_already_appended_even_after_others_appended(self):
+        state, _ = run(s0(), caa([blob_batch("a", 0, 1)], 0, 1, token="x"))
+        state, _ = run(state, caa([blob_batch("b", 1, 2)], 1, 2, token="y", writer="other"))
+        new, res = apply(state, caa([blob_batch("a", 0, 1)], 0, 1, token="x"), 0)
+        assert new is None and res == AlreadyAppended(upper=1)
+
+    @pytest.mark.parametrize(
+        ("batches", "lo", "hi", "match"),
+        [
+            ([], 3, 3, "greater than"),
+            ([blob_batch("a", 0, 2)], 0, 1, "not the appended interval"),
+            ([blob_batch("a", 0, 1), blob_batch("a", 0, 1)], 0, 1, "appears twice"),
+        ],
+    )
+    def test_malformed_is_rejected(self, batches, lo, hi, match):
+        new, res = apply(s0(), caa(batches, lo, hi), 0)
+        assert new is None and isinstance(res, Rejected) and match in res.reason
+
+    def test_empty_token_is_rejected(self):
+        _, res = apply(s0(), caa([], 0, 1, token=""), 0)
+        assert isinstance(res, Rejected) and "token" in res.reason
+
+    def test_batch_id_already_in_shard_is_rejected(self):
+        state, _ = run(s0(), caa([blob_batch("a", 0, 1)], 0, 1))
+        _, res = apply(state, caa([blob_batch("a", 1, 2)], 1, 2, token="t2"), 0)
+        assert isinstance(res, Rejected) and "already in use" in res.reason
+
+    def test_inline_bytes_are_tracked_and_capped(self):
+        state, res = run(s0(), caa([inline_batch("a", 0, 1, 90)], 0, 1))
+        assert isinstance(res, Appended) and state.inline_bytes == 90
+        state, res = run(state, caa([inline_batch("b", 1, 2, 90)], 1, 2, token="t2"))
+        assert state.inline_bytes == 180
+        new, res = apply(state, caa([inline_batch("c", 2, 3, 90)], 2, 3, token="t3"), 0)
+        assert new is None and res == InlineCapExceeded(inline_bytes=180, adding=90, cap=250)
+
+    def test_inline_part_at_the_per_part_limit_is_rejected(self):
+        _, res = apply(s0(), caa([inline_batch("a", 0, 1, 100)], 0, 1), 0)
+        assert isinstance(res, Rejected) and "inline_max_bytes" in res.reason
+
+
+class TestWriters:
+    def test_register_and_expire(self):
+        state, res = run(s0(), RegisterWriter("w"))
+        assert res == Done(1) and state.writers["w"].token == ""
+        assert apply(state, RegisterWriter("w"), 0) == (None, Done(1))
+        state, res = run(state, ExpireWriter("w"))
+        assert res == Done(2) and state.writers == {}
+        assert apply(state, ExpireWriter("w"), 0) == (None, Done(2))
+
+
+class TestReaders:
+    def test_register_holds_the_new_version(self):
+        new, res = apply(s0(), RegisterReader("r", 1000), 5)
+        assert isinstance(res, Leased) and res.state == new
+        assert new.readers["r"].seqno_hold == new.seqno == 1
+
+    def test_lease_moves_hold_to_the_returned_version(self):
+        state, _ = run(s0(), RegisterReader("r", 1000), caa([], 0, 1))
+        new, res = apply(state, LeaseSeqno("r"), 9)
+        assert res.state is new and new.readers["r"].seqno_hold == new.seqno == 3
+        assert new.readers["r"].heartbeat_ms == 9
+
+    def test_unknown_reader_is_expired(self):
+        assert apply(s0(), LeaseSeqno("r"), 0) == (None, ReaderExpired("r"))
+        assert apply(s0(), HeartbeatReader("r"), 0) == (None, ReaderExpired("r"))
+
+    def test_heartbeat_keeps_hold(self):
+        state, _ = run(s0(), RegisterReader("r", 1000), caa([], 0, 1))
+        new, res = apply(state, HeartbeatReader("r"), 50)
+        assert res == Done(3) and new.readers["r"].seqno_hold == 1
+        assert new.readers["r"].heartbeat_ms == 50
+
+    def test_expire_readers_drops_only_stale_leases(self):
+        state, _ = run(s0(), RegisterReader("old", 100), RegisterReader("new", 100), now=0)
+        state, _ = run(state, HeartbeatReader("new"), now=150)
+        assert apply(state, ExpireReaders(), 100) == (None, Done(state.seqno))
+        new, _ = apply(state, ExpireReaders(), 101)
+        assert set(new.readers) == {"new"}
+
+    def test_expire_reader(self):
+        state, _ = run(s0(), RegisterReader("r", 100))
+        new, _ = apply(state, ExpireReader("r"), 0)
+        assert new.readers == {}
+        assert apply(new, ExpireReader("r"), 0)[0] is None
+
+    def test_zero_lease_is_rejected(self):
+        assert isinstance(apply(s0(), RegisterReader("r", 0), 0)[1], Rejected)
+
+    def test_seqno_hold_is_min_over_readers(self):
+        state, _ = run(s0(), RegisterReader("a", 10), RegisterReader("b", 10), LeaseSeqno("a"))
+        assert state.seqno_hold() == 2
+        assert s0().seqno_hold() == 0
+
+
+class TestSince:
+    def test_advance_since(self):
+        state, _ = run(s0(), caa([], 0, 10))
+        new, _ = apply(state, AdvanceSince(4), 0)
+        assert new.since == 4
+        assert apply(new, AdvanceSince(3), 0) == (None, Done(new.seqno))
+        assert isinstance(apply(new, AdvanceSince(10), 0)[1], Rejected)
+
+
+class TestCompaction:
+    def three(self):
+        state, _ = run(
+            s0(),
+            caa([blob_batch("a", 0, 1)], 0, 1, token="1"),
+            caa([blob_batch("b", 1, 2)], 1, 2, token="2"),
+            caa([inline_batch("c", 2, 3)], 2, 3, token="3"),
+        )
+        return state
+
+    def test_replaces_inputs_and_retires_their_blobs(self):
+        state = self.three()
+        out = inline_batch("ab", 0, 2, 30)
+        new, res = apply(state, ApplyCompaction(("a", "b"), out), 0)
+        assert res == Done(new.seqno)
+        assert set(new.batches) == {"ab", "c"}
+        assert new.retired == {new.seqno: ("s/part/a", "s/part/b")}
+        assert new.inline_bytes == state.inline_bytes + 30
+
+    def test_is_idempotent(self):
+        state = self.three()
+        cmd = ApplyCompaction(("a", "b"), blob_batch("ab", 0, 2))
+        new, _ = apply(state, cmd, 0)
+        assert apply(new, cmd, 0) == (None, Done(new.seqno))
+
+    @pytest.mark.parametrize(
+        ("inputs", "out", "match"),
+        [
+            (("a", "x"), blob_batch("o", 0, 2), "no longer in state"),
+            (("a", "c"), blob_batch("o", 0, 3), "not adjacent"),
+            (("a", "b"), blob_batch("o", 0, 3), "covers"),
+            ((), blob_batch("o", 0, 3), "one or more"),
+        ],
+    )
+    def test_rejections(self, inputs, out, match):
+        new, res = apply(self.three(), ApplyCompaction(inputs, out), 0)
+        assert new is None and isinstance(res, Rejected) and match in res.reason
+
+    def test_inline_output_respects_cap_net_of_freed_inputs(self):
+        state = self.three()  # inline 40 of cap 250
+        ok, _ = apply(state, ApplyCompaction(("b", "c"), inline_batch("bc", 1, 3, 99)), 0)
+        assert ok.inline_bytes == 99
+        state, _ = run(state, caa([inline_batch("d", 3, 4, 99)], 3, 4, token="4"))
+        state, _ = run(state, caa([inline_batch("e", 4, 5, 99)], 4, 5, token="5"))
+        _, res = apply(state, ApplyCompaction(("a", "b"), inline_batch("ab", 0, 2, 99)), 0)
+        assert isinstance(res, InlineCapExceeded)
+
+
+class TestRollupsAndRetired:
+    def test_add_rollup(self):
+        state, _ = run(s0(), caa([], 0, 1), caa([], 1, 2, token="t2"))
+        new, _ = apply(state, AddRollup(2, "k2"), 0)
+        assert new.latest_rollup().key == "k2" and set(new.rollups) == {0, 2}
+        assert apply(new, AddRollup(1, "k1"), 0) == (None, Done(new.seqno))
+        assert isinstance(apply(new, AddRollup(99, "k"), 0)[1], Rejected)
+
+    def test_forget_rollups_retires_older_ones(self):
+        state, _ = run(s0(), caa([], 0, 1), AddRollup(1, "k1"), caa([], 1, 2, token="t2"))
+        state, _ = run(state, AddRollup(3, "k3"))
+        new, _ = apply(state, ForgetRollups(3), 0)
+        assert set(new.rollups) == {3}
+        assert new.retired == {new.seqno: ("s/rollup/0-x", "k1")}
+        assert isinstance(apply(new, ForgetRollups(2), 0)[1], Rejected)
+        assert apply(new, ForgetRollups(3), 0)[0] is None
+
+    def test_forget_retired(self):
+        state, _ = run(s0(), caa([blob_batch("a", 0, 1)], 0, 1), caa([], 1, 2, token="2"))
+        state, _ = run(state, ApplyCompaction(("a",), blob_batch("o", 0, 1)))
+        (seqno,) = state.retired
+        new, _ = apply(state, ForgetRetired((seqno, 999)), 0)
+        assert new.retired == {}
+        assert apply(new, ForgetRetired((seqno,)), 0)[0] is None
+
+
+def test_commands_and_results_round_trip_as_msgpack():
+    state, _ = run(s0(), caa([inline_batch("a", 0, 1)], 0, 1))
+    cmds = [caa([blob_batch("b", 1, 2)], 1, 2), ExpireReaders(), AddRollup(1, "k")]
+    for cmd in cmds:
+        assert COMMAND_DECODER.decode(msgspec.msgpack.encode(cmd)) == cmd
+    for res in [Leased(state), WrongUpper(1, 2), InlineCapExceeded(1, 2, 3)]:
+        assert RESULT_DECODER.decode(msgspec.msgpack.encode(res)) == res
+
+
+def test_malformed_command_bytes_are_a_decode_error():
+    with pytest.raises(msgspec.ValidationError):
+        COMMAND_DECODER.decode(msgspec.msgpack.encode({"type": "compare_and_append", "x": 1}))
+
+
+@pytest.mark.parametrize("name", ["", ".hidden", "a/b", "a b", "x" * 201])
+def test_bad_shard_names(name):
+    with pytest.raises(ValueError, match="invalid shard name"):
+        check_shard_name(name)

@@ -1,0 +1,1 @@
+"""Benchmarks: ``shardsink bench ...`` (results as JSON plus a printed table)."""

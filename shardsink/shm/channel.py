@@ -1,0 +1,373 @@
+"""The ZeroMQ channel between the workers of a group and their builder.
+
+The builder binds a ROUTER socket (:class:`PartReceiver`); each worker connects
+a DEALER (:class:`PartSender`) and owns an :class:`~shardsink.shm.arena.Arena`.
+A worker sends each part either inline (its Arrow IPC bytes in the message) or
+as a reference into its arena; the builder reads it, zero-copy for references,
+and acknowledges references when it is done with them, which frees their space.
+Inline parts need no acknowledgement. Messages of one worker arrive in order,
+numbered from 0; a gap is an error, never a silently missing part.
+
+Endpoints are ``ipc://PATH`` with PATH in a directory private to this user
+(mode 0700), or ``tcp://`` on loopback; anything wider is refused. Each sender
+and receiver creates its own ZeroMQ context, so create them after any fork.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import stat
+import time
+from collections.abc import Collection
+from dataclasses import dataclass
+
+import msgspec
+import pyarrow as pa
+import zmq
+
+from .arena import DEFAULT_CAPACITY, DEFAULT_SEGMENT_SIZE, Arena, size_bound, write_stream
+from .errors import ShmError, TransportError, TransportTimeout
+from .messages import (
+    Ack,
+    Error,
+    InlinePart,
+    Metadata,
+    Part,
+    PartRef,
+    Retire,
+    decode_to_builder,
+    decode_to_worker,
+    encode,
+)
+from .reader import SegmentReader, decode_part
+
+_log = logging.getLogger(__name__)
+
+# Parts up to this many bytes (arena.size_bound of the batch) travel inline.
+# Measured with `shardsink bench transport --inline-sweep` (worker and builder
+# processes, GB/s, medians of 5; two runs on 2 cores shared with other jobs):
+#     size      1 KiB  4 KiB  16 KiB  32 KiB  64 KiB  128 KiB  256 KiB
+#     inline    0.022  0.078   0.24    0.46    0.63    0.66     0.79
+#     shm       0.014  0.055   0.28    0.52    0.87    1.56     3.37
+#     inline    0.029  0.122   0.36    0.70    0.98    1.13     2.15
+#     shm       0.018  0.072   0.29    0.46    0.94    2.04     3.25
+# Inline wins up to 4 KiB by 1.4-1.7x, the two are about even from 16 to 64 KiB,
+# and the arena wins by 1.5-4x from 128 KiB. The cut-off sits in the even band
+# because an inline part also spares the builder an acknowledgement and the
+# worker arena space.
+INLINE_MAX_BYTES = 32 << 10
+DEFAULT_TIMEOUT = 30.0
+_LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
+
+
+def check_endpoint(endpoint: str) -> str:
+    """Return ``endpoint`` if it is allowed (see the module doc), else raise
+    ``ValueError`` naming it and the problem."""
+    if not isinstance(endpoint, str):
+        raise ValueError(f"invalid endpoint {endpoint!r}: not a string")
+    if endpoint.startswith("ipc://"):
+        directory = os.path.dirname(os.path.abspath(endpoint[len("ipc://") :]))
+        try:
+            info = os.stat(directory)
+        except FileNotFoundError:
+            raise ValueError(f"invalid endpoint {endpoint!r}: no directory {directory}") from None
+        if info.st_uid != os.geteuid() or stat.S_IMODE(info.st_mode) & 0o077:
+            raise ValueError(
+                f"invalid endpoint {endpoint!r}: directory {directory} must be this user's "
+                f"with mode 0700 (it has uid {info.st_uid}, mode {stat.S_IMODE(info.st_mode):o})"
+            )
+        return endpoint
+    if endpoint.startswith("tcp://"):
+        host, _, port = endpoint[len("tcp://") :].rpartition(":")
+        if host in _LOOPBACK and (port == "*" or port.isdigit()):
+            return endpoint
+        raise ValueError(f"invalid endpoint {endpoint!r}: tcp:// must be loopback HOST:PORT")
+    raise ValueError(f"invalid endpoint {endpoint!r}: use ipc://PATH or tcp://127.0.0.1:PORT")
+
+
+class PartSender:
+    """Worker side: writes parts into its own arena and sends them to the builder.
+
+    ``timeout`` (seconds) bounds every wait for the builder: for room in a full
+    arena, for a full send queue, in :meth:`wait_acked`; exceeding it raises
+    :class:`TransportTimeout` naming the builder's endpoint. An error reply
+    from the builder raises :class:`TransportError` from the next call, and
+    from every call after it. Not thread-safe; :meth:`close` is idempotent.
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        cluster: str,
+        *,
+        segment_size: int = DEFAULT_SEGMENT_SIZE,
+        capacity: int = DEFAULT_CAPACITY,
+        inline_max_bytes: int = INLINE_MAX_BYTES,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        self.endpoint = check_endpoint(endpoint)
+        self.inline_max_bytes = inline_max_bytes
+        self.timeout = timeout
+        self.arena = Arena(cluster, segment_size=segment_size, capacity=capacity)
+        self._ctx = zmq.Context()
+        self._sock = self._ctx.socket(zmq.DEALER)
+        # Acknowledgements are bounded by the arena; a full queue must never drop one.
+        self._sock.setsockopt(zmq.RCVHWM, 0)
+        self._sock.setsockopt(zmq.SNDTIMEO, int(timeout * 1000))
+        self._sock.setsockopt(zmq.LINGER, 200)
+        try:
+            self._sock.connect(endpoint)
+        except zmq.ZMQError as exc:
+            self._sock.close()
+            self._ctx.term()
+            raise ValueError(f"cannot connect to {endpoint!r}: {exc}") from None
+        self._seq = 0
+        self._failure: ShmError | None = None
+        self._closed = False
+
+    def send(self, batch: pa.RecordBatch, meta: Metadata | None = None) -> int:
+        """Send ``batch`` (with optional small ``meta``) to the builder and return
+        its sequence number. Blocks while the arena is full."""
+        self._check()
+        self._drain(0)
+        bound = size_bound(batch)
+        seq = self._seq
+        msg: Part | InlinePart
+        if bound <= self.inline_max_bytes:
+            sink = pa.BufferOutputStream()
+            write_stream(sink, batch)
+            msg = InlinePart(seq, memoryview(sink.getvalue()), meta or {})
+        else:
+            msg = Part(seq, self._write(batch, bound), meta or {})
+        self._post(msg)
+        self._seq += 1
+        retired = self.arena.take_retired()
+        if retired:
+            self._post(Retire(retired))
+        return seq
+
+    def wait_acked(self, timeout: float | None = None) -> None:
+        """Wait until the builder has acknowledged every part sent so far."""
+        self._check()
+        timeout = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        while self.arena.outstanding:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise self._stalled(timeout)
+            self._drain(remaining)
+
+    def close(self) -> None:
+        """Unlink the arena, tell the builder, close the socket; idempotent.
+        Parts not yet acknowledged are abandoned."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.arena.close()
+            retired = self.arena.take_retired()
+            if retired:
+                # A builder not taking messages unmaps when it exits.
+                with contextlib.suppress(zmq.Again):
+                    self._sock.send(encode(Retire(retired)), zmq.NOBLOCK)
+        finally:
+            self._sock.close()
+            self._ctx.term()
+
+    def __enter__(self) -> PartSender:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check(self) -> None:
+        if self._closed:
+            raise ValueError("part sender is closed")
+        if self._failure is not None:
+            raise self._failure
+
+    def _write(self, batch: pa.RecordBatch, bound: int) -> PartRef:
+        deadline = time.monotonic() + self.timeout
+        while (ref := self.arena.try_write(batch, bound)) is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise self._stalled(self.timeout)
+            self._drain(remaining)
+        return ref
+
+    def _stalled(self, waited: float) -> TransportTimeout:
+        return TransportTimeout(
+            f"builder at {self.endpoint} did not acknowledge {self.arena.outstanding} parts "
+            f"({self.arena.outstanding_bytes} bytes of an arena of {self.arena.capacity}) "
+            f"within {waited:g}s"
+        )
+
+    def _post(self, msg: Part | InlinePart | Retire) -> None:
+        try:
+            self._sock.send(encode(msg))
+        except zmq.Again:
+            self._failure = TransportTimeout(
+                f"builder at {self.endpoint} did not take messages for {self.timeout:g}s"
+            )
+            raise self._failure from None
+
+    def _drain(self, timeout: float) -> None:
+        """Handle every message from the builder, waiting up to ``timeout`` s for one."""
+        if not self._sock.poll(max(0, int(timeout * 1000))):
+            return
+        while True:
+            try:
+                raw = self._sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                msg = decode_to_worker(raw)
+            except msgspec.DecodeError as exc:
+                self._failure = TransportError(
+                    f"undecodable message from the builder at {self.endpoint}: {exc}"
+                )
+                raise self._failure from None
+            if isinstance(msg, Error):
+                self._failure = TransportError(
+                    f"builder at {self.endpoint} rejected message {msg.seq}: {msg.reason}"
+                )
+                raise self._failure
+            for ref in msg.refs:
+                try:
+                    self.arena.release(ref)
+                except ValueError as exc:
+                    self._failure = TransportError(
+                        f"builder at {self.endpoint} acknowledged a part not sent: {exc}"
+                    )
+                    raise self._failure from None
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """A part as the builder receives it. ``ref`` is ``None`` for an inline part;
+    otherwise ``batch`` points into the sender's arena until acknowledged."""
+
+    sender: bytes
+    seq: int
+    batch: pa.RecordBatch
+    meta: Metadata
+    ref: PartRef | None
+
+
+class PartReceiver:
+    """Builder side: binds ``endpoint`` and receives the parts of its workers.
+
+    ``creators`` (worker pids) and ``schema``, if given, restrict what is
+    accepted; see :class:`~shardsink.shm.reader.SegmentReader`. A message that
+    cannot be decoded gets an error reply and a log line and is skipped. A part
+    that cannot be read, or that arrives out of order, gets an error reply and
+    raises (:class:`~shardsink.shm.errors.ShmError`): the interval cannot be
+    completed honestly. Not thread-safe; :meth:`close` is idempotent.
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        cluster: str,
+        *,
+        creators: Collection[int] | None = None,
+        schema: pa.Schema | None = None,
+        full_validation: bool = False,
+    ) -> None:
+        check_endpoint(endpoint)
+        self.reader = SegmentReader(cluster, creators=creators, full_validation=full_validation)
+        self.schema = schema
+        self._ctx = zmq.Context()
+        self._sock = self._ctx.socket(zmq.ROUTER)
+        # A ROUTER drops what exceeds its send queue; acknowledgements (bounded by
+        # the senders' arenas) must never be dropped.
+        self._sock.setsockopt(zmq.SNDHWM, 0)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        try:
+            self._sock.bind(endpoint)
+        except zmq.ZMQError as exc:
+            self._sock.close()
+            self._ctx.term()
+            raise ValueError(f"cannot bind {endpoint!r}: {exc}") from None
+        self.endpoint: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._next_seq: dict[bytes, int] = {}
+        self._closed = False
+
+    def recv(self, timeout: float | None = None) -> Received | None:
+        """The next part from any worker, or ``None`` after ``timeout`` seconds
+        (``None``: wait indefinitely)."""
+        if self._closed:
+            raise ValueError("part receiver is closed")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wait = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+            if not self._sock.poll(wait):
+                return None
+            frames = self._sock.recv_multipart()
+            if len(frames) != 2:
+                self._reject(frames[0], f"expected one message frame, got {len(frames) - 1}")
+                continue
+            received = self._handle(*frames)
+            if received is not None:
+                return received
+
+    def ack(self, *parts: Received) -> None:
+        """Tell each sender that the builder is done with these parts: their
+        batches must not be used afterwards. Inline parts are skipped."""
+        refs: dict[bytes, list[PartRef]] = {}
+        for part in parts:
+            if part.ref is not None:
+                refs.setdefault(part.sender, []).append(part.ref)
+        for sender, sender_refs in refs.items():
+            self._sock.send_multipart([sender, encode(Ack(sender_refs))])
+
+    def close(self) -> None:
+        """Close the socket and drop every mapping; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self.reader.close()
+        self._sock.close()
+        self._ctx.term()
+
+    def __enter__(self) -> PartReceiver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _handle(self, sender: bytes, raw: bytes) -> Received | None:
+        try:
+            msg = decode_to_builder(raw)
+        except msgspec.DecodeError as exc:
+            self._reject(sender, f"undecodable message: {exc}")
+            return None
+        if isinstance(msg, Retire):
+            self.reader.forget(msg.segments)
+            return None
+        expected = self._next_seq.get(sender, 0)
+        where = f"message {msg.seq} from sender {sender.hex()}"
+        ref = msg.ref if isinstance(msg, Part) else None
+        try:
+            if msg.seq != expected:
+                raise TransportError(f"{where} arrived when {expected} was due: parts were lost")
+            self._next_seq[sender] = expected + 1
+            if ref is not None:
+                batch = self.reader.read(ref, self.schema)
+            else:
+                batch = decode_part(
+                    pa.py_buffer(msg.data),
+                    f"inline part ({where})",
+                    schema=self.schema,
+                    full_validation=self.reader.full_validation,
+                )
+        except ShmError as exc:
+            self._sock.send_multipart([sender, encode(Error(msg.seq, str(exc)))])
+            raise
+        return Received(sender, msg.seq, batch, msg.meta, ref)
+
+    def _reject(self, sender: bytes, reason: str) -> None:
+        _log.warning("rejected a message from sender %s: %s", sender.hex(), reason)
+        self._sock.send_multipart([sender, encode(Error(None, reason))])

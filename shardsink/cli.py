@@ -15,6 +15,9 @@ import sys
 # One line per area; each module defines ``register(commands, bench)``.
 AREAS = (
     "shardsink.storage._cli",
+    "shardsink.persist._cli",
+    "shardsink.shm._cli",
+    "shardsink.server._cli",
 )
 
 

@@ -23,15 +23,11 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
+from ..persist.parts import full_schema
+
 WORKLOADS = ("trickle", "churn", "hydrate")
-SCHEMA = pa.schema(
-    [
-        pa.field("key", pa.int64(), nullable=False),
-        pa.field("val", pa.string(), nullable=False),
-        pa.field("ts", pa.uint64(), nullable=False),
-        pa.field("diff", pa.int64(), nullable=False),
-    ]
-)
+#: The shard schema of every workload: the default key int64 / val string.
+SCHEMA = full_schema()
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 _SHIFTS = np.arange(60, -4, -4, dtype=np.uint64)  # 16 nibbles, most significant first
 

@@ -27,6 +27,10 @@ class ShardConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
       blobs older than this.
     - ``max_attempts``: how many lost compare-and-sets or failed storage calls
       a command survives before the last error (or ``Contended``) is raised.
+    - ``server_timeout_s``: with a consensus server, how long one request waits
+      for its reply (and how long opening waits for the server to answer).
+    - ``server_retry_for_s``: how long a request that timed out keeps being
+      retried (every request is idempotent) before ``IndeterminateError``.
     """
 
     rollup_threshold: int = 128
@@ -36,6 +40,8 @@ class ShardConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     reader_lease_ms: int = 15 * 60 * 1000
     leaked_blob_grace_ms: int = 60 * 60 * 1000
     max_attempts: int = 64
+    server_timeout_s: float = 5.0
+    server_retry_for_s: float = 60.0
 
     def __post_init__(self) -> None:
         for name in (
@@ -46,6 +52,15 @@ class ShardConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"ShardConfig.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("inline_max_bytes", "inline_total_max_bytes", "leaked_blob_grace_ms"):
+        if self.server_timeout_s <= 0:
+            raise ValueError(
+                f"ShardConfig.server_timeout_s must be > 0, got {self.server_timeout_s}"
+            )
+        for name in (
+            "inline_max_bytes",
+            "inline_total_max_bytes",
+            "leaked_blob_grace_ms",
+            "server_retry_for_s",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"ShardConfig.{name} must be >= 0, got {getattr(self, name)}")

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 import msgspec
+import pyarrow as pa
 
 from ..storage.contracts import Blob, Committed, Consensus, VersionedData
 from ..storage.errors import IndeterminateError, StorageError
@@ -31,7 +32,8 @@ from .commands import AddRollup, Command, Result
 from .config import ShardConfig
 from .diff import StateDiff, apply_diff, decode_diff, diff, encode_diff
 from .errors import Contended, CorruptState, ShardNotFound
-from .state import RollupRef, ShardState, decode_state, encode_state
+from .parts import full_schema, schema_from_bytes
+from .state import RollupRef, ShardState, check_shard_name, decode_state, encode_state
 from .stats import MachineStats
 from .transitions import apply, initial_state
 
@@ -86,7 +88,14 @@ def rollup_key(shard: str, seqno: int) -> str:
 
 class LocalMachine:
     """A :class:`ShardMachine` in this process over ``consensus`` and ``blob``
-    (neither is closed by the machine). Thread-safe. Use :meth:`open`."""
+    (neither is closed by the machine). Thread-safe. Use :meth:`open`.
+
+    ``exclusive`` promises that no one else writes this shard's versions (a
+    consensus server owns the store): the cache is then the head, so a
+    command that changes nothing is answered, and ``state(refresh=True)``
+    returns, without a store round trip. Breaking the promise cannot corrupt
+    the shard (every commit is still a compare-and-set) but may answer a
+    no-op from a stale state."""
 
     def __init__(
         self,
@@ -95,11 +104,13 @@ class LocalMachine:
         shard: str,
         config: ShardConfig,
         clock: Callable[[], int] = wall_clock_ms,
+        exclusive: bool = False,
     ) -> None:
         self.shard = shard
+        self.exclusive = exclusive
         self._consensus = consensus
         self._blob = blob
-        self._config = config
+        self.config = config
         self._clock = clock
         self._lock = threading.RLock()
         self._stats = MachineStats()
@@ -118,10 +129,17 @@ class LocalMachine:
         config: ShardConfig,
         create: bool = True,
         clock: Callable[[], int] = wall_clock_ms,
+        exclusive: bool = False,
     ) -> LocalMachine:
         """A machine holding the shard's latest state. A shard without state
-        is created with ``schema`` if ``create``, else :class:`ShardNotFound`."""
-        machine = cls(consensus, blob, shard, config, clock)
+        is created with ``schema`` if ``create``, else :class:`ShardNotFound`.
+
+        ``ValueError`` for an invalid shard name, or (when creating) a
+        ``schema`` that is not a serialized shard schema."""
+        check_shard_name(shard)
+        if create:
+            _check_schema(schema)
+        machine = cls(consensus, blob, shard, config, clock, exclusive)
         machine._load(schema, create)
         return machine
 
@@ -142,7 +160,7 @@ class LocalMachine:
                     state = self._state
                     new, result = apply(state, command, self._clock())
                     if new is None:
-                        if refreshed:
+                        if refreshed or self.exclusive:
                             return result
                         # decided on a cached state: confirm against the head
                         refresh = True
@@ -157,7 +175,7 @@ class LocalMachine:
                 except StorageError as exc:
                     error = exc
                 failures += 1
-                if failures >= self._config.max_attempts:
+                if failures >= self.config.max_attempts:
                     break
                 refresh = True
                 _backoff(failures)
@@ -166,13 +184,14 @@ class LocalMachine:
                 raise error
             raise Contended(
                 f"shard {self.shard!r}: {type(command).__name__} lost "
-                f"{self._config.max_attempts} compare-and-sets in a row"
+                f"{self.config.max_attempts} compare-and-sets in a row"
             )
 
     def state(self, refresh: bool = False) -> ShardState:
         with self._lock:
             self._check_open()
-            if refresh:
+            # after a failed run even an exclusive cache may predate a commit
+            if refresh and (self._suspect or not self.exclusive):
                 self._refresh()
             return self._state
 
@@ -219,7 +238,7 @@ class LocalMachine:
 
     def _load(self, schema: bytes, create: bool) -> None:
         error: Exception | None = None
-        for attempt in range(self._config.max_attempts):
+        for attempt in range(self.config.max_attempts):
             try:
                 head = self._consensus.head(self.shard)
                 if head is not None:
@@ -242,8 +261,8 @@ class LocalMachine:
         state = initial_state(
             self.shard,
             schema,
-            self._config.inline_max_bytes,
-            self._config.inline_total_max_bytes,
+            self.config.inline_max_bytes,
+            self.config.inline_total_max_bytes,
             key,
         )
         self._put_rollup(key, state)
@@ -285,7 +304,7 @@ class LocalMachine:
         The command already succeeded, so a failure here is only logged: the
         next commit by anyone tries again.
         """
-        if state.seqno - state.latest_rollup().seqno < self._config.rollup_threshold:
+        if state.seqno - state.latest_rollup().seqno < self.config.rollup_threshold:
             return
         key = rollup_key(self.shard, state.seqno)
         try:
@@ -366,6 +385,14 @@ class LocalMachine:
                 f"{d.shard!r} version {d.seqno}"
             )
         return d
+
+
+def _check_schema(schema: bytes) -> None:
+    try:
+        parsed = schema_from_bytes(schema)
+    except (pa.ArrowInvalid, OSError, TypeError) as exc:
+        raise ValueError(f"shard schema is not a serialized Arrow schema: {exc}") from None
+    full_schema(parsed)
 
 
 def _backoff(attempt: int) -> None:

@@ -81,6 +81,9 @@ def open_shard(
 
     ``blob`` and ``consensus`` are URIs (``open_blob``/``open_consensus``
     forms; the handle closes what it opened) or open stores (left open).
+    A ``consensus`` of ``tcp://HOST:PORT`` or ``ipc:///path`` names a running
+    consensus server (``shardsink consensus serve``), which then applies every
+    state change (and whose clock then times leases).
     ``schema`` is the ``key``/``val`` schema (``ts``/``diff`` are added) or the
     full one; ``None`` means the existing shard's schema, or key int64 / val
     string for a new shard. ``clock`` gives milliseconds (leases, sweeps).
@@ -125,13 +128,20 @@ def _open_machine(
 ) -> ShardMachine:
     """The one place a consensus argument turns into a shard machine."""
     if isinstance(consensus, str):
-        scheme = urlsplit(consensus).scheme.lower()
-        if scheme in REMOTE_SCHEMES:
-            raise ValueError(
-                f"consensus URI {consensus!r}: a remote shard machine ({scheme}://) is not "
-                "supported yet; give a consensus store URI (sqlite:///..., postgresql://..., "
-                "memory://...)"
+        if urlsplit(consensus).scheme.lower() in REMOTE_SCHEMES:
+            from ..server.client import RemoteMachine
+
+            machine = RemoteMachine.open(
+                consensus,
+                name,
+                schema=P.schema_to_bytes(schema),
+                config=config,
+                create=create,
+                timeout_s=config.server_timeout_s,
+                retry_for_s=config.server_retry_for_s,
             )
+            owned.append(machine)
+            return machine
         consensus = open_consensus(consensus)
         owned.append(consensus)
     machine = LocalMachine.open(

@@ -11,22 +11,16 @@ and the compare-and-set latency.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import select
-import subprocess
 import sys
 import time
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from ..bench import clients as racing
 from .contracts import Committed, Consensus, VersionedData
 from .errors import StorageError
 from .uri import open_consensus
-
-# Client start-up (interpreter, imports, connecting) is not measured, but bounded.
-_START_TIMEOUT = 60.0
-_FINISH_GRACE = 30.0
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
@@ -44,7 +38,10 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         help="consensus store (sqlite:///abs/path.db or postgresql://...); repeat to compare",
     )
     parser.add_argument(
-        "--clients", type=_counts, default=[1, 4], help="client counts, e.g. 1,4 (default)"
+        "--clients",
+        type=racing.client_counts,
+        default=[1, 4],
+        help="client counts, e.g. 1,4 (default)",
     )
     parser.add_argument(
         "--seconds", type=float, default=5.0, help="measured seconds per run (default 5)"
@@ -55,16 +52,6 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     )
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the figures here")
     parser.set_defaults(func=_run)
-
-
-def _counts(text: str) -> list[int]:
-    try:
-        counts = [int(part) for part in text.split(",")]
-    except ValueError:
-        counts = []
-    if not counts or min(counts) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers like 1,4, got {text!r}")
-    return counts
 
 
 def _display(uri: str) -> str:
@@ -83,8 +70,7 @@ def _client(argv: list[str]) -> None:
     client, payload_bytes, seconds = int(client), int(payload_bytes), float(seconds)
     store = open_consensus(uri)
     try:
-        print("ready", flush=True)
-        if sys.stdin.readline().strip() != "go":
+        if not racing.ready():
             return
         pad = b"." * payload_bytes
         committed = mismatches = errors = 0
@@ -110,7 +96,7 @@ def _client(argv: list[str]) -> None:
                 mismatches += 1
                 head = result.current
         counts = {"committed": committed, "mismatches": mismatches, "errors": errors}
-        print(json.dumps({**counts, "latencies_us": latencies_us}), flush=True)
+        racing.report({**counts, "latencies_us": latencies_us})
     finally:
         store.close()
 
@@ -125,69 +111,15 @@ def _reread(store: Consensus, shard: str) -> VersionedData | None:
     return store.head(shard)
 
 
-def _quantile_ms(sorted_us: list[int], q: float) -> float:
-    if not sorted_us:
-        return float("nan")
-    return sorted_us[min(len(sorted_us) - 1, int(q * len(sorted_us)))] / 1000
-
-
-def _drive(uri: str, procs: list[subprocess.Popen[bytes]], seconds: float) -> list[dict]:
-    """Wait until every client is ready, start them together, collect their reports."""
-    deadline = time.monotonic() + _START_TIMEOUT
-    for c, proc in enumerate(procs):
-        readable, _, _ = select.select([proc.stdout], [], [], max(0, deadline - time.monotonic()))
-        if not readable or proc.stdout.readline() != b"ready\n":
-            raise RuntimeError(
-                f"bench client {c} did not open {_display(uri)} within "
-                f"{_START_TIMEOUT:.0f}s (exit code {proc.poll()}); see its error above"
-            )
-    for proc in procs:
-        proc.stdin.write(b"go\n")
-    reports = []
-    for c, proc in enumerate(procs):
-        try:
-            out, _ = proc.communicate(timeout=seconds + _FINISH_GRACE)
-        except subprocess.TimeoutExpired:
-            raise RuntimeError(
-                f"bench client {c} did not finish within {seconds + _FINISH_GRACE:g}s"
-            ) from None
-        if proc.returncode != 0:
-            raise RuntimeError(
-                f"bench client {c} failed with exit code {proc.returncode}; see its error above"
-            )
-        reports.append(json.loads(out))
-    return reports
-
-
-def race(uri: str, shard: str, clients: int, seconds: float, payload_bytes: int = 128) -> dict:
-    """Run one measurement: ``clients`` processes racing for ``seconds``.
-
-    Clients are separate interpreters (no fork of this process, no shared
-    multiprocessing state); their stderr is this process's. Raises
-    ``RuntimeError`` if a client fails to start or to report."""
-    code = "import sys; from shardsink.storage._cli import _client; _client(sys.argv[1:])"
-
-    def argv(client: int) -> list[str]:
-        return [uri, shard, str(client), str(payload_bytes), str(seconds)]
-
-    with contextlib.ExitStack() as stack:  # closes the pipes and reaps every client
-        procs = [
-            stack.enter_context(
-                subprocess.Popen(
-                    [sys.executable, "-c", code, *argv(c)],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    bufsize=0,
-                )
-            )
-            for c in range(clients)
-        ]
-        try:
-            reports = _drive(uri, procs, seconds)
-        finally:
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.kill()
+def race(uri: str, shard: str, n_clients: int, seconds: float, payload_bytes: int = 128) -> dict:
+    """Run one measurement: ``n_clients`` processes racing for ``seconds``.
+    Raises ``RuntimeError`` if a client fails to start or to report."""
+    reports = racing.race(
+        "shardsink.storage._cli:_client",
+        [[uri, shard, str(c), str(payload_bytes), str(seconds)] for c in range(n_clients)],
+        seconds,
+        _display(uri),
+    )
     latencies = sorted(x for r in reports for x in r["latencies_us"])
     committed = sum(r["committed"] for r in reports)
     mismatches = sum(r["mismatches"] for r in reports)
@@ -195,7 +127,7 @@ def race(uri: str, shard: str, clients: int, seconds: float, payload_bytes: int 
     attempts = len(latencies)
     return {
         "store": _display(uri),
-        "clients": clients,
+        "clients": n_clients,
         "seconds": seconds,
         "committed": committed,
         "attempts": attempts,
@@ -204,8 +136,8 @@ def race(uri: str, shard: str, clients: int, seconds: float, payload_bytes: int 
         "committed_per_s": committed / seconds,
         "attempts_per_s": attempts / seconds,
         "mismatch_rate": mismatches / attempts if attempts else 0.0,
-        "cas_ms_p50": _quantile_ms(latencies, 0.50),
-        "cas_ms_p99": _quantile_ms(latencies, 0.99),
+        "cas_ms_p50": racing.quantile_ms(latencies, 0.50),
+        "cas_ms_p99": racing.quantile_ms(latencies, 0.99),
     }
 
 

@@ -1,0 +1,156 @@
+"""``shardsink bench appends``: compare-and-append throughput, in-process
+machine against the consensus server, on the same store.
+
+For each ``--store`` and client count C, C client processes append to one
+shard for ``--seconds``, each interval a 4-row inline batch: once with each
+client applying commands itself over the store (``local``: every client runs
+its own compare-and-set loop, so they race), and once through a consensus
+server started on that store (``server``: one process serializes the
+commands). Reported: successful appends per second, upper mismatches (another
+client appended that interval first; inherent to racing writers) and
+compare-and-set mismatches at the store (lost races inside the machine; the
+server should have none).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from . import clients as racing
+
+
+def register(bench: argparse._SubParsersAction) -> None:
+    parser = bench.add_parser(
+        "appends",
+        help="compare-and-append throughput: in-process machine vs consensus server",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--store",
+        action="append",
+        required=True,
+        metavar="URI",
+        help="consensus store (sqlite:///abs/path.db or postgresql://...); repeat to compare",
+    )
+    parser.add_argument("--clients", type=racing.client_counts, default=[1, 4], metavar="1,4")
+    parser.add_argument("--seconds", type=float, default=5.0, help="per run (default 5)")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="also write the figures here")
+    parser.set_defaults(func=_run)
+
+
+def _client(argv: list[str]) -> None:
+    """One appending client (see :mod:`shardsink.bench.clients`)."""
+    from ..cluster.workloads import Workload
+    from ..persist import UpperMismatch, open_shard
+
+    blob, consensus, shard_name, seconds = argv[0], argv[1], argv[2], float(argv[3])
+    workload = Workload("trickle", rows_per_interval=4, interval_ms=1)
+    with open_shard(shard_name, blob=blob, consensus=consensus) as shard:
+        writer = shard.writer()
+        if not racing.ready():
+            return
+        appended = upper_mismatches = 0
+        latencies_us: list[int] = []
+        upper = shard.state(refresh=True).upper
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            batch = writer.batch(workload.updates(upper), upper, upper + 1)
+            started = time.perf_counter()
+            try:
+                upper = writer.compare_and_append([batch], upper, upper + 1)
+                appended += 1
+            except UpperMismatch as exc:
+                upper_mismatches += 1
+                upper = exc.actual
+            latencies_us.append(round((time.perf_counter() - started) * 1e6))
+        racing.report(
+            {
+                "appended": appended,
+                "upper_mismatches": upper_mismatches,
+                "cas_mismatches": shard.stats().cas_mismatches,
+                "latencies_us": latencies_us,
+            }
+        )
+
+
+def measure(store: str, via: str, consensus: str, blob: str, n: int, seconds: float) -> dict:
+    """One run: ``n`` clients appending through ``consensus`` for ``seconds``."""
+    shard = f"bench-{via}-{n}-{uuid.uuid4().hex[:8]}"
+    reports = racing.race(
+        "shardsink.bench.appends:_client",
+        [[blob, consensus, shard, str(seconds)] for _ in range(n)],
+        seconds,
+        f"{via} appends on {store}",
+    )
+    latencies = sorted(x for r in reports for x in r["latencies_us"])
+    appended = sum(r["appended"] for r in reports)
+    return {
+        "store": store,
+        "via": via,
+        "clients": n,
+        "seconds": seconds,
+        "appends": appended,
+        "appends_per_s": appended / seconds,
+        "upper_mismatches": sum(r["upper_mismatches"] for r in reports),
+        "cas_mismatches": sum(r["cas_mismatches"] for r in reports),
+        "append_ms_p50": racing.quantile_ms(latencies, 0.5),
+        "append_ms_p99": racing.quantile_ms(latencies, 0.99),
+    }
+
+
+def _run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..storage import open_consensus
+    from ..storage._cli import _display
+    from ..testing.consensus import ServerProcess
+
+    if args.seconds <= 0:
+        raise ValueError(f"--seconds must be positive, got {args.seconds}")
+    for store in args.store:
+        if store.startswith("memory:"):
+            raise ValueError(f"{store}: client processes cannot share a memory:// store")
+        open_consensus(store).close()  # fail before starting anything
+    console = Console() if sys.stdout.isatty() else Console(width=200)
+    runs = []
+    scratch = Path(tempfile.mkdtemp(prefix="shardsink-bench-appends-"))
+    try:
+        blob = f"file://{scratch}/blob"
+        for store in args.store:
+            shown = _display(store)
+            with ServerProcess(store, blob, f"ipc://{scratch}/sock/consensus") as server:
+                for n in args.clients:
+                    for via, consensus in (("local", store), ("server", server.address)):
+                        with console.status(f"{shown}: {via}, {n} client(s)"):
+                            runs.append(measure(shown, via, consensus, blob, n, args.seconds))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    table = Table(title=f"compare-and-append on one shard, {args.seconds:g}s per run")
+    for column in (
+        "store", "via", "clients", "appends/s", "server/local", "upper mismatches",
+        "CaS mismatches", "p50 ms", "p99 ms",
+    ):  # fmt: skip
+        table.add_column(column, justify="left" if column in ("store", "via") else "right")
+    local = {(r["store"], r["clients"]): r["appends_per_s"] for r in runs if r["via"] == "local"}
+    for r in runs:
+        base = local.get((r["store"], r["clients"])) or float("nan")
+        r["ratio_to_local"] = r["appends_per_s"] / base
+        table.add_row(
+            r["store"], r["via"], str(r["clients"]), f"{r['appends_per_s']:,.0f}",
+            f"{r['ratio_to_local']:.2f}", str(r["upper_mismatches"]), str(r["cas_mismatches"]),
+            f"{r['append_ms_p50']:.2f}", f"{r['append_ms_p99']:.2f}",
+        )  # fmt: skip
+    console.print(table)
+    if args.json:
+        args.json.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
+        console.print(f"figures written to {args.json}")
+    return 0

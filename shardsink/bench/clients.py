@@ -1,0 +1,110 @@
+"""Racing client processes for benchmarks: start together, report as JSON.
+
+A client is a fresh interpreter (no fork of the driver, no shared
+multiprocessing state) running ``ENTRY(argv)``: it sets itself up, calls
+:func:`ready` (which prints ``ready`` and waits for ``go`` on stdin), runs for
+its measured time, and prints one JSON object as its last line. Clients'
+stderr is the driver's, so their errors are shown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import select
+import subprocess
+import sys
+import time
+
+# Client start-up (interpreter, imports, connecting) is not measured, but bounded.
+START_TIMEOUT_S = 60.0
+FINISH_GRACE_S = 30.0
+
+
+def ready() -> bool:
+    """In a client: announce readiness and wait for the start signal.
+    ``False`` if the driver went away instead."""
+    print("ready", flush=True)
+    return sys.stdin.readline().strip() == "go"
+
+
+def report(counts: dict) -> None:
+    """In a client: hand the measured counts to the driver."""
+    print(json.dumps(counts), flush=True)
+
+
+def race(entry: str, argvs: list[list[str]], seconds: float, what: str) -> list[dict]:
+    """Start one client per ``argvs`` entry running ``entry`` (``module:function``),
+    release them together once all are ready, and return their reports.
+
+    Raises ``RuntimeError`` naming ``what`` if a client fails to start, to
+    finish within ``seconds`` plus a grace, or to report; every client is
+    killed and reaped on the way out."""
+    module, function = entry.split(":")
+    code = f"import sys; from {module} import {function} as f; f(sys.argv[1:])"
+    with contextlib.ExitStack() as stack:
+        procs = [
+            stack.enter_context(
+                subprocess.Popen(
+                    [sys.executable, "-c", code, *argv],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    bufsize=0,
+                )
+            )
+            for argv in argvs
+        ]
+        try:
+            return _drive(procs, seconds, what)
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+
+
+def _drive(procs: list[subprocess.Popen[bytes]], seconds: float, what: str) -> list[dict]:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    for c, proc in enumerate(procs):
+        readable, _, _ = select.select([proc.stdout], [], [], max(0, deadline - time.monotonic()))
+        if not readable or proc.stdout.readline() != b"ready\n":
+            raise RuntimeError(
+                f"bench client {c} did not get ready for {what} within {START_TIMEOUT_S:.0f}s "
+                f"(exit code {proc.poll()}); see its error above"
+            )
+    for proc in procs:
+        proc.stdin.write(b"go\n")
+    reports = []
+    for c, proc in enumerate(procs):
+        try:
+            out, _ = proc.communicate(timeout=seconds + FINISH_GRACE_S)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(
+                f"bench client {c} of {what} did not finish within {seconds + FINISH_GRACE_S:g}s"
+            ) from None
+        if proc.returncode != 0:
+            raise RuntimeError(
+                f"bench client {c} of {what} failed with exit code {proc.returncode}; "
+                "see its error above"
+            )
+        reports.append(json.loads(out.splitlines()[-1]))
+    return reports
+
+
+def quantile_ms(sorted_us: list[int], q: float) -> float:
+    """The ``q`` quantile of sorted microsecond latencies, in milliseconds."""
+    if not sorted_us:
+        return float("nan")
+    return sorted_us[min(len(sorted_us) - 1, int(q * len(sorted_us)))] / 1000
+
+
+def client_counts(text: str) -> list[int]:
+    """Parse ``--clients 1,4``."""
+    import argparse
+
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers like 1,4, got {text!r}")
+    return counts

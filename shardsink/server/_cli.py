@@ -1,0 +1,118 @@
+"""``shardsink consensus serve`` and ``shardsink consensus stats``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+
+import msgspec
+
+
+def register(commands, bench) -> None:
+    from ..bench import appends
+
+    appends.register(bench)
+    consensus = commands.add_parser("consensus", help="the consensus server")
+    sub = consensus.add_subparsers(dest="consensus_command", metavar="ACTION", required=True)
+
+    serve = sub.add_parser(
+        "serve",
+        help="serve shard state over ZeroMQ",
+        description="Run a consensus server in the foreground until SIGTERM or Ctrl-C. "
+        "Prints 'listening on ADDR' once it accepts requests.",
+    )
+    serve.add_argument("--store", required=True, help="consensus store URI (sqlite:///..., ...)")
+    serve.add_argument("--blob", required=True, help="blob URI for rollups (file:///..., ...)")
+    serve.add_argument(
+        "--bind",
+        required=True,
+        help="ipc:///path (its directory is made 0700) or tcp://127.0.0.1:PORT (PORT 0: any)",
+    )
+    serve.add_argument("--gc-interval", type=float, default=60.0, metavar="S")
+    serve.add_argument("--sweep-interval", type=float, default=600.0, metavar="S")
+    serve.set_defaults(func=_serve)
+
+    stats = sub.add_parser("stats", help="print a server's per-shard counters")
+    stats.add_argument("address", help="the server's address (tcp://... or ipc://...)")
+    stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    stats.add_argument("--timeout", type=float, default=5.0, metavar="S")
+    stats.set_defaults(func=_stats)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from setproctitle import setproctitle
+
+    from ..storage import open_blob, open_consensus
+    from .server import ConsensusServer
+
+    setproctitle("shardsink consensus")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    store = open_consensus(args.store)
+    try:
+        blob = open_blob(args.blob)
+    except BaseException:
+        store.close()
+        raise
+    server = ConsensusServer(
+        store,
+        blob,
+        args.bind,
+        gc_interval_s=args.gc_interval,
+        sweep_interval_s=args.sweep_interval,
+    )
+    try:
+        print(f"listening on {server.address}", flush=True)
+        server.serve(stop)
+    finally:
+        server.close()
+    return 0
+
+
+def _stats(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from .client import ServerClient
+
+    client = ServerClient(args.address, timeout_s=args.timeout, retry_for_s=0)
+    try:
+        client.ping(args.timeout)
+        reply = client.stats()
+    finally:
+        client.close()
+    if args.json:
+        json.dump(msgspec.to_builtins(reply), sys.stdout, indent=2)
+        print()
+        return 0
+    table = Table(
+        title=f"consensus server pid {reply.pid}: {reply.requests} requests, "
+        f"{reply.errors} errors, {reply.dropped} dropped"
+    )
+    columns = {
+        "shard": lambda s: s.shard,
+        "seqno": lambda s: s.seqno,
+        "upper": lambda s: s.upper,
+        "batches": lambda s: s.batches,
+        "readers": lambda s: s.readers,
+        "commands": lambda s: s.commands,
+        "cas calls": lambda s: s.machine.cas_calls,
+        "mismatches": lambda s: s.machine.cas_mismatches,
+        "diff bytes": lambda s: s.machine.diff_bytes,
+        "rollups": lambda s: s.machine.rollup_puts,
+        "gc runs": lambda s: s.gc_runs,
+        "blobs deleted": lambda s: s.blobs_deleted,
+        "leaked swept": lambda s: s.leaked_swept,
+    }
+    for name in columns:
+        table.add_column(name, justify="left" if name == "shard" else "right")
+    for shard in reply.shards:
+        table.add_row(*(str(get(shard)) for get in columns.values()))
+    Console().print(table)
+    return 0

@@ -1,0 +1,225 @@
+"""The client side of a consensus server: a shard machine over ZeroMQ.
+
+:class:`RemoteMachine` implements :class:`~shardsink.persist.machine.ShardMachine`,
+so a shard handle works unchanged against a server
+(``open_shard(name, blob=..., consensus="tcp://127.0.0.1:PORT")``).
+
+Every request is safe to repeat (shard commands are idempotent: an append
+carries its writer's token), so a request that times out is simply sent again
+until ``retry_for_s`` has passed: a server that restarts in the meantime
+answers the retry from its durable store, and an append that had already been
+applied answers as already appended instead of appending twice.
+"""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+
+from ..persist.commands import Command, Result
+from ..persist.config import ShardConfig
+from ..persist.errors import Contended, CorruptState, ShardNotFound
+from ..persist.state import ShardState
+from ..persist.stats import MachineStats
+from ..storage.errors import DeterminateError, IndeterminateError
+from .rpc import RpcClient
+from .wire import (
+    ENCODER,
+    REPLY_DECODER,
+    CountReply,
+    ErrorReply,
+    FetchState,
+    GetStats,
+    OpenShard,
+    Ping,
+    Pong,
+    Reply,
+    Request,
+    RunCommand,
+    RunReply,
+    StateReply,
+    StatsReply,
+    TruncateBelow,
+    WaitForUpper,
+)
+
+_ERRORS: dict[str, type[Exception]] = {
+    "bad_request": ValueError,
+    "not_found": ShardNotFound,
+    "determinate": DeterminateError,
+    "indeterminate": IndeterminateError,
+    "corrupt": CorruptState,
+    "contended": Contended,
+    # a server-side bug: whether the request took effect is unknown
+    "internal": IndeterminateError,
+}
+
+#: Longest single long poll; a longer wait is several polls.
+_POLL_SLICE_S = 10.0
+
+
+class ServerClient:
+    """Typed requests to one consensus server at ``address``.
+
+    ``timeout_s`` bounds one attempt; a request is retried until ``retry_for_s``
+    has passed, then the last ``IndeterminateError`` is raised. An error reply
+    is raised as the exception its kind names. ``close()`` is idempotent.
+    """
+
+    def __init__(self, address: str, *, timeout_s: float = 5.0, retry_for_s: float = 60.0) -> None:
+        self.address = address
+        self.retry_for_s = retry_for_s
+        self.retries = 0
+        self._rpc = RpcClient(address, timeout_s)
+
+    def request(self, request: Request, *, extra_timeout_s: float = 0.0) -> Reply:
+        payload = ENCODER.encode(request)
+        deadline = time.monotonic() + self.retry_for_s
+        while True:
+            try:
+                raw = self._rpc.call(payload, self._rpc.timeout_s + extra_timeout_s)
+                break
+            except IndeterminateError:
+                if time.monotonic() >= deadline:
+                    raise
+                self.retries += 1
+        try:
+            reply = REPLY_DECODER.decode(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise IndeterminateError(f"malformed reply from {self.address}: {exc}") from None
+        if isinstance(reply, ErrorReply):
+            raise _ERRORS.get(reply.kind, IndeterminateError)(
+                f"consensus server {self.address}: {reply.message}"
+            )
+        return reply
+
+    def ping(self, timeout_s: float) -> int:
+        """The server's pid. Raises ``DeterminateError`` naming the address if
+        nothing answers within ``timeout_s``."""
+        try:
+            reply = self._rpc.call(ENCODER.encode(Ping()), timeout_s)
+        except IndeterminateError:
+            raise DeterminateError(
+                f"no consensus server answers at {self.address} (waited {timeout_s:.1f}s)"
+            ) from None
+        try:
+            pong = REPLY_DECODER.decode(reply)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            pong = None
+        if not isinstance(pong, Pong):
+            raise DeterminateError(f"{self.address} is not a consensus server: {reply[:40]!r}")
+        return pong.pid
+
+    def stats(self) -> StatsReply:
+        reply = self.request(GetStats())
+        assert isinstance(reply, StatsReply)
+        return reply
+
+    def close(self) -> None:
+        self._rpc.close()
+
+
+class RemoteMachine:
+    """A :class:`~shardsink.persist.machine.ShardMachine` served by a consensus
+    server. ``stats()`` counts the state-storage work the server did for this
+    handle's commands. Use :meth:`open`."""
+
+    def __init__(self, client: ServerClient, shard: str, config: ShardConfig) -> None:
+        self.shard = shard
+        self.config = config
+        self._client = client
+        self._state: ShardState | None = None
+        self._stats = MachineStats()
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls,
+        address: str,
+        shard: str,
+        *,
+        schema: bytes,
+        config: ShardConfig,
+        create: bool = True,
+        timeout_s: float = 5.0,
+        retry_for_s: float = 60.0,
+    ) -> RemoteMachine:
+        """Connect and load the shard. Raises ``DeterminateError`` naming the
+        address if no server answers within ``timeout_s``."""
+        client = ServerClient(address, timeout_s=timeout_s, retry_for_s=retry_for_s)
+        try:
+            client.ping(timeout_s)
+            machine = cls(client, shard, config)
+            machine._state = machine._expect(
+                client.request(OpenShard(shard, schema, config, create)), StateReply
+            ).state
+            return machine
+        except BaseException:
+            client.close()
+            raise
+
+    def run(self, command: Command) -> Result:
+        self._check_open()
+        reply = self._expect(self._client.request(RunCommand(self.shard, command)), RunReply)
+        _accumulate(self._stats, reply.work)
+        return reply.result
+
+    def state(self, refresh: bool = False) -> ShardState:
+        self._check_open()
+        if refresh:
+            reply = self._client.request(FetchState(self.shard))
+            self._state = self._expect(reply, StateReply).state
+        return self._state
+
+    def wait_for_upper_past(self, upper: int, timeout: float | None) -> ShardState:
+        self._check_open()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = _POLL_SLICE_S if deadline is None else deadline - time.monotonic()
+            wait = max(0.0, min(left, _POLL_SLICE_S))
+            reply = self._client.request(
+                WaitForUpper(self.shard, upper, int(wait * 1000)), extra_timeout_s=wait
+            )
+            self._state = self._expect(reply, StateReply).state
+            if self._state.upper > upper:
+                return self._state
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"shard {self.shard!r}: upper stayed at {self._state.upper}, not past "
+                    f"{upper}, for {timeout} s"
+                )
+
+    def truncate_below(self, seqno: int) -> int:
+        self._check_open()
+        return self._expect(
+            self._client.request(TruncateBelow(self.shard, seqno)), CountReply
+        ).count
+
+    def stats(self) -> MachineStats:
+        return msgspec.structs.replace(self._stats)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._client.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"shard machine for {self.shard!r} is closed")
+
+    def _expect(self, reply: Reply, kind: type):
+        if not isinstance(reply, kind):
+            raise IndeterminateError(
+                f"consensus server {self._client.address} answered {type(reply).__name__}, "
+                f"expected {kind.__name__}"
+            )
+        return reply
+
+
+def _accumulate(total: MachineStats, work: MachineStats) -> None:
+    for field in msgspec.structs.fields(MachineStats):
+        name = field.name
+        value = getattr(work, name)
+        setattr(total, name, value if name == "last_diff_bytes" else getattr(total, name) + value)

@@ -1,0 +1,228 @@
+"""Request/reply plumbing over ZeroMQ: a ROUTER server and DEALER clients.
+
+A request is two frames, ``[id, payload]``: ``id`` an 8-byte big-endian request
+number chosen by the client, ``payload`` an opaque msgspec message that the
+layer above decodes strictly. A reply echoes the id. Clients match replies by
+id, so a late reply to a request that already timed out is discarded instead of
+being taken for the answer to a newer one.
+
+Nothing here unpickles or evaluates anything; payloads are bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import itertools
+import os
+import stat
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import zmq
+
+from ..storage.errors import DeterminateError, IndeterminateError
+
+_ID_BYTES = 8
+
+
+def check_address(addr: str, *, for_bind: bool) -> str:
+    """Validate a ZeroMQ address; return it unchanged.
+
+    Accepted: ``ipc:///absolute/path`` (for a bind, the directory is created
+    with mode 0700 if missing, and an existing directory must be 0700 and ours)
+    and ``tcp://HOST:PORT`` where a bind HOST must be loopback (``127.x.x.x``,
+    ``::1`` or ``localhost``) and PORT may be ``*`` or ``0`` for a free port.
+    Raises ``ValueError`` naming the address and the problem.
+    """
+    forms = "accepted forms: ipc:///absolute/path, tcp://127.0.0.1:PORT"
+    if not isinstance(addr, str) or "://" not in addr:
+        raise ValueError(f"invalid address {addr!r}: missing scheme; {forms}")
+    scheme, rest = addr.split("://", 1)
+    if scheme == "ipc":
+        if not rest.startswith("/"):
+            raise ValueError(f"invalid address {addr!r}: ipc path must be absolute; {forms}")
+        if for_bind:
+            _check_private_dir(Path(rest).parent, addr)
+        return addr
+    if scheme == "tcp":
+        parts = urlsplit(f"tcp://{rest}")
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        host = parts.hostname
+        if not host or (port is None and not rest.endswith(":*")):
+            raise ValueError(f"invalid address {addr!r}: expected HOST:PORT; {forms}")
+        if for_bind and not _is_loopback(host):
+            raise ValueError(
+                f"refusing to bind {addr!r}: only loopback addresses may be bound "
+                "(anything wider would need CURVE keys, which shardsink does not set up)"
+            )
+        return addr
+    raise ValueError(f"invalid address {addr!r}: unsupported scheme {scheme!r}; {forms}")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_private_dir(directory: Path, addr: str) -> None:
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = directory.stat()
+    except OSError as exc:
+        raise ValueError(f"cannot use socket directory {directory} for {addr!r}: {exc}") from exc
+    if not stat.S_ISDIR(st.st_mode):
+        raise ValueError(f"socket directory {directory} for {addr!r} is not a directory")
+    if st.st_uid != os.getuid() or stat.S_IMODE(st.st_mode) & 0o077:
+        raise ValueError(
+            f"socket directory {directory} for {addr!r} must be owned by this user with "
+            f"mode 0700 (it is {stat.S_IMODE(st.st_mode):o}); other users could connect"
+        )
+
+
+class RpcServer:
+    """The server side: a ROUTER socket bound to one address.
+
+    ``receive`` yields well-formed requests; frames that are not ``[id, payload]``
+    are counted in ``dropped`` and not answered (there is no id to answer).
+    """
+
+    def __init__(self, addr: str, ctx: zmq.Context | None = None) -> None:
+        check_address(addr, for_bind=True)
+        self._ctx = ctx or zmq.Context()
+        self._own_ctx = ctx is None
+        self._sock = self._ctx.socket(zmq.ROUTER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        # A client that went away must not block replies to the others.
+        self._sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        if addr.startswith("tcp://") and addr.endswith(":0"):
+            addr = addr[:-2] + ":*"
+        self._sock.bind(addr)
+        self.address: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.dropped = 0
+        self._closed = False
+
+    @property
+    def socket(self) -> zmq.Socket:
+        """The ROUTER socket, for use in a ``zmq.Poller`` next to other sockets."""
+        return self._sock
+
+    def receive(self, timeout_ms: int) -> list[tuple[bytes, bytes, bytes]]:
+        """Wait up to ``timeout_ms`` for requests; return all that are queued as
+        ``(peer, id, payload)``."""
+        out: list[tuple[bytes, bytes, bytes]] = []
+        if not self._sock.poll(timeout_ms, zmq.POLLIN):
+            return out
+        while True:
+            try:
+                frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=True)
+            except zmq.Again:
+                return out
+            if len(frames) != 3 or len(frames[1]) != _ID_BYTES:
+                self.dropped += 1
+                continue
+            out.append((frames[0], frames[1], frames[2]))
+
+    def reply(self, peer: bytes, request_id: bytes, payload: bytes) -> None:
+        """Send ``payload`` as the answer to request ``request_id`` of ``peer``."""
+        # If the peer's queue is full or it is gone, it times out and retries.
+        with contextlib.suppress(zmq.Again):
+            self._sock.send_multipart([peer, request_id, payload], zmq.NOBLOCK, copy=False)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._sock.close(linger=0)
+        if self._own_ctx:
+            self._ctx.term()
+
+
+class RpcClient:
+    """The client side: DEALER sockets to one server, safe to share across threads.
+
+    Each thread gets its own socket (ZeroMQ sockets are not thread-safe), so a
+    long poll in one thread never delays another thread's requests.
+    ``call`` sends a request and waits for its reply. A reply that does not come
+    within the timeout raises ``IndeterminateError`` (the server may have acted on
+    the request); that thread's socket is then recreated so nothing stale is
+    queued. ZeroMQ reconnects by itself when a restarted server binds again.
+    """
+
+    def __init__(self, addr: str, timeout_s: float = 10.0) -> None:
+        check_address(addr, for_bind=False)
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self.address = addr
+        self.timeout_s = timeout_s
+        self._ctx = zmq.Context()
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._local = threading.local()
+        self._sockets: set[zmq.Socket] = set()
+        self._closed = False
+
+    def _socket(self) -> zmq.Socket:
+        sock = getattr(self._local, "sock", None)
+        if sock is None:
+            with self._lock:
+                if self._closed:
+                    raise DeterminateError(f"client of {self.address} is closed")
+                sock = self._ctx.socket(zmq.DEALER)
+                sock.setsockopt(zmq.LINGER, 0)
+                sock.setsockopt(zmq.RECONNECT_IVL, 20)
+                sock.setsockopt(zmq.RECONNECT_IVL_MAX, 500)
+                sock.connect(self.address)
+                self._sockets.add(sock)
+            self._local.sock = sock
+        return sock
+
+    def _reset(self) -> None:
+        sock = getattr(self._local, "sock", None)
+        if sock is not None:
+            self._local.sock = None
+            with self._lock:
+                self._sockets.discard(sock)
+                sock.close(linger=0)
+
+    def call(self, payload: bytes, timeout_s: float | None = None) -> bytes:
+        """Send ``payload``; return the reply's payload.
+
+        Raises ``IndeterminateError`` naming the address if no reply arrives in
+        time (the request may or may not have been applied)."""
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        sock = self._socket()
+        request_id = next(self._ids).to_bytes(_ID_BYTES, "big")
+        sock.send_multipart([request_id, payload], copy=False)
+        deadline = time.monotonic() + timeout
+        while (remaining := deadline - time.monotonic()) > 0:
+            if sock.poll(max(1, int(remaining * 1000)), zmq.POLLIN):
+                frames = sock.recv_multipart()
+                if len(frames) == 2 and frames[0] == request_id:
+                    return frames[1]
+                # otherwise a late reply to an abandoned request: keep waiting
+        self._reset()
+        raise IndeterminateError(
+            f"no reply from {self.address} within {timeout:.1f}s "
+            "(the server may be down or busy; the request may have been applied)"
+        )
+
+    def close(self) -> None:
+        """Close every thread's socket; call once no other thread is mid-call."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for sock in self._sockets:
+                sock.close(linger=0)
+            self._sockets.clear()
+        self._ctx.term()

@@ -1,0 +1,318 @@
+"""The consensus server: the one process that changes shard state.
+
+A single-threaded ZeroMQ ROUTER loop applies requests in arrival order, so the
+commands of one shard are serialized and writers never race each other's
+compare-and-set. Each shard's state lives in a
+:class:`~shardsink.persist.machine.LocalMachine` whose cache is the head (this
+server is the only writer), so reading state costs no store round trip; a
+command's new version is stored durably before its reply is sent.
+
+GC and the leaked-blob sweep run on a schedule in a background thread: their
+blob deletes never block the request loop, and their state changes go through
+the same thread-safe machine.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import msgspec
+import zmq
+
+from ..persist.config import ShardConfig
+from ..persist.errors import Contended, CorruptState, ShardNotFound
+from ..persist.gc import collect_garbage, sweep_leaked_blobs
+from ..persist.machine import LocalMachine, wall_clock_ms
+from ..persist.stats import MachineStats
+from ..storage.contracts import Blob, Consensus
+from ..storage.errors import DeterminateError, IndeterminateError
+from .rpc import RpcServer
+from .wire import (
+    ENCODER,
+    REQUEST_DECODER,
+    CountReply,
+    ErrorReply,
+    FetchState,
+    GetStats,
+    OpenShard,
+    Ping,
+    Pong,
+    Reply,
+    Request,
+    RunCommand,
+    RunReply,
+    ShardCounters,
+    StateReply,
+    StatsReply,
+    TruncateBelow,
+    WaitForUpper,
+)
+
+log = logging.getLogger(__name__)
+
+#: Longest a long poll is parked; clients re-poll, so this only bounds how long
+#: a vanished client's entry lingers.
+MAX_PARK_MS = 30_000
+#: Requests larger than this are dropped by ZeroMQ before we see them: a state
+#: command is kilobytes, so anything near this is garbage or an attack.
+MAX_REQUEST_BYTES = 64 << 20
+
+
+class _Shard:
+    """A loaded shard and what the server did for it."""
+
+    def __init__(self, machine: LocalMachine) -> None:
+        self.machine = machine
+        self.commands = 0
+        self.gc_runs = 0
+        self.blobs_deleted = 0
+        self.leaked_swept = 0
+        self.last_gc = time.monotonic()
+        self.last_sweep = time.monotonic()
+        self.maintenance: Future | None = None
+
+
+class _Parked(msgspec.Struct):
+    peer: bytes
+    request_id: bytes
+    shard: str
+    past: int
+    deadline: float
+
+
+class ConsensusServer:
+    """Serve shard state over ZeroMQ at ``bind``, storing versions in ``store``
+    and rollups in ``blob`` (both closed by :meth:`close`).
+
+    ``gc_interval_s`` / ``sweep_interval_s`` schedule GC and the leaked-blob
+    sweep per loaded shard (``0`` disables); ``leaked_grace_ms`` overrides each
+    shard's configured grace. Use :meth:`serve` to run the loop until ``stop``
+    is set, :meth:`close` (idempotent) to release everything.
+    """
+
+    def __init__(
+        self,
+        store: Consensus,
+        blob: Blob,
+        bind: str,
+        *,
+        gc_interval_s: float = 60.0,
+        sweep_interval_s: float = 600.0,
+        leaked_grace_ms: int | None = None,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self._store = store
+        self._blob = blob
+        self._rpc = RpcServer(bind)
+        self._rpc.socket.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES)
+        self.address = self._rpc.address
+        self._gc_interval_s = gc_interval_s
+        self._sweep_interval_s = sweep_interval_s
+        self._leaked_grace_ms = leaked_grace_ms
+        self._clock = clock
+        self._shards: dict[str, _Shard] = {}
+        self._parked: list[_Parked] = []
+        self._maintenance = ThreadPoolExecutor(1, thread_name_prefix="shardsink-gc")
+        self.requests = 0
+        self.errors = 0
+        self._closed = False
+
+    # --- the loop ---------------------------------------------------------------
+
+    def serve(self, stop: threading.Event, poll_ms: int = 50) -> None:
+        """Answer requests until ``stop`` is set."""
+        while not stop.is_set():
+            for peer, request_id, payload in self._rpc.receive(poll_ms):
+                self.requests += 1
+                reply = self._handle(peer, request_id, payload)
+                if reply is not None:
+                    self._rpc.reply(peer, request_id, ENCODER.encode(reply))
+            self._answer_parked(time.monotonic())
+            self._schedule_maintenance()
+
+    def _handle(self, peer: bytes, request_id: bytes, payload: bytes) -> Reply | None:
+        try:
+            request = REQUEST_DECODER.decode(payload)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            self.errors += 1
+            log.warning(
+                "malformed request (%d bytes) from peer %s: %s", len(payload), peer.hex(), exc
+            )
+            return ErrorReply("bad_request", f"malformed request: {exc}")
+        try:
+            return self._dispatch(peer, request_id, request)
+        except Exception as exc:
+            self.errors += 1
+            kind = _error_kind(exc)
+            if kind == "internal":
+                log.exception("request %s failed", type(request).__name__)
+            else:
+                log.warning("request %s failed: %s", type(request).__name__, exc)
+            return ErrorReply(kind, f"{type(exc).__name__}: {exc}")
+
+    def _dispatch(self, peer: bytes, request_id: bytes, request: Request) -> Reply | None:
+        if isinstance(request, Ping):
+            return Pong(os.getpid())
+        if isinstance(request, GetStats):
+            return self._stats()
+        if isinstance(request, OpenShard):
+            return StateReply(self._open(request).machine.state(refresh=True))
+        shard = self._shard(request.shard)
+        machine = shard.machine
+        if isinstance(request, RunCommand):
+            before = machine.stats()
+            result = machine.run(request.command)
+            shard.commands += 1
+            self._answer_parked(time.monotonic(), request.shard)
+            return RunReply(result, _delta(before, machine.stats()))
+        if isinstance(request, FetchState):
+            return StateReply(machine.state(refresh=True))
+        if isinstance(request, WaitForUpper):
+            state = machine.state(refresh=True)
+            if state.upper > request.past or request.timeout_ms <= 0:
+                return StateReply(state)
+            wait_s = min(request.timeout_ms, MAX_PARK_MS) / 1000
+            self._parked.append(
+                _Parked(peer, request_id, request.shard, request.past, time.monotonic() + wait_s)
+            )
+            return None
+        if isinstance(request, TruncateBelow):
+            return CountReply(machine.truncate_below(request.seqno))
+        raise TypeError(f"unhandled request {type(request).__name__}")
+
+    def _open(self, request: OpenShard) -> _Shard:
+        shard = self._shards.get(request.shard)
+        if shard is None:
+            machine = LocalMachine.open(
+                self._store,
+                self._blob,
+                request.shard,
+                schema=request.schema,
+                config=request.config,
+                create=request.create,
+                clock=self._clock,
+                exclusive=True,
+            )
+            shard = self._shards[request.shard] = _Shard(machine)
+        return shard
+
+    def _shard(self, name: str) -> _Shard:
+        """A loaded shard; after a restart, an existing shard loads on first use."""
+        shard = self._shards.get(name)
+        if shard is None:
+            shard = self._open(OpenShard(name, b"", ShardConfig(), create=False))
+        return shard
+
+    def _answer_parked(self, now: float, shard: str | None = None) -> None:
+        if not self._parked:
+            return
+        keep = []
+        for parked in self._parked:
+            if shard is not None and parked.shard != shard and parked.deadline > now:
+                keep.append(parked)
+                continue
+            state = self._shards[parked.shard].machine.state(refresh=True)
+            if state.upper > parked.past or parked.deadline <= now:
+                self._rpc.reply(parked.peer, parked.request_id, ENCODER.encode(StateReply(state)))
+            else:
+                keep.append(parked)
+        self._parked = keep
+
+    # --- maintenance --------------------------------------------------------------
+
+    def _schedule_maintenance(self) -> None:
+        now = time.monotonic()
+        for shard in self._shards.values():
+            if shard.maintenance is not None and not shard.maintenance.done():
+                continue
+            gc_due = self._gc_interval_s > 0 and now - shard.last_gc >= self._gc_interval_s
+            sweep_due = (
+                self._sweep_interval_s > 0 and now - shard.last_sweep >= self._sweep_interval_s
+            )
+            if gc_due or sweep_due:
+                shard.last_gc = now if gc_due else shard.last_gc
+                shard.last_sweep = now if sweep_due else shard.last_sweep
+                shard.maintenance = self._maintenance.submit(
+                    self._maintain, shard, gc_due, sweep_due
+                )
+
+    def _maintain(self, shard: _Shard, gc: bool, sweep: bool) -> None:
+        """Runs on the maintenance thread: blob deletes happen here, never in
+        the request loop; state changes go through the thread-safe machine."""
+        machine = shard.machine
+        try:
+            if gc:
+                report = collect_garbage(machine, self._blob)
+                shard.gc_runs += 1
+                shard.blobs_deleted += len(report.blobs_deleted)
+            if sweep:
+                grace = self._leaked_grace_ms
+                if grace is None:
+                    grace = machine.config.leaked_blob_grace_ms
+                shard.leaked_swept += len(
+                    sweep_leaked_blobs(machine, self._blob, grace, self._clock())
+                )
+        except Exception:
+            log.exception("maintenance of shard %r failed; retrying on schedule", machine.shard)
+
+    # --- stats and lifecycle --------------------------------------------------------
+
+    def _stats(self) -> StatsReply:
+        shards = []
+        for name, shard in sorted(self._shards.items()):
+            state = shard.machine.state(refresh=True)
+            shards.append(
+                ShardCounters(
+                    shard=name,
+                    seqno=state.seqno,
+                    upper=state.upper,
+                    batches=len(state.batches),
+                    readers=len(state.readers),
+                    commands=shard.commands,
+                    machine=shard.machine.stats(),
+                    gc_runs=shard.gc_runs,
+                    blobs_deleted=shard.blobs_deleted,
+                    leaked_swept=shard.leaked_swept,
+                )
+            )
+        return StatsReply(os.getpid(), self.requests, self.errors, self._rpc.dropped, tuple(shards))
+
+    def close(self) -> None:
+        """Stop maintenance, unbind, close the machines and both stores. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._maintenance.shutdown(wait=True, cancel_futures=True)
+        self._rpc.close()
+        for shard in self._shards.values():
+            shard.machine.close()
+        self._store.close()
+        self._blob.close()
+
+
+def _delta(before: MachineStats, after: MachineStats) -> MachineStats:
+    a, b = msgspec.structs.asdict(after), msgspec.structs.asdict(before)
+    out = {k: a[k] - b[k] for k in a}
+    out["last_diff_bytes"] = a["last_diff_bytes"]
+    return MachineStats(**out)
+
+
+def _error_kind(exc: Exception) -> str:
+    if isinstance(exc, ShardNotFound):
+        return "not_found"
+    if isinstance(exc, ValueError):
+        return "bad_request"
+    if isinstance(exc, IndeterminateError):
+        return "indeterminate"
+    if isinstance(exc, DeterminateError):
+        return "determinate"
+    if isinstance(exc, CorruptState):
+        return "corrupt"
+    if isinstance(exc, Contended):
+        return "contended"
+    return "internal"

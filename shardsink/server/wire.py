@@ -1,0 +1,136 @@
+"""Every message between a consensus server and its clients, as msgspec Structs.
+
+``Request`` and ``Reply`` are tagged unions encoded as MessagePack and decoded
+strictly (unknown fields and tags are errors); nothing is unpickled. Shard
+commands and results are the shard machine's own
+(:mod:`shardsink.persist.commands`), carried unchanged.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from ..persist.commands import Command, Result
+from ..persist.config import ShardConfig
+from ..persist.state import ShardState
+from ..persist.stats import MachineStats
+
+_OPTS = {"frozen": True, "forbid_unknown_fields": True}
+
+
+# --- requests -----------------------------------------------------------------
+
+
+class Ping(msgspec.Struct, tag="ping", **_OPTS):
+    """Answer: :class:`Pong`."""
+
+
+class OpenShard(msgspec.Struct, tag="open_shard", **_OPTS):
+    """Load (or, with ``create``, create with ``schema``) ``shard``.
+    Answer: :class:`StateReply`."""
+
+    shard: str
+    schema: bytes
+    config: ShardConfig
+    create: bool = True
+
+
+class RunCommand(msgspec.Struct, tag="run", **_OPTS):
+    """Apply ``command`` to ``shard`` durably. Answer: :class:`RunReply`."""
+
+    shard: str
+    command: Command
+
+
+class FetchState(msgspec.Struct, tag="fetch_state", **_OPTS):
+    """The shard's latest state. Answer: :class:`StateReply`."""
+
+    shard: str
+
+
+class WaitForUpper(msgspec.Struct, tag="wait_for_upper", **_OPTS):
+    """A long poll: answered with :class:`StateReply` as soon as the shard's
+    upper is past ``past``, or after ``timeout_ms`` with the state as it is."""
+
+    shard: str
+    past: int
+    timeout_ms: int
+
+
+class TruncateBelow(msgspec.Struct, tag="truncate_below", **_OPTS):
+    """Truncate stored versions below ``seqno`` (which must have a rollup).
+    Answer: :class:`CountReply`."""
+
+    shard: str
+    seqno: int
+
+
+class GetStats(msgspec.Struct, tag="get_stats", **_OPTS):
+    """Per-shard counters of this server. Answer: :class:`StatsReply`."""
+
+
+Request = Ping | OpenShard | RunCommand | FetchState | WaitForUpper | TruncateBelow | GetStats
+
+
+# --- replies ------------------------------------------------------------------
+
+
+class Pong(msgspec.Struct, tag="pong", **_OPTS):
+    """The server is up; ``pid`` identifies its process."""
+
+    pid: int
+
+
+class StateReply(msgspec.Struct, tag="state", **_OPTS):
+    state: ShardState
+
+
+class RunReply(msgspec.Struct, tag="ran", **_OPTS):
+    """``result`` of the command and the state-storage work it caused."""
+
+    result: Result
+    work: MachineStats
+
+
+class CountReply(msgspec.Struct, tag="count", **_OPTS):
+    count: int
+
+
+class ShardCounters(msgspec.Struct, **_OPTS):
+    """What the server did for one shard since it started."""
+
+    shard: str
+    seqno: int
+    upper: int
+    batches: int
+    readers: int
+    commands: int
+    machine: MachineStats
+    gc_runs: int
+    blobs_deleted: int
+    leaked_swept: int
+
+
+class StatsReply(msgspec.Struct, tag="stats", **_OPTS):
+    pid: int
+    requests: int
+    errors: int
+    dropped: int
+    shards: tuple[ShardCounters, ...]
+
+
+class ErrorReply(msgspec.Struct, tag="error", **_OPTS):
+    """The request failed. ``kind`` says how the client should raise it:
+    ``bad_request`` (ValueError: malformed or invalid, nothing happened),
+    ``not_found``, ``determinate``, ``indeterminate`` (storage outcomes),
+    ``corrupt``, ``contended``, ``internal``."""
+
+    kind: str
+    message: str
+
+
+Reply = Pong | StateReply | RunReply | CountReply | StatsReply | ErrorReply
+
+REQUEST_DECODER = msgspec.msgpack.Decoder(Request)
+REPLY_DECODER = msgspec.msgpack.Decoder(Reply)
+ENCODER = msgspec.msgpack.Encoder()

@@ -1,0 +1,244 @@
+"""The consensus server: shard API through it, malformed input, kills and restarts."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import msgspec
+import pytest
+import zmq
+
+from shardsink.cluster.workloads import Workload
+from shardsink.persist import open_shard
+from shardsink.persist.config import ShardConfig
+from shardsink.server import ServerClient
+from shardsink.server.wire import REPLY_DECODER, ErrorReply
+from shardsink.storage.errors import DeterminateError, IndeterminateError
+from shardsink.testing.consensus import ServerProcess
+
+WORKLOAD = Workload("churn", rows_per_interval=8, interval_ms=1)
+
+
+@pytest.fixture
+def server(tmp_path):
+    proc = ServerProcess(
+        f"sqlite://{tmp_path}/consensus.db",
+        f"file://{tmp_path}/blob",
+        f"ipc://{tmp_path}/sock/consensus",
+    )
+    with proc:
+        yield proc
+
+
+def test_shard_api_works_through_the_server(server, tmp_path) -> None:
+    blob = f"file://{tmp_path}/blob"
+    with open_shard("s", blob=blob, consensus=server.address) as shard:
+        w = shard.writer()
+        for i in range(5):
+            w.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
+        assert shard.upper == 5
+        got = shard.reader().snapshot()
+        assert got.equals(WORKLOAD.expected(5))
+        stats = shard.stats()
+        assert stats.appends == 5
+        assert stats.versions >= 5 and stats.diff_bytes > 0
+    # a second client sees the same durable state
+    with open_shard("s", blob=blob, consensus=server.address) as again:
+        assert again.upper == 5 and again.reader().snapshot().equals(WORKLOAD.expected(5))
+
+
+def test_listen_wakes_on_append(server, tmp_path) -> None:
+    blob = f"file://{tmp_path}/blob"
+    with open_shard("s", blob=blob, consensus=server.address) as shard:
+        reader = shard.reader()
+        seen: list[tuple[int, int]] = []
+
+        def listen() -> None:
+            for event in reader.listen(since=0, timeout=30):
+                seen.append((event.lower, event.upper))
+                if event.upper >= 3:
+                    return
+
+        t = threading.Thread(target=listen)
+        t.start()
+        w = shard.writer()
+        for i in range(3):
+            time.sleep(0.1)
+            w.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
+        t.join(30)
+        assert not t.is_alive()
+        assert seen == [(0, 1), (1, 2), (2, 3)]
+
+
+def test_stats_command_prints_per_shard_counts(server, tmp_path, capsys) -> None:
+    from shardsink.cli import main
+
+    with open_shard("s", blob=f"file://{tmp_path}/blob", consensus=server.address) as shard:
+        shard.writer().compare_and_append_table(WORKLOAD.updates(0), 0, 1)
+    assert main(["consensus", "stats", server.address, "--json"]) == 0
+    stats = msgspec.json.decode(capsys.readouterr().out)
+    (s,) = stats["shards"]
+    assert s["shard"] == "s" and s["upper"] == 1 and s["machine"]["versions"] >= 1
+
+
+def test_nobody_answering_is_a_clear_error(tmp_path) -> None:
+    addr = f"ipc://{tmp_path}/nobody"
+    config = ShardConfig(server_timeout_s=0.3)
+    t0 = time.monotonic()
+    with pytest.raises(DeterminateError, match="no consensus server answers at ipc://"):
+        open_shard("s", blob=f"file://{tmp_path}/blob", consensus=addr, config=config)
+    assert time.monotonic() - t0 < 5
+
+
+def _raw_requests(address: str, frames: list[list[bytes]], timeout_s: float) -> list[bytes]:
+    """Send raw frames from a DEALER socket, at most ``_WINDOW`` unanswered at a
+    time (more would overflow ZeroMQ's queues, which drop instead of block),
+    and return every reply payload. Each frame list must draw one reply."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(address)
+    replies: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        for sent, frames_ in enumerate(frames, 1):
+            sock.send_multipart(frames_)
+            while sent - len(replies) >= _WINDOW or (sent == len(frames) and len(replies) < sent):
+                if time.monotonic() > deadline:
+                    return replies
+                if sock.poll(200, zmq.POLLIN):
+                    replies.append(sock.recv_multipart()[-1])
+    finally:
+        sock.close()
+        ctx.term()
+    return replies
+
+
+_WINDOW = 200
+
+
+def _wrong_messages(rng: random.Random, n: int) -> list[bytes]:
+    """Well-formed MessagePack that is not a valid request."""
+    batch = {"id": "b", "lower": 0, "upper": 1, "parts": [], "rows": 0}
+    run = {
+        "type": "run",
+        "shard": "s",
+        "command": {
+            "type": "compare_and_append", "writer_id": "w", "token": "t",
+            "batches": [batch], "expected_upper": 0, "new_upper": 1,
+        },
+    }  # fmt: skip
+    templates = [
+        {"type": "ping"},
+        {"type": "open_shard", "shard": "s", "schema": b"", "config": {}},
+        {"type": "fetch_state", "shard": "s"},
+        {"type": "wait_for_upper", "shard": "s", "past": 0, "timeout_ms": 0},
+        run,
+    ]
+    junk = [None, -1, 2**63, "x", b"\x00", [], {}, 1.5, True, {"type": "nope"}]
+    # every field of these templates rejects a list of None: a sure type error
+    wrong_type = [None]
+    out = []
+    for _ in range(n):
+        msg = msgspec.msgpack.decode(msgspec.msgpack.encode(rng.choice(templates)))
+        how = rng.randrange(4)
+        if how == 0:
+            msg["type"] = rng.choice(["", "pong", "run!", "PING", 7])
+        elif how == 1:
+            msg[rng.choice(["extra", "zzz", "__class__"])] = rng.choice(junk)
+        elif how == 2 and len(msg) > 1:
+            msg.pop(rng.choice([k for k in msg if k != "type"]))
+        else:
+            target = msg.get("command", msg)
+            key = rng.choice([k for k in target if k != "type"] or ["extra"])
+            target[key] = {"type": "nope"} if key == "command" else wrong_type
+        out.append(msgspec.msgpack.encode(msg))
+    return out
+
+
+def test_garbage_gets_error_replies_and_the_server_keeps_serving(server, tmp_path) -> None:
+    rng = random.Random(4)
+    garbage = [rng.randbytes(rng.randrange(0, 200)) for _ in range(10_000)]
+    wrong = _wrong_messages(rng, 1_000)
+    frames = [[i.to_bytes(8, "big"), p] for i, p in enumerate(garbage + wrong, 1)]
+    replies = _raw_requests(server.address, frames, timeout_s=120)
+    decoded = [REPLY_DECODER.decode(r) for r in replies]
+    assert len(decoded) == len(garbage) + len(wrong)
+    assert all(isinstance(r, ErrorReply) for r in decoded)
+    assert sum(r.kind == "bad_request" for r in decoded) >= 0.99 * len(decoded)
+    # frames the server cannot answer (no request id) are dropped, not fatal
+    unanswerable = [[b"short", b"x"], [b"x" * 8], [b"x" * 8, b"a", b"b"]]
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(server.address)
+    for frames_ in unanswerable:
+        sock.send_multipart(frames_)
+    assert not sock.poll(500, zmq.POLLIN)
+    sock.close()
+    ctx.term()
+    assert server.proc.poll() is None
+    with open_shard("s", blob=f"file://{tmp_path}/blob", consensus=server.address) as shard:
+        assert shard.writer().compare_and_append_table(WORKLOAD.updates(0), 0, 1) == 1
+    client = ServerClient(server.address)
+    try:
+        stats = client.stats()
+    finally:
+        client.close()
+    assert stats.errors >= len(garbage) + len(wrong) and stats.dropped == 3
+
+
+def test_kills_and_restarts_lose_and_double_nothing(tmp_path) -> None:
+    """A client streams appends while the server is SIGKILLed at random moments
+    20 times and restarted; every acknowledged append lands exactly once."""
+    blob = f"file://{tmp_path}/blob"
+    proc = ServerProcess(
+        f"sqlite://{tmp_path}/consensus.db", blob, f"ipc://{tmp_path}/sock/consensus"
+    )
+    rng = random.Random(20)
+    kills = 20
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def nemesis() -> None:
+        try:
+            for _ in range(kills):
+                time.sleep(rng.uniform(0.05, 0.4))
+                proc.kill()
+                time.sleep(rng.uniform(0.0, 0.1))
+                proc.start()
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            done.set()
+
+    config = ShardConfig(server_timeout_s=0.5, server_retry_for_s=60.0)
+    acked: list[int] = []
+    with proc:
+        shard = open_shard("k", blob=blob, consensus=proc.address, config=config)
+        try:
+            thread = threading.Thread(target=nemesis)
+            thread.start()
+            writer = shard.writer()
+            i = 0
+            while not done.is_set() or i < 40:
+                table = WORKLOAD.updates(i)
+                for _attempt in range(10):
+                    try:
+                        writer.compare_and_append_table(table, i, i + 1)
+                        break
+                    except IndeterminateError:
+                        continue  # same call again: the token decides
+                acked.append(i)
+                i += 1
+            thread.join(60)
+            assert not errors, errors
+            assert proc.starts == kills + 1
+            assert acked == list(range(len(acked)))
+            assert shard.state(refresh=True).upper == len(acked)
+            got = shard.reader().snapshot()
+            assert got.equals(WORKLOAD.expected(len(acked)))
+        finally:
+            shard.close()

@@ -1,0 +1,115 @@
+"""The server's GC runs on its own schedule, off the request loop; addresses are checked."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from shardsink.cluster.workloads import Workload
+from shardsink.persist import open_shard
+from shardsink.persist.config import ShardConfig
+from shardsink.server import ConsensusServer, ServerClient
+from shardsink.server.rpc import check_address
+from shardsink.storage import open_blob, open_consensus
+
+WORKLOAD = Workload("trickle", rows_per_interval=16, interval_ms=1)
+
+
+class GatedBlob:
+    """A blob store whose deletes wait until ``release`` is set: a very slow store."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.uri = inner.uri
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def delete(self, key: str) -> None:
+        self.entered.set()
+        assert self.release.wait(60), "test never released the gate"
+        self.inner.delete(key)
+
+    def get(self, key):
+        return self.inner.get(key)
+
+    def set(self, key, data):
+        self.inner.set(key, data)
+
+    def list(self, prefix=""):
+        return self.inner.list(prefix)
+
+    def list_meta(self, prefix=""):
+        return self.inner.list_meta(prefix)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_gc_deletes_do_not_stall_appends(tmp_path) -> None:
+    blob_uri = f"file://{tmp_path}/blob"
+    gated = GatedBlob(open_blob(blob_uri))
+    server = ConsensusServer(
+        open_consensus(f"sqlite://{tmp_path}/c.db"),
+        gated,
+        f"ipc://{tmp_path}/sock/c",
+        gc_interval_s=0.05,
+        sweep_interval_s=0,
+    )
+    stop = threading.Event()
+    loop = threading.Thread(target=server.serve, args=(stop,))
+    loop.start()
+    config = ShardConfig(inline_max_bytes=0)  # every part in blob, so compaction retires blobs
+    try:
+        with open_shard("g", blob=blob_uri, consensus=server.address, config=config) as shard:
+            writer = shard.writer()
+            for i in range(4):
+                writer.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
+            parts_before = set(gated.inner.list("g/part/"))
+            assert len(parts_before) == 4
+            assert shard.compact().applied == 1
+            assert gated.entered.wait(30), "the server never started deleting retired blobs"
+            # the maintenance thread is stuck in a delete; the request loop is not
+            assert writer.compare_and_append_table(WORKLOAD.updates(4), 4, 5) == 5
+            assert shard.reader().snapshot().equals(WORKLOAD.expected(5))
+            gated.release.set()
+            deadline = time.monotonic() + 30
+            while parts_before & set(gated.inner.list("g/part/")):
+                assert time.monotonic() < deadline, "retired blobs were never deleted"
+                time.sleep(0.05)
+            client = ServerClient(server.address)
+            try:
+                (counters,) = client.stats().shards
+            finally:
+                client.close()
+            assert counters.gc_runs >= 1 and counters.blobs_deleted >= 4
+            assert shard.reader().snapshot().equals(WORKLOAD.expected(5))
+    finally:
+        gated.release.set()
+        stop.set()
+        loop.join(30)
+        server.close()
+        server.close()  # idempotent
+
+
+def test_addresses_are_checked(tmp_path) -> None:
+    assert check_address("tcp://127.0.0.1:0", for_bind=True)
+    assert check_address("tcp://[::1]:5000", for_bind=True)
+    with pytest.raises(ValueError, match="only loopback"):
+        check_address("tcp://0.0.0.0:5000", for_bind=True)
+    with pytest.raises(ValueError, match="must be absolute"):
+        check_address("ipc://relative/x", for_bind=True)
+    with pytest.raises(ValueError, match="unsupported scheme 'udp'"):
+        check_address("udp://127.0.0.1:1", for_bind=False)
+    with pytest.raises(ValueError, match="expected HOST:PORT"):
+        check_address("tcp://127.0.0.1", for_bind=False)
+    made = tmp_path / "made"
+    check_address(f"ipc://{made}/sock", for_bind=True)
+    assert made.stat().st_mode & 0o777 == 0o700
+    wide = tmp_path / "wide"
+    wide.mkdir(mode=0o755)
+    os.chmod(wide, 0o755)
+    with pytest.raises(ValueError, match="mode 0700"):
+        check_address(f"ipc://{wide}/sock", for_bind=True)

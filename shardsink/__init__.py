@@ -1,9 +1,28 @@
 """shardsink: a multi-process worker cluster that coalesces Arrow parts into a
 durable, Arrow-native shard.
 
-The public API is what ``__all__`` lists; everything else may change.
+The public API is what ``__all__`` lists; everything else may change. The
+subpackages (``shardsink.storage``, ``shardsink.persist``, ``shardsink.server``,
+``shardsink.shm``) export their own, more detailed APIs.
 """
 
+from .cluster.workloads import Workload
+from .persist import (
+    ListenEvent,
+    NotReadable,
+    PartMissing,
+    PersistError,
+    Reader,
+    SchemaMismatch,
+    Shard,
+    ShardConfig,
+    ShardNotFound,
+    ShardStats,
+    UpperMismatch,
+    Writer,
+    open_shard,
+)
+from .server import ConsensusServer
 from .storage import (
     Blob,
     Committed,
@@ -23,12 +42,27 @@ __all__ = [
     "Blob",
     "Committed",
     "Consensus",
+    "ConsensusServer",
     "DeterminateError",
     "IndeterminateError",
+    "ListenEvent",
     "Mismatch",
+    "NotReadable",
+    "PartMissing",
+    "PersistError",
+    "Reader",
+    "SchemaMismatch",
+    "Shard",
+    "ShardConfig",
+    "ShardNotFound",
+    "ShardStats",
     "StorageError",
+    "UpperMismatch",
     "VersionedData",
+    "Workload",
+    "Writer",
     "__version__",
     "open_blob",
     "open_consensus",
+    "open_shard",
 ]

@@ -7,6 +7,7 @@ are registered in ``_SERVICE_PIDS`` and exempt.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -57,15 +58,11 @@ def no_leaks():
             break
         time.sleep(0.05)
     for pid in procs:  # clean up so one leak does not fail every later test
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             psutil.Process(pid).kill()
-        except psutil.NoSuchProcess:
-            pass
     for name in shm:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             (SHM_DIR / name).unlink()
-        except FileNotFoundError:
-            pass
     assert not procs, f"test left processes running: {procs}"
     assert not shm, f"test left shared-memory segments: {sorted(shm)}"
 

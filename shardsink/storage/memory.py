@@ -28,6 +28,11 @@ _BLOBS: dict[str, tuple[threading.Lock, dict[str, tuple[bytes, float]]]] = {}
 _LOGS: dict[str, tuple[threading.Lock, dict[str, list[VersionedData]]]] = {}
 
 
+def _check_open(store: MemoryBlob | MemoryConsensus) -> None:
+    if store._closed:
+        raise ValueError(f"{store.uri} is closed")
+
+
 class MemoryBlob:
     """A ``Blob`` held in this process's memory."""
 
@@ -35,24 +40,29 @@ class MemoryBlob:
         self.uri = f"memory://{name}"
         with _REGISTRY_LOCK:
             self._lock, self._data = _BLOBS.setdefault(name, (threading.Lock(), {}))
+        self._closed = False
 
     def get(self, key: str) -> bytes | None:
+        _check_open(self)
         check_key(key)
         with self._lock:
             entry = self._data.get(key)
         return None if entry is None else entry[0]
 
     def set(self, key: str, data: bytes) -> None:
+        _check_open(self)
         check_key(key)
         with self._lock:
             self._data[key] = (bytes(data), time.time())
 
     def delete(self, key: str) -> None:
+        _check_open(self)
         check_key(key)
         with self._lock:
             self._data.pop(key, None)
 
     def list_meta(self, prefix: str = "") -> Iterator[BlobMeta]:
+        _check_open(self)
         check_prefix(prefix)
         with self._lock:
             items = [(k, v) for k, v in self._data.items() if k.startswith(prefix)]
@@ -63,7 +73,7 @@ class MemoryBlob:
         return (m.key for m in self.list_meta(prefix))
 
     def close(self) -> None:
-        pass
+        self._closed = True
 
 
 class MemoryConsensus:
@@ -73,15 +83,16 @@ class MemoryConsensus:
         self.uri = f"memory://{name}"
         with _REGISTRY_LOCK:
             self._lock, self._logs = _LOGS.setdefault(name, (threading.Lock(), {}))
+        self._closed = False
 
     def head(self, shard: str) -> VersionedData | None:
+        _check_open(self)
         with self._lock:
             log = self._logs.get(shard)
             return log[-1] if log else None
 
-    def compare_and_set(
-        self, shard: str, expected: int | None, new: VersionedData
-    ) -> CasResult:
+    def compare_and_set(self, shard: str, expected: int | None, new: VersionedData) -> CasResult:
+        _check_open(self)
         check_cas_args(expected, new)
         with self._lock:
             log = self._logs.setdefault(shard, [])
@@ -92,6 +103,7 @@ class MemoryConsensus:
             return Committed(new.seqno)
 
     def scan(self, shard: str, from_seqno: int, limit: int) -> list[VersionedData]:
+        _check_open(self)
         if limit < 0:
             raise ValueError(f"scan: limit must be >= 0, got {limit}")
         with self._lock:
@@ -99,6 +111,7 @@ class MemoryConsensus:
             return [v for v in log if v.seqno >= from_seqno][:limit]
 
     def truncate(self, shard: str, below_seqno: int) -> int:
+        _check_open(self)
         with self._lock:
             log = self._logs.get(shard, [])
             check_truncate_args(shard, log[-1] if log else None, below_seqno)
@@ -107,8 +120,9 @@ class MemoryConsensus:
             return len(log) - len(keep)
 
     def list_shards(self) -> list[str]:
+        _check_open(self)
         with self._lock:
             return sorted(s for s, log in self._logs.items() if log)
 
     def close(self) -> None:
-        pass
+        self._closed = True

@@ -101,3 +101,22 @@ def s3_server(request, tmp_path_factory):
         lambda: S3Server(tmp_path_factory.mktemp("s3")).start(),
         "S3 server",
     )
+
+
+_SERVICE_OUTCOMES: dict[str, dict[str, int]] = {"postgres": {}, "s3": {}}
+
+
+def pytest_runtest_logreport(report) -> None:
+    """Count outcomes of the tests that need a real service."""
+    if report.when != "call" and not (report.when == "setup" and report.outcome != "passed"):
+        return
+    for service, counts in _SERVICE_OUTCOMES.items():
+        if service in report.keywords:
+            counts[report.outcome] = counts.get(report.outcome, 0) + 1
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Say plainly whether the PostgreSQL and S3 cases ran or were skipped."""
+    for service, counts in _SERVICE_OUTCOMES.items():
+        shown = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())) or "none"
+        terminalreporter.write_line(f"{service} cases (real server): {shown}")

@@ -1,0 +1,217 @@
+"""Named fault points: kill, pause or fail a process at a precise moment, by seed.
+
+Code marks the moments that matter with ``faults.point("builder.after_upload")``.
+A point is armed by a spec ``NAME:ACTION[:PROB[:TIMES]]``:
+
+- ``ACTION``: ``kill`` (SIGKILL of this process), ``pause`` (sleep
+  ``SHARDSINK_FAULT_PAUSE_S`` seconds, default 1), ``determinate`` (raise
+  :class:`~shardsink.storage.errors.DeterminateError`), ``indeterminate``
+  (raise :class:`~shardsink.storage.errors.IndeterminateError`);
+- ``PROB``: chance that a hit fires (default 1);
+- ``TIMES``: how often it may fire in all (default 1; 0 means no limit). With a
+  fault directory the budget is shared by every process of a run (a restarted
+  process does not die at the same point again); without one it is per process.
+
+Whether a hit fires is drawn from a generator seeded by (seed, point, role), so
+the same seed and the same sequence of hits replay the same faults. Processes
+inherit armed points through the environment (:func:`environ`, then
+:func:`arm_from_env` at start-up). Each firing is appended to
+``<fault dir>/fired.jsonl`` before it acts.
+
+Disarmed, ``point`` is one dictionary truth test: nothing measurable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import msgspec
+
+from .storage.errors import DeterminateError, IndeterminateError
+
+#: Every fault point, with the moment it marks.
+POINTS: dict[str, str] = {
+    "worker.after_encode": "a worker encoded its slice of the interval",
+    "worker.after_push": "a worker pushed its part to the builder",
+    "worker.before_report": "a worker finished its interval but has not reported it",
+    "builder.after_upload": "a builder uploaded a part to blob",
+    "builder.before_handoff": "a builder finished a shared batch but has not handed it over",
+    "append.before_cas": "the append operator is about to compare-and-append",
+    "append.after_cas": "the append operator's compare-and-append returned",
+    "consensus.after_store": "the consensus server stored a version but has not replied",
+    "reader.before_fetch": "a reader selected its batches but has not fetched their parts",
+    "gc.before_delete": "GC listed what to delete but has not deleted it",
+}
+ACTIONS = ("kill", "pause", "determinate", "indeterminate")
+
+ENV_FAULTS = "SHARDSINK_FAULTS"
+ENV_SEED = "SHARDSINK_FAULT_SEED"
+ENV_DIR = "SHARDSINK_FAULT_DIR"
+ENV_PAUSE = "SHARDSINK_FAULT_PAUSE_S"
+
+
+class FaultSpec(msgspec.Struct, frozen=True):
+    point: str
+    action: str
+    prob: float = 1.0
+    times: int = 1
+
+    def __str__(self) -> str:
+        return f"{self.point}:{self.action}:{self.prob:g}:{self.times}"
+
+
+def parse(spec: str) -> FaultSpec:
+    """Parse ``NAME:ACTION[:PROB[:TIMES]]``; ``ValueError`` naming what is wrong
+    (with the known points or actions)."""
+    fields = spec.strip().split(":")
+    if len(fields) < 2 or len(fields) > 4:
+        raise ValueError(f"fault spec {spec!r}: expected NAME:ACTION[:PROB[:TIMES]]")
+    name, action = fields[0], fields[1]
+    if name not in POINTS:
+        raise ValueError(f"fault spec {spec!r}: unknown point {name!r}; known: {', '.join(POINTS)}")
+    if action not in ACTIONS:
+        raise ValueError(
+            f"fault spec {spec!r}: unknown action {action!r}; known: {', '.join(ACTIONS)}"
+        )
+    try:
+        prob = float(fields[2]) if len(fields) > 2 else 1.0
+        times = int(fields[3]) if len(fields) > 3 else 1
+    except ValueError:
+        raise ValueError(f"fault spec {spec!r}: PROB must be a number, TIMES an integer") from None
+    if not 0.0 <= prob <= 1.0 or times < 0:
+        raise ValueError(f"fault spec {spec!r}: PROB must be in [0, 1] and TIMES >= 0")
+    return FaultSpec(name, action, prob, times)
+
+
+class _Armed:
+    def __init__(self, spec: FaultSpec, seed: int, role: str) -> None:
+        self.spec = spec
+        self.rng = random.Random(f"{seed}:{spec.point}:{role}")
+        self.fired = 0
+
+
+_ARMED: dict[str, _Armed] = {}
+_STATE = {"dir": None, "role": ""}
+
+
+def arm(
+    specs: list[str] | list[FaultSpec],
+    *,
+    seed: int = 0,
+    fault_dir: str | Path | None = None,
+    role: str = "",
+) -> None:
+    """Arm ``specs`` in this process (replacing what was armed)."""
+    parsed = [s if isinstance(s, FaultSpec) else parse(s) for s in specs]
+    _ARMED.clear()
+    _ARMED.update({s.point: _Armed(s, seed, role) for s in parsed})
+    _STATE["dir"] = Path(fault_dir) if fault_dir is not None else None
+    _STATE["role"] = role
+    if _STATE["dir"] is not None:
+        _STATE["dir"].mkdir(parents=True, exist_ok=True)
+
+
+def disarm() -> None:
+    _ARMED.clear()
+
+
+def environ(
+    specs: list[str], *, seed: int = 0, fault_dir: str | Path | None = None
+) -> dict[str, str]:
+    """Environment variables that arm ``specs`` in child processes (validated now)."""
+    for spec in specs:
+        parse(spec)
+    env = {ENV_FAULTS: ",".join(specs), ENV_SEED: str(seed)}
+    if fault_dir is not None:
+        env[ENV_DIR] = str(fault_dir)
+    return env
+
+
+def arm_from_env(role: str) -> None:
+    """Arm what the environment names (a no-op when it names nothing)."""
+    specs = [s for s in os.environ.get(ENV_FAULTS, "").split(",") if s.strip()]
+    if specs:
+        arm(
+            specs,
+            seed=int(os.environ.get(ENV_SEED, "0")),
+            fault_dir=os.environ.get(ENV_DIR) or None,
+            role=role,
+        )
+
+
+def point(name: str) -> None:
+    """A fault point. Does nothing unless ``name`` is armed; then may kill this
+    process, pause it, or raise a storage error, as armed."""
+    if _ARMED and name in _ARMED:
+        _hit(_ARMED[name])
+
+
+def _hit(armed: _Armed) -> None:
+    spec = armed.spec
+    if armed.rng.random() >= spec.prob or not _claim(armed):
+        return
+    _record(spec)
+    if spec.action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif spec.action == "pause":
+        time.sleep(float(os.environ.get(ENV_PAUSE, "1")))
+    elif spec.action == "determinate":
+        raise DeterminateError(f"injected fault at {spec.point} (determinate)")
+    else:
+        raise IndeterminateError(f"injected fault at {spec.point} (indeterminate)")
+
+
+def _claim(armed: _Armed) -> bool:
+    """Take one firing from the budget: shared through the fault directory
+    (an exclusive create per firing), else counted in this process."""
+    times = armed.spec.times
+    if times == 0:
+        return True
+    directory = _STATE["dir"]
+    if directory is None:
+        if armed.fired >= times:
+            return False
+        armed.fired += 1
+        return True
+    for n in range(times):
+        try:
+            fd = os.open(directory / f"{armed.spec.point}.{n}", os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            continue
+        os.close(fd)
+        return True
+    return False
+
+
+def _record(spec: FaultSpec) -> None:
+    directory = _STATE["dir"]
+    if directory is None:
+        return
+    line = json.dumps(
+        {
+            "point": spec.point,
+            "action": spec.action,
+            "pid": os.getpid(),
+            "role": _STATE["role"],
+            "time": time.time(),
+        }
+    )
+    # one write of a short line to an O_APPEND file: lines from processes never interleave
+    fd = os.open(directory / "fired.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def fired(fault_dir: str | Path) -> list[dict]:
+    """The firings recorded in ``fault_dir``, in order."""
+    path = Path(fault_dir) / "fired.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line]

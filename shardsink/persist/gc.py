@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import msgspec
 
+from .. import faults
 from ..storage.contracts import Blob
 from .commands import ExpireReaders, ForgetRetired, ForgetRollups
 from .machine import ShardMachine
@@ -40,6 +41,7 @@ def collect_garbage(machine: ShardMachine, blob: Blob) -> GcReport:
     live = {k for b in state.batches.values() for k in b.blob_keys()}
     live.update(r.key for r in state.rollups.values())
     due = sorted(s for s in state.retired if s <= hold)
+    faults.point("gc.before_delete")
     deleted = []
     for seqno in due:
         for key in state.retired[seqno]:
@@ -82,6 +84,7 @@ def sweep_leaked_blobs(
         return []
     referenced = machine.state(refresh=True).referenced_keys()
     leaked = [key for key in old if key not in referenced]
+    faults.point("gc.before_delete")
     for key in leaked:
         blob.delete(key)
     return leaked

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import msgspec
 import pyarrow as pa
 
+from .. import faults
 from ..storage.contracts import Blob, Consensus
 from ..storage.errors import StorageError
 from ..storage.uri import open_blob, open_consensus
@@ -606,7 +607,9 @@ class Reader:
             if attempt:
                 shard._counters.part_refetches += 1
                 state = self.lease()
-            fetched = self._fetch(select(state), cache)
+            selected = select(state)
+            faults.point("reader.before_fetch")
+            fetched = self._fetch(selected, cache)
             if not isinstance(fetched, str):
                 return state, fetched
         raise PartMissing(shard.name, fetched, PART_RETRIES + 1)

@@ -24,6 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import msgspec
 import zmq
 
+from .. import faults
 from ..persist.config import ShardConfig
 from ..persist.errors import Contended, CorruptState, ShardNotFound
 from ..persist.gc import collect_garbage, sweep_leaked_blobs
@@ -167,6 +168,7 @@ class ConsensusServer:
         if isinstance(request, RunCommand):
             before = machine.stats()
             result = machine.run(request.command)
+            faults.point("consensus.after_store")
             shard.commands += 1
             self._answer_parked(time.monotonic(), request.shard)
             return RunReply(result, _delta(before, machine.stats()))

@@ -46,12 +46,10 @@ def register(commands, bench) -> None:
 def _serve(args: argparse.Namespace) -> int:
     from setproctitle import setproctitle
 
-    from .. import faults
     from ..storage import open_blob, open_consensus
     from .server import ConsensusServer
 
     setproctitle("shardsink consensus")
-    faults.arm_from_env("consensus")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

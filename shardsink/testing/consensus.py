@@ -21,13 +21,20 @@ class ServerProcess:
     """
 
     def __init__(
-        self, store: str, blob: str, bind: str, *extra: str, startup_timeout_s: float = 30.0
+        self,
+        store: str,
+        blob: str,
+        bind: str,
+        *extra: str,
+        startup_timeout_s: float = 30.0,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.argv = [
             sys.executable, "-m", "shardsink.cli", "consensus", "serve",
             "--store", store, "--blob", blob, "--bind", bind, *extra,
         ]  # fmt: skip
         self.startup_timeout_s = startup_timeout_s
+        self.env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
         self.address: str | None = None
         self.proc: subprocess.Popen | None = None
         self.starts = 0
@@ -44,7 +51,7 @@ class ServerProcess:
             stdout=subprocess.PIPE,
             stderr=self._log,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env=self.env,
         )
         self.starts += 1
         line = self._read_line(self.startup_timeout_s)

@@ -1,0 +1,129 @@
+"""Deterministic kill tests at the fault points of the storage side: GC, the
+consensus server and readers. Each arms one point, lets it fire, and checks
+the shard is exact and every part it references exists."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+from shardsink import faults
+from shardsink.cluster.workloads import Workload
+from shardsink.persist import ShardConfig, open_shard
+from shardsink.persist.state import BlobPart
+from shardsink.storage import open_blob
+from shardsink.testing.consensus import ServerProcess
+
+WORKLOAD = Workload("churn", rows_per_interval=16, interval_ms=10)
+BLOB_PARTS = ShardConfig(inline_max_bytes=0)  # every part in blob, so GC has work
+
+
+def _stores(tmp_path) -> tuple[str, str]:
+    return f"file://{tmp_path}/blob", f"sqlite://{tmp_path}/consensus.db"
+
+
+def _append(shard, start: int, stop: int) -> None:
+    writer = shard.writer()
+    t = WORKLOAD.interval_ms
+    for i in range(start, stop):
+        writer.compare_and_append_table(WORKLOAD.updates(i), i * t, (i + 1) * t)
+
+
+def _check_exact(shard, intervals: int) -> None:
+    """The shard holds exactly the workload's collection, and every part exists."""
+    state = shard.state(refresh=True)
+    assert state.upper == intervals * WORKLOAD.interval_ms
+    assert shard.reader().snapshot().equals(WORKLOAD.expected(intervals))
+    blob = open_blob(shard.blob.uri)
+    try:
+        for batch in state.batches.values():
+            for part in batch.parts:
+                if isinstance(part, BlobPart):
+                    assert blob.get(part.key) is not None, f"missing part {part.key}"
+    finally:
+        blob.close()
+
+
+def test_gc_killed_between_listing_and_delete(tmp_path) -> None:
+    blob, consensus = _stores(tmp_path)
+    with open_shard("k", blob=blob, consensus=consensus, config=BLOB_PARTS) as shard:
+        _append(shard, 0, 6)
+        assert shard.compact().applied >= 1
+        retired = {k for keys in shard.state(refresh=True).retired.values() for k in keys}
+        assert retired
+    gc = [sys.executable, "-m", "shardsink.cli", "shard", "gc"]
+    gc += ["--blob", blob, "--consensus", consensus, "--shard", "k"]
+    env = {**os.environ, **faults.environ(["gc.before_delete:kill"], fault_dir=tmp_path / "f")}
+    killed = subprocess.run(gc, env=env, capture_output=True, timeout=120)
+    assert killed.returncode == -9
+    assert [r["point"] for r in faults.fired(tmp_path / "f")] == ["gc.before_delete"]
+    with open_shard("k", blob=blob, consensus=consensus) as shard:
+        _check_exact(shard, 6)
+        assert retired <= set(shard.blob.list("k/"))  # nothing deleted yet
+    again = subprocess.run(gc, env=env, capture_output=True, timeout=120)  # budget spent
+    assert again.returncode == 0, again.stderr
+    with open_shard("k", blob=blob, consensus=consensus) as shard:
+        _check_exact(shard, 6)
+        assert not retired & set(shard.blob.list("k/"))
+
+
+def test_consensus_killed_after_store_before_reply(tmp_path) -> None:
+    blob, store = _stores(tmp_path)
+    fault_env = faults.environ(
+        ["consensus.after_store:kill:0.2:3"], seed=3, fault_dir=tmp_path / "f"
+    )
+    server = ServerProcess(store, blob, f"ipc://{tmp_path}/sock/c", env=fault_env)
+    stop = threading.Event()
+
+    def restarter() -> None:
+        while not stop.is_set():
+            if server.proc.poll() is not None:
+                server.start()
+            time.sleep(0.02)
+
+    config = ShardConfig(server_timeout_s=0.5, server_retry_for_s=60)
+    with server:
+        watcher = threading.Thread(target=restarter)
+        watcher.start()
+        try:
+            with open_shard("k", blob=blob, consensus=server.address, config=config) as shard:
+                _append(shard, 0, 30)
+                _check_exact(shard, 30)
+        finally:
+            stop.set()
+            watcher.join(30)
+    assert len(faults.fired(tmp_path / "f")) == 3
+    assert server.starts == 4
+    with open_shard("k", blob=blob, consensus=store) as shard:
+        _check_exact(shard, 30)
+
+
+def test_reader_paused_before_fetch_while_compaction_and_gc_run(tmp_path, monkeypatch) -> None:
+    blob, consensus = _stores(tmp_path)
+    monkeypatch.setenv(faults.ENV_PAUSE, "1.5")
+    with open_shard("k", blob=blob, consensus=consensus, config=BLOB_PARTS) as shard:
+        _append(shard, 0, 6)
+        reader = shard.reader()
+        faults.arm(["reader.before_fetch:pause"], fault_dir=tmp_path / "f", role="reader")
+        got = {}
+        thread = threading.Thread(target=lambda: got.setdefault("t", reader.snapshot()))
+        try:
+            thread.start()
+            deadline = time.monotonic() + 30
+            while not faults.fired(tmp_path / "f"):
+                assert time.monotonic() < deadline, "the reader never reached its fault point"
+                time.sleep(0.01)
+            # the reader has selected its batches; compaction retires them and GC runs
+            assert shard.compact().applied >= 1
+            shard.collect_garbage()
+            thread.join(30)
+        finally:
+            faults.disarm()
+        assert got["t"].equals(WORKLOAD.expected(6))
+        reader.close()
+        shard.collect_garbage()  # with the lease released, the retired blobs go
+        _check_exact(shard, 6)
+        assert not shard.state(refresh=True).retired

@@ -40,9 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     A ``ValueError`` or storage error raised by a command is printed as one line
     naming the problem (exit code 2), not as a traceback.
     """
+    from . import faults
     from .storage.errors import StorageError
 
     args = build_parser().parse_args(argv)
+    faults.arm_from_env(role=args.command)
     try:
         return int(args.func(args) or 0)
     except (ValueError, StorageError) as exc:

@@ -33,16 +33,7 @@ def register(bench: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--store",
-        action="append",
-        required=True,
-        metavar="URI",
-        help="consensus store (sqlite:///abs/path.db or postgresql://...); repeat to compare",
-    )
-    parser.add_argument("--clients", type=racing.client_counts, default=[1, 4], metavar="1,4")
-    parser.add_argument("--seconds", type=float, default=5.0, help="per run (default 5)")
-    parser.add_argument("--json", type=Path, metavar="FILE", help="also write the figures here")
+    racing.add_race_arguments(parser)
     parser.set_defaults(func=_run)
 
 
@@ -110,16 +101,10 @@ def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from ..storage import open_consensus
     from ..storage._cli import _display
     from ..testing.consensus import ServerProcess
 
-    if args.seconds <= 0:
-        raise ValueError(f"--seconds must be positive, got {args.seconds}")
-    for store in args.store:
-        if store.startswith("memory:"):
-            raise ValueError(f"{store}: client processes cannot share a memory:// store")
-        open_consensus(store).close()  # fail before starting anything
+    racing.check_stores(args.store, args.seconds)
     console = Console() if sys.stdout.isatty() else Console(width=200)
     runs = []
     scratch = Path(tempfile.mkdtemp(prefix="shardsink-bench-appends-"))

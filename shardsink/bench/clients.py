@@ -9,12 +9,15 @@ stderr is the driver's, so their errors are shown.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import select
 import subprocess
 import sys
 import time
+from pathlib import Path
+from urllib.parse import urlsplit
 
 # Client start-up (interpreter, imports, connecting) is not measured, but bounded.
 START_TIMEOUT_S = 60.0
@@ -97,10 +100,42 @@ def quantile_ms(sorted_us: list[int], q: float) -> float:
     return sorted_us[min(len(sorted_us) - 1, int(q * len(sorted_us)))] / 1000
 
 
-def client_counts(text: str) -> list[int]:
-    """Parse ``--clients 1,4``."""
-    import argparse
+def add_race_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--store`` (repeatable), ``--clients``, ``--seconds`` and ``--json``."""
+    parser.add_argument(
+        "--store",
+        action="append",
+        required=True,
+        metavar="URI",
+        help="consensus store (sqlite:///abs/path.db or postgresql://...); repeat to compare",
+    )
+    parser.add_argument(
+        "--clients", type=_client_counts, default=[1, 4], help="client counts (default 1,4)"
+    )
+    parser.add_argument(
+        "--seconds", type=float, default=5.0, help="measured seconds per run (default 5)"
+    )
+    parser.add_argument("--json", type=Path, metavar="FILE", help="also write the figures here")
 
+
+def check_stores(stores: list[str], seconds: float) -> None:
+    """``ValueError`` for a non-positive duration or a store client processes
+    cannot share; opens each store once, so a bad URI fails before anything
+    starts (and its tables exist before clients race to create them)."""
+    from ..storage import open_consensus
+
+    if seconds <= 0:
+        raise ValueError(f"--seconds must be positive, got {seconds}")
+    for uri in stores:
+        if urlsplit(uri).scheme.lower() == "memory":
+            raise ValueError(
+                f"{uri}: a memory:// store is private to one process, so client processes "
+                "cannot race on it; use sqlite:///... or postgresql://..."
+            )
+        open_consensus(uri).close()
+
+
+def _client_counts(text: str) -> list[int]:
     try:
         counts = [int(part) for part in text.split(",")]
     except ValueError:

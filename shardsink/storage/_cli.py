@@ -14,7 +14,6 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from ..bench import clients as racing
@@ -30,27 +29,11 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--store",
-        action="append",
-        required=True,
-        metavar="URI",
-        help="consensus store (sqlite:///abs/path.db or postgresql://...); repeat to compare",
-    )
-    parser.add_argument(
-        "--clients",
-        type=racing.client_counts,
-        default=[1, 4],
-        help="client counts, e.g. 1,4 (default)",
-    )
-    parser.add_argument(
-        "--seconds", type=float, default=5.0, help="measured seconds per run (default 5)"
-    )
+    racing.add_race_arguments(parser)
     parser.add_argument("--shard", default="bench-consensus", help="shard the clients append to")
     parser.add_argument(
         "--bytes", type=int, default=128, help="payload bytes per version (default 128)"
     )
-    parser.add_argument("--json", type=Path, metavar="FILE", help="also write the figures here")
     parser.set_defaults(func=_run)
 
 
@@ -145,17 +128,9 @@ def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    if args.seconds <= 0 or args.bytes < 1:
-        raise ValueError("--seconds and --bytes must be positive")
-    for uri in args.store:
-        if urlsplit(uri).scheme.lower() == "memory":
-            raise ValueError(
-                f"{uri}: a memory:// store is private to one process, so client processes "
-                "cannot race on it; use sqlite:///... or postgresql://..."
-            )
-        # Fail before spawning anything if the store cannot be opened; also
-        # creates its tables, so clients do not race to do that.
-        open_consensus(uri).close()
+    if args.bytes < 1:
+        raise ValueError(f"--bytes must be positive, got {args.bytes}")
+    racing.check_stores(args.store, args.seconds)
     # Piped output (CI logs, tee) gets room for whole store URIs, not 80 columns.
     console = Console() if sys.stdout.isatty() else Console(width=200)
     runs = []

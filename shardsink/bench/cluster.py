@@ -1,0 +1,511 @@
+"""``shardsink bench cluster``: the scale-out matrix, against a Delta Lake peer.
+
+Every run gets a fresh data directory, runs a cluster (or the Delta peer) on
+the embedded default stores, reads the shard back and verifies it. A run that
+fails or does not verify is kept in the results with ``verified: false`` and
+its ``error``, never dropped. Output, in ``--out DIR``:
+
+- ``results.json``: ``{"runs": [...]}`` in the schema of DESIGN.md section 9,
+  plus ``section``, ``repeat``, ``compaction``, ``error``, ``peak_rss`` and
+  the peer's ``commits`` / ``files_per_interval`` / ``commit_bytes_per_interval``;
+- ``report.md``: the exact command, the machine, one table per section, the
+  checks the design promises (pass or fail) and side-by-side ratios;
+- PNG plots: parts, blob PUTs and diff bytes per append by mode and shape;
+  hydration wall time by threshold; append latency.
+
+Ratios are measured side by side in one run: runs that are compared are
+interleaved (repeat 0 of each, then repeat 1, ...) and compared by median.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+
+from ..cluster.workloads import Workload
+
+MIB = 1 << 20
+UNLIMITED = 1 << 50  # "everything through the builder"
+CLUSTER_MODES = ("off", "best-effort", "barrier")
+COMPACT_EVERY = 10  # intervals between compactions when compaction is on
+
+
+class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """One run of the matrix."""
+
+    section: str
+    mode: str
+    groups: int
+    workers: int
+    workload: str
+    rows_per_interval: int
+    intervals: int
+    snapshot_rows: int = 0
+    shared_max_bytes: int = MIB
+    compaction: bool = False
+    repeat: int = 0
+
+    @property
+    def label(self) -> str:
+        shape = f"{self.groups}x{self.workers} {self.workload} R={self.rows_per_interval}"
+        if self.snapshot_rows:
+            shape += f" S={self.snapshot_rows}"
+        extra = f" B={_bytes(self.shared_max_bytes)}" if self.section == "hydrate" else ""
+        extra += " compaction" if self.compaction else ""
+        return f"{self.mode} {shape}{extra} #{self.repeat}"
+
+
+def _bytes(n: int) -> str:
+    if n >= UNLIMITED:
+        return "unlimited"
+    return f"{n // MIB} MiB" if n >= MIB and n % MIB == 0 else str(n)
+
+
+def matrix(name: str) -> list[RunSpec]:
+    """The runs of matrix ``name`` (``default`` or ``quick``), interleaved by repeat."""
+    if name not in MATRICES:
+        raise ValueError(f"unknown matrix {name!r}; choose one of {', '.join(MATRICES)}")
+    return MATRICES[name]()
+
+
+def _build(
+    n: int,
+    shapes: list[tuple[int, int, int]],
+    hydrate: tuple[int, int],
+    repeats: int,
+) -> list[RunSpec]:
+    """A matrix: ``n`` intervals per run; small writes at 1x8 with 1000 rows;
+    every mode at each ``(groups, workers, rows)`` of ``shapes``; compaction on
+    and off and the Delta peer at the first of them; hydration of
+    ``hydrate = (snapshot rows, workers)`` by threshold, ``repeats`` times."""
+
+    def spec(section: str, mode: str, g: int, w: int, r: int, **extra) -> RunSpec:
+        return RunSpec(
+            section=section, mode=mode, groups=g, workers=w, workload="trickle",
+            rows_per_interval=r, intervals=n, **extra,
+        )  # fmt: skip
+
+    runs = [spec("small-writes", mode, 1, 8, 1000) for mode in CLUSTER_MODES]
+    runs += [spec("trickle", mode, *shape) for shape in shapes for mode in CLUSTER_MODES]
+    g, w, r = shapes[0]
+    runs += [spec("compaction", "best-effort", g, w, r, compaction=c) for c in (False, True)]
+    runs += [spec("peer", mode, g, w, r) for mode in ("delta-per-worker", "delta-per-interval")]
+    snapshot, workers = hydrate
+    for repeat in range(repeats):
+        runs += _hydrate(snapshot, 1000, 4, workers=workers, repeat=repeat)
+    return runs
+
+
+def _default() -> list[RunSpec]:
+    return _build(40, [(4, 8, 128), (4, 8, 32)], (2_000_000, 8), repeats=3)
+
+
+def _quick() -> list[RunSpec]:
+    return _build(10, [(2, 4, 128)], (200_000, 4), repeats=1)
+
+
+def _hydrate(snapshot: int, r: int, n: int, *, workers: int, repeat: int) -> list[RunSpec]:
+    """Hydration by threshold: ``off`` against best-effort at 0, 1 MiB and unlimited."""
+    shapes = [("off", MIB), ("best-effort", 0), ("best-effort", MIB), ("best-effort", UNLIMITED)]
+    return [
+        RunSpec(
+            section="hydrate",
+            mode=mode,
+            groups=1,
+            workers=workers,
+            workload="hydrate",
+            rows_per_interval=r,
+            snapshot_rows=snapshot,
+            intervals=n,
+            shared_max_bytes=smb,
+            repeat=repeat,
+        )
+        for mode, smb in shapes
+    ]
+
+
+MATRICES: dict[str, Callable[[], list[RunSpec]]] = {"default": _default, "quick": _quick}
+
+
+# --- running ---------------------------------------------------------------------------
+
+
+def run_one(spec: RunSpec, work_dir: Path) -> dict:
+    """Run ``spec`` in a fresh ``work_dir``; never raises: a failure is a row with
+    ``verified: false`` and the ``error``."""
+    row = {**msgspec.structs.asdict(spec), "verified": False, "error": ""}
+    try:
+        if spec.mode.startswith("delta"):
+            from .delta_peer import run_delta
+
+            workload = Workload(spec.workload, spec.rows_per_interval, spec.snapshot_rows)
+            row.update(
+                run_delta(
+                    spec.mode,
+                    spec.groups,
+                    spec.workers,
+                    workload,
+                    spec.intervals,
+                    work_dir / "delta",
+                )
+            )
+        else:
+            row.update(_run_cluster(spec, work_dir))
+    except Exception as exc:
+        row["error"] = f"{type(exc).__name__}: {exc}"
+        row["traceback"] = traceback.format_exc(limit=5)
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    return row
+
+
+def _run_cluster(spec: RunSpec, work_dir: Path) -> dict:
+    from ..cluster.cluster import Cluster
+    from ..config import ClusterConfig
+
+    config = ClusterConfig(
+        groups=spec.groups,
+        workers=spec.workers,
+        mode=spec.mode,
+        shared_max_bytes=spec.shared_max_bytes,
+        workload=spec.workload,
+        rows_per_interval=spec.rows_per_interval,
+        snapshot_rows=spec.snapshot_rows,
+        intervals=spec.intervals,
+        pace="max",
+        data_dir=str(work_dir / "data"),
+        verify=False,
+    )
+    extra: dict = {}
+    with Cluster(config) as cluster:
+        if spec.compaction:
+            compacted = 0
+            done = 0
+            while done < spec.intervals:
+                step = min(COMPACT_EVERY, spec.intervals - done)
+                cluster.run(step)
+                done += step
+                compacted += cluster.shard.compact().applied
+            extra["compactions"] = compacted
+        else:
+            cluster.run(spec.intervals)
+        state = cluster.shard.state(refresh=True)
+        extra["batches_in_state"] = len(state.batches)
+        extra["parts_in_state"] = sum(len(b.parts) for b in state.batches.values())
+        cluster.verify()
+        stats = cluster.stats()
+    row = msgspec.structs.asdict(stats)
+    row["verified"] = bool(stats.verified)
+    if not stats.verified:
+        row["error"] = stats.verify_detail or "the shard does not match the workload"
+    row.update(extra)
+    return row
+
+
+# --- reporting ---------------------------------------------------------------------------
+
+
+def checks(rows: list[dict]) -> list[tuple[str, bool | None, str]]:
+    """The design's promises, each ``(claim, passed or None if not measured, figures)``."""
+    ok = [r for r in rows if r.get("verified")]
+    out: list[tuple[str, bool | None, str]] = []
+
+    def find(**kv) -> list[dict]:
+        return [r for r in ok if all(r.get(k) == v for k, v in kv.items())]
+
+    barrier = [r for r in find(mode="barrier") if r["workload"] == "trickle"]
+    if barrier:
+        parts = [
+            (r["groups"], r["data_parts_per_append"] + r["inline_parts_per_append"])
+            for r in barrier
+        ]
+        out.append(
+            (
+                "barrier: data-or-inline parts per append == groups",
+                all(abs(p - g) < 1e-9 for g, p in parts),
+                ", ".join(f"{g} groups: {p:.2f}" for g, p in parts),
+            )
+        )
+    small = find(section="small-writes", mode="best-effort")
+    if small:
+        p = small[0]["data_parts_per_append"] + small[0]["inline_parts_per_append"]
+        out.append(
+            (
+                "best-effort 1x8, 1000-row writes: <= 1.1 parts per append (reference 1.05)",
+                p <= 1.1,
+                f"{p:.3f}",
+            )
+        )
+    off = find(section="trickle", mode="off", groups=4, rows_per_interval=128)
+    bar = find(section="trickle", mode="barrier", groups=4, rows_per_interval=128)
+    if off and bar:
+        ratio = off[0]["diff_bytes_per_append"] / max(bar[0]["diff_bytes_per_append"], 1e-9)
+        out.append(
+            (
+                "4x8 R=128: barrier diff bytes per append <= half of off's",
+                ratio >= 2.0,
+                f"off/barrier = {ratio:.2f}x",
+            )
+        )
+    hyd_off = [r["wall_s"] for r in find(section="hydrate", mode="off")]
+    hyd_1m = [
+        r["wall_s"] for r in find(section="hydrate", mode="best-effort", shared_max_bytes=MIB)
+    ]
+    if hyd_off and hyd_1m:
+        ratio = statistics.median(hyd_1m) / statistics.median(hyd_off)
+        figures = f"{ratio:.3f}x ({len(hyd_1m)} vs {len(hyd_off)} runs)"
+        claim = "hydrate: 1 MiB threshold wall time <= 1.10x off (medians, interleaved)"
+        out.append((claim, ratio <= 1.10, figures))
+    out.append(
+        (
+            "every run verified",
+            all(r.get("verified") for r in rows),
+            f"{sum(bool(r.get('verified')) for r in rows)}/{len(rows)}",
+        )
+    )
+    return out
+
+
+_COLUMNS = [
+    ("mode", "mode", "{}"),
+    ("shape", None, "{}"),
+    ("data parts/append", "data_parts_per_append", "{:.2f}"),
+    ("inline parts/append", "inline_parts_per_append", "{:.2f}"),
+    ("blob PUTs", "blob_puts", "{:,}"),
+    ("PUTs/append", None, "{:.2f}"),
+    ("diff bytes/append", "diff_bytes_per_append", "{:,.0f}"),
+    ("CaS/append", "cas_per_append", "{:.2f}"),
+    ("wall s", "wall_s", "{:.2f}"),
+    ("rows/s", "rows_per_s", "{:,.0f}"),
+    ("p50 ms", "append_latency_ms_p50", "{:.1f}"),
+    ("p99 ms", "append_latency_ms_p99", "{:.1f}"),
+    ("verified", "verified", "{}"),
+]
+
+
+def _cell(row: dict, name: str, key: str | None, fmt: str) -> str:
+    if name == "shape":
+        shape = _shape(row)
+        if row.get("snapshot_rows"):
+            shape += f" S={row['snapshot_rows']:,} B={_bytes(row['shared_max_bytes'])}"
+        if row.get("compaction"):
+            shape += " +compaction"
+        return shape + (f" #{row['repeat']}" if row.get("repeat") else "")
+    if name == "PUTs/append":
+        return fmt.format(row.get("blob_puts", 0) / max(row.get("appends") or 1, 1))
+    value = row.get(key)
+    if value is None:
+        return "-"
+    if key == "verified" and not value:
+        return f"**no**: {row.get('error', '')[:80]}"
+    return fmt.format(value)
+
+
+def table_rows(rows: list[dict]) -> list[list[str]]:
+    return [[_cell(r, name, key, fmt) for name, key, fmt in _COLUMNS] for r in rows]
+
+
+def write_report(rows: list[dict], out: Path, command: str, elapsed_s: float) -> Path:
+    """Write ``report.md`` next to ``results.json``; return its path."""
+    lines = [
+        "# shardsink bench cluster",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"{platform.system()} {platform.machine()}; total {elapsed_s:.0f} s.",
+        "",
+        "## Checks",
+        "",
+        "| claim | result | figures |",
+        "|---|---|---|",
+    ]
+    for claim, passed, figures in checks(rows):
+        verdict = "not measured" if passed is None else ("pass" if passed else "**FAIL**")
+        lines.append(f"| {claim} | {verdict} | {figures} |")
+    headers = [name for name, _, _ in _COLUMNS]
+    sections = sorted(
+        {r["section"] for r in rows},
+        key=["small-writes", "trickle", "compaction", "peer", "hydrate"].index,
+    )
+    for section in sections:
+        picked = [r for r in rows if r["section"] == section]
+        lines += [
+            "",
+            f"## {section}",
+            "",
+            "| " + " | ".join(headers) + " |",
+            "|" + "---|" * len(headers),
+        ]
+        lines += ["| " + " | ".join(cells) + " |" for cells in table_rows(picked)]
+        if section == "peer":
+            lines += [
+                "",
+                "Delta peer: files and commit-log bytes per interval, "
+                "against shardsink on the same shape:",
+                "",
+                "| mode | files/interval | commit bytes/interval | commits |",
+                "|---|---|---|---|",
+            ]
+            for r in picked:
+                lines.append(
+                    f"| {r['mode']} | {r.get('files_per_interval', 0):.2f} | "
+                    f"{r.get('commit_bytes_per_interval', 0):,.0f} | "
+                    f"{r.get('commits', '-')} |"
+                )
+            for r in rows:
+                same = (
+                    r["section"] == "trickle"
+                    and r["groups"] == picked[0]["groups"]
+                    and r["rows_per_interval"] == picked[0]["rows_per_interval"]
+                )
+                if same and r.get("verified"):
+                    parts = r["data_parts_per_append"] + r["inline_parts_per_append"]
+                    lines.append(
+                        f"| shardsink {r['mode']} | {parts:.2f} | "
+                        f"{r['diff_bytes_per_append']:,.0f} | "
+                        f"{r['cas_per_append'] * r['appends']:.0f} |"
+                    )
+    plots = sorted(p.name for p in out.glob("*.png"))
+    if plots:
+        lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
+    path = out / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _shape(row: dict) -> str:
+    return f"{row['groups']}x{row['workers']} R={row['rows_per_interval']}"
+
+
+def plot(rows: list[dict], out: Path) -> list[Path]:
+    """PNG plots of the verified runs; returns the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in rows if r.get("verified")]
+    written = []
+    shapes = [r for r in ok if r["section"] in ("small-writes", "trickle")]
+    labels = sorted({_shape(r) for r in shapes})
+    metrics = [
+        (
+            "parts_per_append",
+            "data + inline parts per append",
+            lambda r: r["data_parts_per_append"] + r["inline_parts_per_append"],
+        ),
+        (
+            "blob_puts_per_append",
+            "blob PUTs per append",
+            lambda r: r["blob_puts"] / max(r["appends"], 1),
+        ),
+        (
+            "diff_bytes_per_append",
+            "consensus diff bytes per append",
+            lambda r: r["diff_bytes_per_append"],
+        ),
+        ("latency", "append latency p50 (ms)", lambda r: r["append_latency_ms_p50"]),
+    ]
+    for name, title, value in metrics:
+        if not labels:
+            break
+        fig, ax = plt.subplots(figsize=(8, 4))
+        width = 0.8 / len(CLUSTER_MODES)
+        for k, mode in enumerate(CLUSTER_MODES):
+            ys = []
+            for label in labels:
+                match = [r for r in shapes if r["mode"] == mode and _shape(r) == label]
+                ys.append(value(match[0]) if match else 0)
+            ax.bar([i + k * width for i in range(len(labels))], ys, width, label=mode)
+        ax.set_xticks([i + width for i in range(len(labels))], labels)
+        ax.set_title(title)
+        ax.legend()
+        fig.tight_layout()
+        path = out / f"{name}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    hydrate = [r for r in ok if r["section"] == "hydrate"]
+    if hydrate:
+        groups: dict[str, list[float]] = {}
+        for r in hydrate:
+            key = "off" if r["mode"] == "off" else f"B={_bytes(r['shared_max_bytes'])}"
+            groups.setdefault(key, []).append(r["wall_s"])
+        fig, ax = plt.subplots(figsize=(6, 4))
+        keys = list(groups)
+        ax.bar(keys, [statistics.median(groups[k]) for k in keys])
+        ax.set_title("hydration wall time by threshold (median s)")
+        fig.tight_layout()
+        path = out / "hydrate_wall.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def run(matrix_name: str, out: Path, command: str, *, quiet: bool = False) -> list[dict]:
+    """Run the matrix, write ``results.json``, plots and ``report.md`` into ``out``."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    specs = matrix(matrix_name)
+    out.mkdir(parents=True, exist_ok=True)
+    scratch = out / "scratch"
+    console = Console(stderr=True, quiet=quiet)
+    started = time.monotonic()
+    rows: list[dict] = []
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
+        task = progress.add_task("bench cluster", total=len(specs))
+
+        def done(spec: RunSpec, row: dict) -> None:
+            rows.append(row)
+            mark = "ok" if row.get("verified") else f"FAILED: {row.get('error', '')[:100]}"
+            progress.console.print(f"{spec.label}: {mark}")
+            progress.update(task, advance=1)
+            # keep what is measured even if a later run crashes the driver
+            _write_results(out, rows)
+
+        for i, spec in enumerate(specs):
+            progress.update(task, description=spec.label)
+            done(spec, run_one(spec, scratch / f"run-{i:03d}"))
+    shutil.rmtree(scratch, ignore_errors=True)
+    plot(rows, out)
+    write_report(rows, out, command, time.monotonic() - started)
+    table = Table(title=f"bench cluster ({matrix_name}): {out / 'results.json'}")
+    for name, _, _ in _COLUMNS:
+        table.add_column(name, justify="left" if name in ("mode", "shape") else "right")
+    for cells in table_rows(rows):
+        table.add_row(*cells)
+    Console(quiet=quiet).print(table)
+    for claim, passed, figures in checks(rows):
+        verdict = "not measured" if passed is None else ("pass" if passed else "FAIL")
+        Console(quiet=quiet).print(f"{verdict:>12}  {claim}: {figures}")
+    return rows
+
+
+def _write_results(out: Path, rows: list[dict]) -> None:
+    tmp = out / "results.json.tmp"
+    tmp.write_text(json.dumps({"runs": rows}, indent=2, default=str) + "\n")
+    tmp.replace(out / "results.json")
+
+
+def command_line() -> str:
+    return " ".join(["shardsink", *sys.argv[1:]])

@@ -1,23 +1,37 @@
 """``shardsink bench transport``: the shared-memory transport against its baselines.
 
-For each part size a worker process sends the same record batch (shaped like
-the workloads' rows) to a builder process, several repetitions of many parts;
-the builder times each repetition from a shared start until it holds the last
-batch. Throughput is the batch's Arrow bytes times the parts over that time;
-each figure is the median over the repetitions.
+For each part size a worker process streams the same record batch (shaped like
+the workloads' rows) to a builder process: one untimed warm-up repetition, then
+several timed repetitions of many parts. The builder times each repetition from
+a shared start until it holds the last batch. Throughput is the batch's Arrow
+bytes times the parts over that time; each figure is the median over the timed
+repetitions. Columns of ``transport.json`` (all GB/s):
 
-- ``shm``: this transport end to end (worker encodes into its arena, builder
-  reads the batch zero-copy and acknowledges), with the default inline cut-off.
-- ``zmq``: the batch serialized to IPC bytes and sent with ``copy=False``
+- ``shm_gbps``: this transport end to end, as a worker uses it. The worker
+  streams parts without waiting for each acknowledgement (as many may be
+  outstanding as its arena holds): each is encoded straight into its arena and
+  referenced over ZeroMQ. The builder reads each batch zero-copy, holds it,
+  and acknowledges the parts it holds in one message once they fill
+  :data:`ACK_WINDOW` of arena. Parts up to the default inline cut-off travel
+  inline (all of 4 KiB).
+- ``zmq_gbps``: the batch serialized to IPC bytes and sent with ``copy=False``
   (PUSH/PULL); the builder decodes the frame in place.
-- ``queue``: a ``multiprocess.Queue`` carrying the pickled batch. This baseline,
-  between the benchmark's own two processes, is the only place shardsink
-  unpickles anything.
-- ``memcpy``: a numpy copy of the batch's IPC bytes into a preallocated, warm
-  buffer of the same size, in one process: the machine's limit. Up to 1 MiB
-  source and destination stay in the caches, so this is cache bandwidth;
-  ``memcpy_ring`` copies into successive slots of a warm buffer as large as an
-  arena (64 MiB), the limit for a stream of parts landing in memory.
+- ``queue_gbps``: a ``multiprocess.Queue`` carrying the pickled batch. This
+  baseline, between the benchmark's own two processes, is the only place
+  shardsink unpickles anything.
+- ``memcpy_gbps``: the machine's limit for moving these bytes: one process
+  copies the batch's IPC bytes (``numpy.copyto``) into successive part-sized
+  slots of a warm (already written) buffer of :data:`RING_BYTES`, four times
+  the last-level cache here, so each copy lands in memory as a stream of parts
+  does, never in a destination still cached from the last lap.
+- ``memcpy_cached_gbps``: the same copy into one warm buffer of the part's size,
+  over and over; up to 1 MiB source and destination stay in the caches, so this
+  is cache bandwidth, not what a stream of parts can reach.
+
+The memcpy figures are timed in the shm worker's process, one repetition of
+each just before each shm repetition while the builder waits: on a machine
+shared with other work, the transport and its limit are then measured under
+the same load, not minutes apart.
 
 ``--inline-sweep`` adds small sizes sent always inline and always through
 shared memory, the measurement behind ``shardsink.shm.INLINE_MAX_BYTES``.
@@ -40,11 +54,28 @@ import pyarrow as pa
 
 SIZES = (4 << 10, 64 << 10, 1 << 20, 16 << 20)
 SWEEP_SIZES = (1 << 10, 4 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10)
-REPS = 5
-BYTES_PER_REP = 64 << 20
-MIN_PARTS, MAX_PARTS = 8, 2000
+REPS = 7
+# Enough bytes that one repetition outlasts a few scheduler time slices: the
+# machine is shared, and shorter repetitions were mostly scheduling noise.
+BYTES_PER_REP = 256 << 20
+MIN_PARTS, MAX_PARTS = 16, 2000
+# The memcpy baseline's destination: 4x the 32 MiB last-level cache here
+# (DESIGN section 13 gives memcpy "into warm memory", 9.2 GB/s), so each copy
+# lands in mapped memory that is no longer cached, as parts do once an arena
+# cycles through more than the caches hold. A destination that stays cached
+# across copies (memcpy_cached) runs 2-3x faster at 1 MiB: a cache figure,
+# not the machine's limit for a stream of parts.
+RING_BYTES = 128 << 20
+# The shm builder acknowledges the parts it holds once they reach this many
+# bytes. Each acknowledgement is a message and wakes threads on both sides; but
+# the worker can only rewrite the arena space it has had back, and the more it
+# cycles through, the less of it is still cached. Measured at 1 MiB (worker
+# and builder processes, us per part, medians of 9 and of 7 on a shared
+# machine): one acknowledgement per part 122 and 133, per 2 MiB 99 and 120,
+# per 4 MiB 104 and 122, per 8 MiB 114.
+ACK_WINDOW = 2 << 20
 TIMEOUT = 60.0
-_COLUMNS = ("shm", "zmq", "queue", "memcpy", "memcpy_ring")
+_COLUMNS = ("shm", "zmq", "queue", "memcpy", "memcpy_cached")
 _ROW_BYTES = 60  # int64 key, 32-char string value (+ int32 offset), uint64 ts, int64 diff
 # transport -> (kind, inline_max_bytes); None keeps the default cut-off
 _TRANSPORTS = {
@@ -74,8 +105,44 @@ def parts_per_rep(size: int) -> int:
     return min(MAX_PARTS, max(MIN_PARTS, BYTES_PER_REP // size))
 
 
-def _worker(transport: str, endpoint: str, cluster: str, plan, reps: int, barrier, queue) -> None:
-    """Send ``parts`` copies of a batch of each ``size`` in ``plan``, ``reps`` times."""
+class _Memcpy:
+    """The memcpy baselines: copies of a batch's IPC bytes (see the module doc)."""
+
+    def __init__(self) -> None:
+        self.ring = np.ones(RING_BYTES, dtype=np.uint8)  # written: every page is mapped
+        self.at = 0
+
+    def seconds(self, batch: pa.RecordBatch, parts: int, cached: bool) -> float:
+        """Seconds to copy the IPC bytes of ``batch`` ``parts`` times: into
+        successive part-sized slots of the ring (whose destination is never
+        still cached), or (``cached``) into one warm buffer of the part's size."""
+        from shardsink.shm.arena import write_stream
+
+        sink = pa.BufferOutputStream()
+        write_stream(sink, batch)
+        src = np.frombuffer(sink.getvalue(), dtype=np.uint8)
+        slots = max(2, RING_BYTES // src.size)
+        ring = self.ring[: slots * src.size].reshape(slots, src.size)
+        dst = np.ones(src.size, dtype=np.uint8) if cached else None
+        start = time.perf_counter()
+        if dst is not None:
+            for _ in range(parts):
+                np.copyto(dst, src)
+        else:
+            at = self.at % slots
+            for _ in range(parts):
+                np.copyto(ring[at], src)
+                at = (at + 1) % slots
+            self.at = at
+        return time.perf_counter() - start
+
+
+def _worker(
+    transport: str, endpoint: str, cluster: str, plan, reps: int, barrier, queue, out: str
+) -> None:
+    """Send ``parts`` copies of a batch of each ``size`` in ``plan``, ``reps`` times.
+    For ``shm``, time the memcpy baselines just before each repetition, while
+    the builder waits, and write their seconds per size to ``out`` as JSON."""
     from shardsink.shm import PartSender
     from shardsink.shm.arena import write_stream
 
@@ -102,14 +169,26 @@ def _worker(transport: str, endpoint: str, cluster: str, plan, reps: int, barrie
             options = {} if inline_max is None else {"inline_max_bytes": inline_max}
             sender = stack.enter_context(PartSender(endpoint, cluster, timeout=TIMEOUT, **options))
             send, settle = sender.send, sender.wait_acked
+        # Timed in the same minute as the transport, one repetition each before
+        # each of its repetitions: on a shared machine both then see the same load.
+        memcpy = _Memcpy() if transport == "shm" else None
+        seconds: dict[str, dict[int, list[float]]] = {"memcpy": {}, "memcpy_cached": {}}
         for size, parts in plan:
             batch = make_batch(size)
-            for _ in range(reps):
+            for rep in range(1 + reps):  # a warm-up, then the timed repetitions
+                if memcpy is not None:
+                    for column, cached in (("memcpy", False), ("memcpy_cached", True)):
+                        took = memcpy.seconds(batch, parts, cached)
+                        if rep:
+                            seconds[column].setdefault(size, []).append(took)
                 barrier.wait(TIMEOUT)
                 for _ in range(parts):
                     send(batch)
                 if settle is not None:
                     settle()
+        barrier.wait(TIMEOUT)  # every acknowledgement is in: the builder may close
+    if memcpy is not None:
+        Path(out).write_text(json.dumps(seconds))
 
 
 def _builder(
@@ -138,40 +217,61 @@ def _builder(
         else:
             receiver = stack.enter_context(PartReceiver(endpoint, cluster))
 
-            def read() -> pa.RecordBatch:
+            held: list = []
+            held_bytes = 0
+
+            def read(last: bool) -> pa.RecordBatch:
+                # Like a builder holding parts until they are in its output, this
+                # one acknowledges the parts it holds in one message once they
+                # reach ACK_WINDOW bytes of arena (and at the end of a repetition).
+                nonlocal held_bytes
                 part = receiver.recv(TIMEOUT)
                 if part is None:
                     raise TimeoutError(f"no part within {TIMEOUT}s")
-                receiver.ack(part)
+                if part.ref is not None:  # inline parts need no acknowledgement
+                    held.append(part)
+                    held_bytes += part.ref.length
+                if held and (last or held_bytes >= ACK_WINDOW):
+                    receiver.ack(*held)
+                    held.clear()
+                    held_bytes = 0
                 return part.batch
 
         seconds = {}
         for size, parts in plan:
             seconds[size] = []
-            for _ in range(reps):
+            for rep in range(1 + reps):
                 barrier.wait(TIMEOUT)
                 start = time.perf_counter()
-                for _ in range(parts):
-                    read()
-                seconds[size].append(time.perf_counter() - start)
-    Path(out).write_text(json.dumps(seconds))
+                if kind == "shm":
+                    for i in range(1, parts + 1):
+                        read(i == parts)
+                else:
+                    for _ in range(parts):
+                        read()
+                if rep:  # the first is the warm-up
+                    seconds[size].append(time.perf_counter() - start)
+        # Closing drops unsent messages: not before the worker has its acknowledgements.
+        barrier.wait(TIMEOUT)
+    Path(out).write_text(json.dumps({transport: seconds}))
 
 
-def _run_pair(transport: str, sizes, reps: int, workdir: str, cluster: str) -> dict[int, float]:
+def _run_pair(transport: str, sizes, reps: int, workdir: str, cluster: str):
     """Median seconds per repetition for each size of one transport, worker and
-    builder in their own processes."""
+    builder in their own processes: ``{column: {size: seconds}}``, the columns
+    being ``transport`` and, for ``shm``, the memcpy baselines."""
     import multiprocess
 
     ctx = multiprocess.get_context("spawn")
     endpoint = f"ipc://{workdir}/{transport}.sock"
-    out = os.path.join(workdir, f"{transport}.json")
+    outs = [os.path.join(workdir, f"{transport}.{side}.json") for side in ("builder", "worker")]
     plan = [(size, parts_per_rep(size)) for size in sizes]
     barrier = ctx.Barrier(2)
     queue = ctx.Queue() if _TRANSPORTS[transport][0] == "queue" else None
     common = (transport, endpoint, cluster, plan, reps, barrier, queue)
     procs = (
-        ctx.Process(target=_builder, args=(*common, out)),
-        ctx.Process(target=_worker, args=common),
+        ctx.Process(target=_builder, args=(*common, outs[0])),
+        ctx.Process(target=_worker, args=(*common, outs[1])),
     )
     try:
         for proc in procs:
@@ -193,11 +293,15 @@ def _run_pair(transport: str, sizes, reps: int, workdir: str, cluster: str) -> d
         if queue is not None:
             queue.close()
             queue.join_thread()
-    seconds = json.loads(Path(out).read_text())
-    return {size: statistics.median(seconds[str(size)]) for size in sizes}
+    medians = {}
+    for path in outs:
+        if os.path.exists(path):
+            for column, per_size in json.loads(Path(path).read_text()).items():
+                medians[column] = {size: statistics.median(per_size[str(size)]) for size in sizes}
+    return medians
 
 
-def _pair(transport: str, sizes, reps: int, workdir: str, cluster: str) -> dict[int, float]:
+def _pair(transport: str, sizes, reps: int, workdir: str, cluster: str):
     """:func:`_run_pair` in a driver process of its own, so the helper process
     that ``multiprocess`` starts for spawned children ends with the driver."""
     config = json.dumps([transport, list(sizes), reps, workdir, cluster])
@@ -213,31 +317,10 @@ def _pair(transport: str, sizes, reps: int, workdir: str, cluster: str) -> dict[
         raise RuntimeError(f"transport benchmark {transport!r} timed out") from None
     if done.returncode != 0:
         raise RuntimeError(f"transport benchmark {transport!r} failed:\n{done.stderr[-3000:]}")
-    return {int(size): secs for size, secs in json.loads(done.stdout).items()}
-
-
-def _memcpy(sizes, reps: int, ring: bool) -> dict[int, float]:
-    """Median seconds per repetition of copying each size's IPC bytes: into one
-    warm buffer of the same size, or (``ring``) into successive slots of a warm
-    buffer as large as an arena, as a stream of parts would land."""
-    from shardsink.shm.arena import DEFAULT_CAPACITY, write_stream
-
-    figures = {}
-    for size in sizes:
-        sink = pa.BufferOutputStream()
-        write_stream(sink, make_batch(size))
-        src = np.frombuffer(sink.getvalue(), dtype=np.uint8)
-        slots = max(1, DEFAULT_CAPACITY // src.size) if ring else 1
-        dst = np.zeros((slots, src.size), dtype=np.uint8)
-        parts = parts_per_rep(size)
-        times = []
-        for _ in range(reps):
-            start = time.perf_counter()
-            for i in range(parts):
-                np.copyto(dst[i % slots], src)
-            times.append(time.perf_counter() - start)
-        figures[size] = statistics.median(times)
-    return figures
+    return {
+        column: {int(size): secs for size, secs in per_size.items()}
+        for column, per_size in json.loads(done.stdout).items()
+    }
 
 
 def run(
@@ -250,7 +333,7 @@ def run(
 ) -> dict:
     """Run the benchmark, write ``out_dir/transport.json`` and return its content:
     ``{"parts": [{"size", "batch_bytes", "parts_per_rep", "shm_gbps", "zmq_gbps",
-    "queue_gbps", "memcpy_gbps", "memcpy_ring_gbps"}, ...], "reps",
+    "queue_gbps", "memcpy_gbps", "memcpy_cached_gbps"}, ...], "reps",
     "inline_max_bytes"}`` plus ``"inline_sweep": [{"size", "inline_gbps",
     "shm_gbps"}, ...]`` if asked. ``sizes``, ``sweep_sizes`` and ``reps``
     default to the published configuration. Raises ``RuntimeError`` if a
@@ -266,14 +349,12 @@ def run(
     try:
         with tempfile.TemporaryDirectory(prefix="shardsink-bench-") as workdir:  # mode 0700
             for transport in ("shm", "zmq", "queue"):
-                seconds[transport] = _pair(transport, sizes, reps, workdir, cluster)
+                seconds.update(_pair(transport, sizes, reps, workdir, cluster))
             if inline_sweep:
                 for transport in ("inline", "shm_only"):
-                    seconds[transport] = _pair(transport, sweep_sizes, reps, workdir, cluster)
+                    seconds.update(_pair(transport, sweep_sizes, reps, workdir, cluster))
     finally:
         unlink_cluster(cluster)
-    seconds["memcpy"] = _memcpy(sizes, reps, ring=False)
-    seconds["memcpy_ring"] = _memcpy(sizes, reps, ring=True)
 
     def gbps(transport: str, size: int) -> float:
         return round(batch_bytes[size] * parts_per_rep(size) / seconds[transport][size] / 1e9, 3)

@@ -20,7 +20,7 @@ def test_bench_transport_writes_json_and_a_table(tmp_path, capsys):
     assert json.loads((tmp_path / "transport.json").read_text()) == result
     assert [row["size"] for row in result["parts"]] == [4 << 10, 256 << 10]
     for row in result["parts"]:
-        for key in ("shm_gbps", "zmq_gbps", "queue_gbps", "memcpy_gbps", "memcpy_ring_gbps"):
+        for key in ("shm_gbps", "zmq_gbps", "queue_gbps", "memcpy_gbps", "memcpy_cached_gbps"):
             assert row[key] > 0
     assert [row["size"] for row in result["inline_sweep"]] == [1 << 10]
     out = capsys.readouterr().out

@@ -23,6 +23,7 @@ from shardsink.shm import (
     UnknownSegment,
     decode_part,
 )
+from shardsink.shm import reader as shm_reader
 from shardsink.shm.arena import write_stream
 
 
@@ -214,3 +215,46 @@ def test_batches_outlive_forget_and_close(written):
     gc.collect()
     with pytest.raises(ValueError, match="closed"):
         reader.read(ref)
+
+
+def test_the_usual_path_checks_what_the_stream_reader_checks(cluster, monkeypatch):
+    """Once a schema has been read, parts with it skip the stream reader; a
+    wrong stamp, a second batch or trailing bytes still come out as errors."""
+    with Arena(cluster) as arena, SegmentReader(cluster) as reader:
+        first = arena.try_write(make_part(1, 300))
+        assert part_number(reader.read(first)) == 1  # the schema is known from here on
+        second = arena.try_write(make_part(2, 300))
+        with monkeypatch.context() as patch:
+            patch.setattr(shm_reader, "_read_any", None)  # not called: the usual path
+            batch = reader.read(second)
+        assert part_number(batch) == 2
+        mapping = reader.mapping(second.segment)  # zero-copy on this path too
+        for buf in (b for col in batch.columns for b in col.buffers() if b is not None):
+            assert mapping.address <= buf.address
+            assert buf.address + buf.size <= mapping.address + mapping.size
+        with pytest.raises(CorruptPart, match=f"expected part id {first.id}"):
+            reader.read(PartRef(second.segment, second.offset, second.length, first.id))
+        with pytest.raises(CorruptPart, match="stream ends at byte"):
+            reader.read(PartRef(second.segment, second.offset, second.length + 64, second.id))
+    batch = make_part(3, 10)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+        writer.write_batch(batch)
+    with pytest.raises(CorruptPart, match="more than one record batch"):
+        decode_part(sink.getvalue(), "two")
+
+
+def test_parts_with_dictionaries(cluster):
+    """Dictionary-encoded columns travel too (the stream reader reads them)."""
+    batch = pa.record_batch(
+        {
+            "key": pa.array([1, 2, 3], pa.int64()),
+            "tag": pa.array(["a", "b", "a"]).dictionary_encode(),
+        }
+    )
+    with Arena(cluster) as arena, SegmentReader(cluster) as reader:
+        for _ in range(2):
+            ref = arena.try_write(batch)
+            assert reader.read(ref).equals(batch)
+            arena.release(ref)

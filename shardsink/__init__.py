@@ -3,10 +3,10 @@ durable, Arrow-native shard.
 
 The public API is what ``__all__`` lists; everything else may change. The
 subpackages (``shardsink.storage``, ``shardsink.persist``, ``shardsink.server``,
-``shardsink.shm``) export their own, more detailed APIs.
+``shardsink.shm``, ``shardsink.cluster``) export their own, more detailed APIs.
 """
 
-from .cluster.workloads import Workload
+from .cluster import Cluster, ClusterConfig, ClusterError, ClusterStats, Workload
 from .persist import (
     ListenEvent,
     NotReadable,
@@ -40,6 +40,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Blob",
+    "Cluster",
+    "ClusterConfig",
+    "ClusterError",
+    "ClusterStats",
     "Committed",
     "Consensus",
     "ConsensusServer",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # One line per area; each module defines ``register(commands, bench)``.
@@ -18,6 +19,8 @@ AREAS = (
     "shardsink.persist._cli",
     "shardsink.shm._cli",
     "shardsink.server._cli",
+    "shardsink.cluster._cli",
+    "shardsink.bench._cli",
 )
 
 
@@ -52,6 +55,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # the reader of our output went away (`shardsink read | head`): not an error;
+        # point stdout at /dev/null so the interpreter's final flush does not complain
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

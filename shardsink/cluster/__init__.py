@@ -1,1 +1,22 @@
-"""Launching clusters, supervision, process groups and the workloads they write."""
+"""Launching clusters, supervision, process groups and the workloads they write.
+
+``Cluster`` is the Python API (``with Cluster(ClusterConfig(...)) as c:
+c.run(); c.stats()``); ``shardsink up`` is its command line.
+"""
+
+from ..config import ClusterConfig, Fault
+from .cluster import Cluster, ClusterError, ClusterStats, IntervalRecord, ProcessInfo
+from .verify import Verification
+from .workloads import Workload
+
+__all__ = [
+    "Cluster",
+    "ClusterConfig",
+    "ClusterError",
+    "ClusterStats",
+    "Fault",
+    "IntervalRecord",
+    "ProcessInfo",
+    "Verification",
+    "Workload",
+]

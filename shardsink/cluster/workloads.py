@@ -30,6 +30,7 @@ WORKLOADS = ("trickle", "churn", "hydrate")
 SCHEMA = full_schema()
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 _SHIFTS = np.arange(60, -4, -4, dtype=np.uint64)  # 16 nibbles, most significant first
+_CHUNK = 1 << 16
 
 
 class Workload(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -101,12 +102,16 @@ def _owned_keys(lo: int, hi: int, worker: int, n_workers: int) -> np.ndarray:
 
 
 def values(keys: np.ndarray) -> pa.StringArray:
-    """``format(k, "032x")`` for every (non-negative) key, built without a Python loop."""
+    """``format(k, "032x")`` for every (non-negative) key, built without a Python loop.
+
+    Keys are converted ``_CHUNK`` at a time: the nibble array is 128 bytes per
+    key, so all at once it would be 4x the size of the strings it makes."""
     n = len(keys)
-    nibbles = (keys.astype(np.uint64)[:, None] >> _SHIFTS) & np.uint64(0xF)
     chars = np.empty((n, 32), dtype=np.uint8)
     chars[:, :16] = ord("0")
-    chars[:, 16:] = _HEX[nibbles]
+    for start in range(0, n, _CHUNK):
+        chunk = keys[start : start + _CHUNK].astype(np.uint64)
+        chars[start : start + _CHUNK, 16:] = _HEX[(chunk[:, None] >> _SHIFTS) & np.uint64(0xF)]
     offsets = np.arange(0, 32 * (n + 1), 32, dtype=np.int32)
     return pa.StringArray.from_buffers(
         n, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(chars))

@@ -86,3 +86,109 @@ def discard(blob: Blob, batches: list[Batch]) -> None:
     for batch in batches:
         for key in batch.blob_keys():
             blob.delete(key)
+
+
+class BatchBuilder:
+    """One batch ``[lower, upper)`` built from Arrow record batches added one at
+    a time, as a shared batch builder needs.
+
+    ``add`` keeps a running byte count, so adding is O(1) whatever was added
+    before; once the count reaches ``target_bytes`` the batches held so far are
+    written as one Parquet part and released. ``finish`` writes the rest (inline
+    if its encoding is below ``inline_max_bytes``) and returns the
+    :class:`Batch`. Added batches are written as they are, not re-consolidated,
+    so the batch holds exactly the rows added; each must have the shard's
+    schema. ``abort`` deletes the parts written so far. Not thread-safe.
+    """
+
+    def __init__(
+        self,
+        blob: Blob,
+        shard: str,
+        lower: int,
+        upper: int,
+        *,
+        inline_max_bytes: int,
+        target_bytes: int,
+        stats: ShardStats,
+    ) -> None:
+        if not 0 <= lower < upper:
+            raise ValueError(f"batch interval [{lower}, {upper}) must satisfy 0 <= lower < upper")
+        self.blob = blob
+        self.shard = shard
+        self.lower = lower
+        self.upper = upper
+        self.inline_max_bytes = inline_max_bytes
+        self.target_bytes = target_bytes
+        self.stats = stats
+        self.rows = 0
+        self._held: list[pa.RecordBatch] = []
+        self._held_bytes = 0
+        self._parts: list[Part] = []
+        self._done = False
+
+    @property
+    def held_bytes(self) -> int:
+        """In-memory bytes of the batches added and not yet written."""
+        return self._held_bytes
+
+    def add(self, batch: pa.RecordBatch) -> bool:
+        """Add ``batch``; return whether every batch added so far is now written
+        (the caller may then release their memory). ``ValueError`` if the
+        builder is finished or aborted, or, when a part is written, if a row's
+        ts is outside ``[lower, upper)``."""
+        self._check_open()
+        if batch.num_rows == 0:
+            return False
+        self._held.append(batch)
+        self._held_bytes += batch.nbytes
+        self.rows += batch.num_rows
+        if self._held_bytes < self.target_bytes:
+            return False
+        self._parts.append(put_blob_part(self.blob, self.shard, self._take(), self.stats))
+        return True
+
+    def finish(self) -> Batch:
+        """Write what is held and return the batch (no parts if no rows were added)."""
+        self._check_open()
+        if self._held:
+            table = self._take()
+            inline = P.inline_part(table, self.inline_max_bytes)
+            self._parts.append(inline or put_blob_part(self.blob, self.shard, table, self.stats))
+        self._done = True
+        return Batch(
+            id=uuid.uuid4().hex,
+            lower=self.lower,
+            upper=self.upper,
+            parts=tuple(self._parts),
+            rows=self.rows,
+        )
+
+    def abort(self) -> list[str]:
+        """Drop what is held and delete the parts written so far; return their
+        keys. Idempotent; after ``finish`` it deletes nothing (the batch owns them)."""
+        if self._done:
+            return []
+        self._done = True
+        self._held, self._held_bytes = [], 0
+        keys = [p.key for p in self._parts if isinstance(p, BlobPart)]
+        for key in keys:
+            self.blob.delete(key)
+        return keys
+
+    def _take(self) -> pa.Table:
+        table = pa.Table.from_batches(self._held)
+        self._held, self._held_bytes = [], 0
+        outside, example = P.ts_outside(table, self.lower, self.upper)
+        if outside:
+            raise ValueError(
+                f"shard {self.shard!r}: {outside} of {table.num_rows} rows have ts outside the "
+                f"batch interval [{self.lower}, {self.upper}), e.g. ts={example}"
+            )
+        return table
+
+    def _check_open(self) -> None:
+        if self._done:
+            raise ValueError(
+                f"batch builder [{self.lower}, {self.upper}) is already finished or aborted"
+            )

@@ -1,0 +1,378 @@
+"""The Python API of a cluster: ``with Cluster(config) as c: c.run(); c.stats()``.
+
+Starting a cluster removes what dead clusters left behind (shared-memory
+segments of dead processes, run directories of dead coordinators), checks the
+shard (schema, upper) before any process starts, starts the consensus process
+(unless ``config.consensus`` names a running server) and every group, and
+waits until all are up. Closing shuts every process down, reaps it and
+unlinks every shared-memory segment of the cluster, whatever happened before.
+
+The calling process is the coordinator. Its children are killed if it dies
+(``PR_SET_PDEATHSIG``): that fires when the *thread* that started them exits,
+so keep the thread that called :meth:`Cluster.start` alive while the cluster runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import shutil
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from ..config import ClusterConfig
+from ..coordinator.consensus import ConsensusProcess
+from ..coordinator.coordinator import Coordinator, IntervalRecord, interval_of
+from ..coordinator.errors import ClusterError
+from ..persist.config import ShardConfig
+from ..persist.errors import ShardNotFound
+from ..persist.shard import Shard, open_shard
+from ..shm import sweep, unlink_cluster
+from .processes import make_run_dir, peak_rss, reset_own_peak_rss
+from .verify import Verification, verify
+from .workloads import SCHEMA
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Cluster", "ClusterError", "ClusterStats", "IntervalRecord", "ProcessInfo"]
+
+
+class ProcessInfo(msgspec.Struct, frozen=True):
+    """A process of the cluster: ``kind`` is coordinator, consensus, builder or worker."""
+
+    kind: str
+    name: str
+    pid: int
+    pgid: int
+
+
+class ClusterStats(msgspec.Struct, frozen=True, kw_only=True):
+    """What a cluster's runs did (DESIGN.md section 9, plus supervision).
+
+    Per-append figures average over the intervals appended. ``blob_puts`` and
+    ``blob_put_bytes`` count data parts (rollups apart, in ``rollup_puts``).
+    ``verified`` is ``None`` until the shard was read back. ``peak_rss`` maps
+    a process kind (coordinator, consensus, builder, worker) to the largest
+    peak resident bytes of any process of it; ``read-back`` is the
+    coordinator's peak while it read the shard back to verify it, measured
+    apart from its run.
+    ``restarts`` counts group restarts, ``consensus_restarts`` restarts of
+    the consensus process, ``abandoned_attempts`` attempts not appended.
+    """
+
+    mode: str
+    groups: int
+    workers: int
+    workload: str
+    rows_per_interval: int
+    snapshot_rows: int
+    shared_max_bytes: int
+    intervals: int
+    upper: int
+    appends: int
+    cas_per_append: float
+    blob_puts: int
+    blob_put_bytes: int
+    data_parts_per_append: float
+    inline_parts_per_append: float
+    inline_bytes_per_append: float
+    diff_bytes_per_append: float
+    own_batches_per_append: float
+    shared_batches_per_append: float
+    rows: int
+    wall_s: float
+    startup_s: float
+    rows_per_s: float
+    append_latency_ms_p50: float
+    append_latency_ms_p99: float
+    restarts: int
+    consensus_restarts: int
+    abandoned_attempts: int
+    rollup_puts: int
+    peak_rss: dict[str, int]
+    verified: bool | None
+    verify_detail: str = ""
+
+
+class Cluster:
+    """A running cluster (see the module doc). Use as a context manager, or
+    call :meth:`start` and :meth:`close` (idempotent).
+
+    Errors of :meth:`start`: ``ValueError`` for bad input (a shard with another
+    schema, an upper that is not a multiple of ``interval_ms``, a data dir
+    another cluster is running on, a second start), storage errors
+    (a ``consensus`` address nobody answers, an unreachable store),
+    :class:`ClusterError` if processes do not come up.
+    """
+
+    def __init__(self, config: ClusterConfig | None = None) -> None:
+        self.config = config or ClusterConfig()
+        self.cluster_id = f"c{uuid.uuid4().hex[:12]}"
+        self.workload = self.config.workload_spec()
+        self.shard: Shard | None = None
+        self.consensus: ConsensusProcess | None = None
+        self.coordinator: Coordinator | None = None
+        self.run_dir: Path | None = None
+        self.startup_s = 0.0
+        self._lock: int | None = None
+        self._verification: Verification | None = None
+        self._final: ClusterStats | None = None
+        self._closed = False
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def __enter__(self) -> Cluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> Cluster:
+        """Check the shard, start the consensus process and the groups."""
+        if self.coordinator is not None or self._closed:
+            raise ValueError(f"cluster {self.cluster_id} was started already")
+        started = time.monotonic()
+        config = self.config
+        try:
+            sweep()  # segments of dead processes, of any cluster
+            if config.blob is None or config.consensus is None:
+                os.makedirs(config.data_path, exist_ok=True)
+                self._lock = _lock_data_dir(config.data_path)
+            if not config.external_server:
+                self._check_store()
+            self.run_dir = make_run_dir(self.cluster_id)
+            address = config.consensus_uri
+            if not config.external_server:
+                self.consensus = ConsensusProcess(
+                    config.consensus_uri,
+                    config.blob_uri,
+                    self.run_dir,
+                    timeout_s=config.start_timeout_s,
+                )
+                address = self.consensus.start()
+            self.shard = open_shard(
+                config.shard,
+                blob=config.blob_uri,
+                consensus=address,
+                schema=SCHEMA,
+                config=self._shard_config(retry_for_s=0.0),
+            )
+            interval_of(self.shard.upper, config.interval_ms, config.shard)
+            self.coordinator = Coordinator(
+                config, self.cluster_id, self.run_dir, self.shard, self.consensus
+            )
+            self.coordinator.start()
+        except BaseException:
+            self.close()
+            raise
+        self.startup_s = time.monotonic() - started
+        return self
+
+    def close(self) -> None:
+        """Stop every process, unlink every segment, remove the run directory.
+        Idempotent; Ctrl-C is ignored while it runs (in the main thread)."""
+        if self._closed:
+            return
+        self._closed = True
+        with _sigint_ignored():
+            try:
+                if self.coordinator is not None:
+                    self.coordinator.close()
+                    self._final = self._stats()
+            finally:
+                unlink_cluster(self.cluster_id)
+                if self.shard is not None:
+                    self.shard.close()
+                if self.consensus is not None:
+                    self.consensus.stop()
+                if self.run_dir is not None:
+                    shutil.rmtree(self.run_dir, ignore_errors=True)
+                if self._lock is not None:
+                    os.close(self._lock)  # releases the lock
+
+    # --- running -------------------------------------------------------------------------
+
+    def run(
+        self,
+        intervals: int | None = None,
+        *,
+        on_append: Callable[[IntervalRecord], None] | None = None,
+    ) -> ClusterStats:
+        """Append ``intervals`` intervals (default ``config.intervals``) from the
+        shard's upper on, calling ``on_append`` after each; then, if
+        ``config.verify``, read the shard back. Returns :meth:`stats`."""
+        coordinator = self._running()
+        n = self.config.intervals if intervals is None else intervals
+        if n < 0:
+            raise ValueError(f"intervals must be >= 0, got {n}")
+        coordinator.run(n, on_append)
+        if self.config.verify:
+            self.verify()
+        return self.stats()
+
+    def verify(self) -> Verification:
+        """Read the shard back and compare it with the workload's expected
+        collection at its upper (also recorded in :meth:`stats`)."""
+        coordinator = self._running()
+        assert self.shard is not None
+        # The read-back's memory is measured apart from the coordinator's run.
+        coordinator.sample_rss(force=True)
+        isolated = reset_own_peak_rss()
+        self._verification = verify(self.shard, self.workload)
+        if isolated:
+            peak = peak_rss(os.getpid()) or 0
+            peaks = coordinator.counters.peak_rss
+            peaks["read-back"] = max(peaks.get("read-back", 0), peak)
+            reset_own_peak_rss()
+        return self._verification
+
+    @property
+    def records(self) -> list[IntervalRecord]:
+        """Every interval appended so far, in order (also after :meth:`close`)."""
+        return list(self.coordinator.counters.records) if self.coordinator is not None else []
+
+    def processes(self) -> list[ProcessInfo]:
+        """The coordinator (this process) and every live child, by kind."""
+        out = [ProcessInfo("coordinator", "coordinator", os.getpid(), os.getpgid(0))]
+        if self.coordinator is not None:
+            for child in self.coordinator.children():
+                if child.proc.returncode is None:
+                    out.append(ProcessInfo(child.kind, child.name, child.pid, child.pgid))
+        return out
+
+    def stats(self) -> ClusterStats:
+        """The figures of every run so far (see :class:`ClusterStats`); after
+        :meth:`close`, those it had when it closed (peak memory included)."""
+        if self._closed:
+            if self._final is None:
+                raise ValueError(f"cluster {self.cluster_id} never started")
+            return self._final
+        return self._stats()
+
+    def _stats(self) -> ClusterStats:
+        coordinator = self._running_or_closing()
+        assert self.shard is not None
+        counters = coordinator.counters
+        records = counters.records
+        appends = len(records)
+        config = self.config
+
+        def per_append(total: float) -> float:
+            return total / appends if appends else 0.0
+
+        latencies = np.array([r.latency_ms for r in records]) if records else np.zeros(1)
+        rows = sum(r.rows for r in records)
+        wall = counters.wall_s
+        v = self._verification
+        return ClusterStats(
+            mode=config.mode,
+            groups=config.groups,
+            workers=config.workers,
+            workload=config.workload,
+            rows_per_interval=config.rows_per_interval,
+            snapshot_rows=config.snapshot_rows,
+            shared_max_bytes=config.shared_max_bytes,
+            intervals=appends,
+            upper=self.shard.state(refresh=False).upper,
+            appends=appends,
+            cas_per_append=per_append(sum(r.cas_calls for r in records)),
+            blob_puts=sum(r.blob_puts for r in records),
+            blob_put_bytes=sum(r.blob_put_bytes for r in records),
+            data_parts_per_append=per_append(sum(r.data_parts for r in records)),
+            inline_parts_per_append=per_append(sum(r.inline_parts for r in records)),
+            inline_bytes_per_append=per_append(sum(r.inline_bytes for r in records)),
+            diff_bytes_per_append=per_append(sum(r.diff_bytes for r in records)),
+            own_batches_per_append=per_append(sum(r.own_batches for r in records)),
+            shared_batches_per_append=per_append(
+                sum(sum(r.shared_batches.values()) for r in records)
+            ),
+            rows=rows,
+            wall_s=wall,
+            startup_s=self.startup_s,
+            rows_per_s=rows / wall if wall > 0 else 0.0,
+            append_latency_ms_p50=float(np.percentile(latencies, 50)),
+            append_latency_ms_p99=float(np.percentile(latencies, 99)),
+            restarts=counters.restarts,
+            consensus_restarts=self.consensus.restarts if self.consensus is not None else 0,
+            abandoned_attempts=counters.abandoned,
+            rollup_puts=self.shard.stats().rollup_puts,
+            peak_rss=dict(counters.peak_rss),
+            verified=None if v is None else v.ok,
+            verify_detail="" if v is None else v.detail,
+        )
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def _running(self) -> Coordinator:
+        if self._closed:
+            raise ValueError(f"cluster {self.cluster_id} is closed")
+        return self._running_or_closing()
+
+    def _running_or_closing(self) -> Coordinator:
+        if self.coordinator is None:
+            raise ValueError(f"cluster {self.cluster_id} is not started")
+        return self.coordinator
+
+    def _shard_config(self, retry_for_s: float) -> ShardConfig:
+        return ShardConfig(
+            blob_target_bytes=self.config.blob_target_bytes,
+            server_timeout_s=self.config.consensus_timeout_s,
+            server_retry_for_s=retry_for_s,
+        )
+
+    def _check_store(self) -> None:
+        """Schema and upper of an existing shard, read straight from the store
+        before any process starts (``ValueError`` naming the problem)."""
+        config = self.config
+        try:
+            with open_shard(
+                config.shard,
+                blob=config.blob_uri,
+                consensus=config.consensus_uri,
+                schema=SCHEMA,
+                config=self._shard_config(retry_for_s=config.consensus_timeout_s),
+                create=False,
+            ) as shard:
+                interval_of(shard.upper, config.interval_ms, config.shard)
+        except ShardNotFound:
+            pass
+
+
+def _lock_data_dir(path: str) -> int:
+    """Hold ``path/cluster.lock`` for this process (released when its
+    descriptor is closed, or the process dies); ``ValueError`` naming the
+    holder if another cluster runs on the data dir."""
+    lock_path = os.path.join(path, "cluster.lock")
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise ValueError(
+            f"data dir {path} is in use by another cluster (coordinator pid {holder})"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

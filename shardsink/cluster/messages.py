@@ -1,0 +1,249 @@
+"""Every message of a cluster, as msgspec Structs decoded strictly.
+
+Channels (all ZeroMQ over ``ipc://`` sockets in the cluster's 0700 run
+directory, plus the shared-memory part channel of ``shardsink.shm``):
+
+- coordinator ROUTER <-> one DEALER per builder and worker (routing id
+  ``g<G>/b`` or ``g<G>/w<W>``): :data:`ToChild` one way, :data:`FromChild`
+  the other.
+- worker -> builder: parts through ``shardsink.shm``; each part's metadata is
+  a :class:`Contribute` (``msgspec.structs.asdict`` / :func:`decode_contribute`),
+  so parts and the finish that follows them travel in one ordered stream.
+- builder ROUTER <-> worker DEALER (routing id ``w<W>``): :class:`HandoffHello`
+  from the worker once, :class:`Handoff` to every finisher.
+- coordinator -> child at launch: a :class:`ChildSpec` as JSON on stdin.
+
+Per interval and worker: one :class:`Mint`; unless the mode is ``off``, an
+empty part that joins the shared batch (best-effort only), the worker's parts
+(the last one carries ``last=1``; a worker that shares nothing sends an empty
+one) and one :class:`Handoff` back; then one :class:`Report`. Tagged unions
+are decoded with unknown fields and tags rejected; nothing is ever unpickled
+or evaluated.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+from ..config import ClusterConfig
+from ..persist.state import Batch
+
+_OPTS = {"frozen": True, "forbid_unknown_fields": True}
+Count = Annotated[int, msgspec.Meta(ge=0)]
+Flag = Annotated[int, msgspec.Meta(ge=0, le=1)]
+Role = Literal["builder", "worker"]
+
+
+# --- coordinator <-> builders and workers ---------------------------------------
+
+
+class Hello(msgspec.Struct, tag="hello", **_OPTS):
+    """A child is up and connected (a builder: its part and handoff sockets are bound)."""
+
+    role: Role
+    group: Count
+    index: Count
+    pid: Count
+
+
+class Members(msgspec.Struct, tag="members", **_OPTS):
+    """To a builder: the pids of its group's workers, the only creators of
+    shared-memory segments it will read."""
+
+    worker_pids: tuple[Count, ...]
+
+
+class Mint(msgspec.Struct, tag="mint", **_OPTS):
+    """To a worker: write interval ``interval`` (times ``[lower, upper)``) as
+    attempt ``attempt``, in ``mode`` with threshold ``shared_max_bytes``."""
+
+    interval: Count
+    attempt: Count
+    lower: Count
+    upper: Count
+    mode: Literal["off", "best-effort", "barrier"]
+    shared_max_bytes: Count
+
+
+class Abandon(msgspec.Struct, tag="abandon", **_OPTS):
+    """Attempt ``attempt`` of ``interval`` will not be appended: stop waiting
+    for it (a worker) or abort its shared batches (a builder)."""
+
+    interval: Count
+    attempt: Count
+
+
+class Shutdown(msgspec.Struct, tag="shutdown", **_OPTS):
+    """Close everything and exit 0."""
+
+
+class SharedBatch(msgspec.Struct, **_OPTS):
+    """A finished shared batch as the builder hands it to the last finisher:
+    ``contributors`` maps each worker (index in the group) to the rows it
+    added; ``blob_puts``/``blob_put_bytes`` are the builder's writes for it."""
+
+    group: Count
+    generation: Count
+    batch: Batch
+    contributors: dict[Count, Count]
+    blob_puts: Count
+    blob_put_bytes: Count
+
+
+class Contribution(msgspec.Struct, **_OPTS):
+    """Rows a worker added to shared batch generation ``generation`` of its group."""
+
+    generation: Count
+    rows: Count
+
+
+class Report(msgspec.Struct, tag="report", **_OPTS):
+    """A worker's account of one attempt of one interval.
+
+    ``rows``: all the rows it produced (its own batch's plus its shared
+    contribution). ``own``: the batch it wrote itself, if any. ``shared``: what
+    it added to a shared batch, if anything. ``received``: the shared batch it
+    received as the last finisher, if it was. ``blob_puts``/``blob_put_bytes``:
+    its own writes. ``error``: why it could not do its part (then nothing of
+    this report is appended). ``peak_rss``: its peak resident bytes so far.
+    """
+
+    interval: Count
+    attempt: Count
+    group: Count
+    worker: Count
+    rows: Count
+    own: Batch | None = None
+    shared: Contribution | None = None
+    received: SharedBatch | None = None
+    blob_puts: Count = 0
+    blob_put_bytes: Count = 0
+    error: str | None = None
+    peak_rss: Count = 0
+
+
+class Failure(msgspec.Struct, tag="failure", **_OPTS):
+    """Child ``pid`` hit an error it cannot continue from; it exits after sending this."""
+
+    pid: Count
+    reason: str
+
+
+ToChild = Members | Mint | Abandon | Shutdown
+FromChild = Hello | Report | Failure
+
+
+# --- worker -> builder (part metadata) --------------------------------------------
+
+
+class Contribute(msgspec.Struct, **_OPTS):
+    """The metadata of every part a worker sends its builder.
+
+    The part's rows (``rows``, possibly 0) go to the shared batch of batch id
+    ``(interval, attempt)`` describing ``[lower, upper)`` (``barrier`` 1: a
+    barrier batch); the first part of a worker joins, the one with ``last=1``
+    finishes its handle.
+    """
+
+    interval: Count
+    attempt: Count
+    lower: Count
+    upper: Count
+    barrier: Flag
+    worker: Count
+    rows: Count
+    last: Flag
+
+
+# --- builder <-> worker -------------------------------------------------------------
+
+
+class HandoffHello(msgspec.Struct, tag="handoff_hello", **_OPTS):
+    """A worker's handoff socket is connected (sent once, at start)."""
+
+    worker: Count
+
+
+class Welcome(msgspec.Struct, tag="welcome", **_OPTS):
+    """The builder's answer to :class:`HandoffHello`: handoffs can reach the worker."""
+
+
+class Handoff(msgspec.Struct, tag="handoff", **_OPTS):
+    """The answer to a finish: ``shared`` if this worker was the last finisher
+    of ``generation``, else ``None``; ``error`` if the builder could not take
+    the contribution (then nothing was taken)."""
+
+    interval: Count
+    attempt: Count
+    generation: Count
+    shared: SharedBatch | None = None
+    error: str | None = None
+
+
+# --- coordinator -> child at launch ------------------------------------------------
+
+
+class ChildSpec(msgspec.Struct, **_OPTS):
+    """Everything a builder or worker process needs to start.
+
+    ``parent``: the coordinator's pid (the child exits if its parent is
+    already gone). ``coordinator``/``parts``/``handoff``: socket addresses.
+    ``inline_max_bytes``: the shard's inline threshold.
+    """
+
+    role: Role
+    group: Count
+    index: Count
+    parent: Count
+    cluster_id: str
+    coordinator: str
+    parts: str
+    handoff: str
+    inline_max_bytes: Count
+    config: ClusterConfig
+
+
+_from_child = msgspec.msgpack.Decoder(FromChild)
+_to_child = msgspec.msgpack.Decoder(ToChild)
+_from_builder = msgspec.msgpack.Decoder(Welcome | Handoff)
+_to_builder = msgspec.msgpack.Decoder(HandoffHello)
+_spec = msgspec.json.Decoder(ChildSpec)
+encode = msgspec.msgpack.Encoder().encode
+
+
+def decode_from_child(data: bytes) -> FromChild:
+    """Raises ``msgspec.DecodeError`` (incl. validation errors) if malformed."""
+    return _from_child.decode(data)
+
+
+def decode_to_child(data: bytes) -> ToChild:
+    return _to_child.decode(data)
+
+
+def decode_handoff(data: bytes) -> Welcome | Handoff:
+    return _from_builder.decode(data)
+
+
+def decode_handoff_hello(data: bytes) -> HandoffHello:
+    return _to_builder.decode(data)
+
+
+def decode_spec(data: bytes) -> ChildSpec:
+    return _spec.decode(data)
+
+
+def encode_spec(spec: ChildSpec) -> bytes:
+    return msgspec.json.encode(spec)
+
+
+def contribute_meta(contribute: Contribute) -> dict[str, int]:
+    """``contribute`` as part metadata (see ``shardsink.shm``)."""
+    return msgspec.structs.asdict(contribute)
+
+
+def decode_contribute(meta: dict) -> Contribute:
+    """A part's metadata as a :class:`Contribute`; ``msgspec.ValidationError``
+    if it is not one (strict: no coercion, no unknown keys)."""
+    return msgspec.convert(meta, Contribute, strict=True)

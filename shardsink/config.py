@@ -1,0 +1,192 @@
+"""The knobs of a cluster, as one msgspec Struct validated on construction.
+
+``ClusterConfig`` is what ``shardsink up`` builds from its flags and what
+:class:`shardsink.cluster.Cluster` takes. Every check happens in
+``__post_init__``, so an impossible shape, an unknown workload or mode, or a
+malformed URI is a ``ValueError`` naming the field before any process starts.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+from urllib.parse import urlsplit
+
+import msgspec
+
+from .persist.state import check_shard_name
+
+MIB = 1 << 20
+MODES = ("off", "best-effort", "barrier")
+PACES = ("realtime", "max")
+FAULT_POINTS = ("before_finish", "after_finish")
+Mode = Literal["off", "best-effort", "barrier"]
+Pace = Literal["realtime", "max"]
+FaultPoint = Literal["before_finish", "after_finish"]
+
+BLOB_SCHEMES = ("file", "s3")
+STORE_SCHEMES = ("sqlite", "postgresql", "postgres")
+SERVER_SCHEMES = ("tcp", "ipc")
+
+
+class Fault(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """SIGKILL worker ``worker`` of group ``group`` at ``point`` of interval
+    ``interval``, attempt ``attempt`` (so the re-minted attempt survives).
+
+    Before the part that finishes its handle the worker waits ``delay_ms``,
+    so that the other workers of its group finish first and it is the last
+    finisher. Then, at ``before_finish`` it dies without sending that part;
+    at ``after_finish`` it sends it, takes the builder's answer (the shared
+    batch, as the last finisher) and dies before reporting.
+    """
+
+    point: FaultPoint
+    group: int
+    worker: int
+    interval: int
+    attempt: int = 0
+    delay_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if self.point not in FAULT_POINTS:
+            raise ValueError(
+                f"unknown fault point {self.point!r}; choose one of {', '.join(FAULT_POINTS)}"
+            )
+        for name in ("group", "worker", "interval", "attempt", "delay_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"Fault.{name} must be >= 0, got {getattr(self, name)}")
+
+
+class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Everything a cluster run needs; every field has a default.
+
+    Shape and mode:
+
+    - ``groups`` process groups of ``workers`` workers and one builder each.
+    - ``mode``: ``off`` (every worker writes its own batch), ``best-effort``
+      (a worker joins its group's shared batch while one is being built),
+      ``barrier`` (one shared batch per group per interval).
+    - ``shared_max_bytes``: a worker whose staged updates for an interval take
+      more than this (Arrow bytes) writes its own batch; 0 disables sharing.
+    - ``blob_target_bytes``: size at which a builder cuts a Parquet part.
+
+    Workload (``shardsink.cluster.workloads``): ``workload``,
+    ``rows_per_interval``, ``snapshot_rows`` (hydrate), ``intervals`` per run,
+    ``interval_ms``, ``pace`` (``realtime``: mint each interval when the wall
+    clock passes its end; ``max``: as fast as appends go).
+
+    Storage: ``data_dir`` holds the embedded defaults, ``blob`` (default
+    ``file://DATA_DIR/blob``) and ``consensus``: a store URI (default
+    ``sqlite:///DATA_DIR/consensus.db``; the cluster runs a consensus process
+    on it) or the address of a running server (``tcp://``, ``ipc://``).
+    ``shard`` names the shard.
+
+    Supervision: ``start_timeout_s`` for a group or the consensus process to
+    come up, ``interval_timeout_s`` for all reports of one attempt (a group
+    that misses it is restarted), ``max_restarts`` before the run fails,
+    ``consensus_timeout_s`` for one consensus request.
+
+    ``seed`` drives the run's random choices (the order mints go out in);
+    ``faults`` arms fault points (tests); ``verify`` reads the shard back after
+    a run and compares it with the workload's expected collection.
+    """
+
+    groups: int = 2
+    workers: int = 4
+    mode: Mode = "best-effort"
+    shared_max_bytes: int = MIB
+    blob_target_bytes: int = 128 * MIB
+    workload: Literal["trickle", "churn", "hydrate"] = "trickle"
+    rows_per_interval: int = 1000
+    snapshot_rows: int = 0
+    intervals: int = 20
+    interval_ms: int = 1000
+    pace: Pace = "max"
+    data_dir: str = "./shardsink-data"
+    blob: str | None = None
+    consensus: str | None = None
+    shard: str = "default"
+    seed: int = 0
+    start_timeout_s: float = 120.0
+    interval_timeout_s: float = 60.0
+    consensus_timeout_s: float = 5.0
+    max_restarts: int = 20
+    verify: bool = True
+    faults: tuple[Fault, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("groups", "workers", "interval_ms", "blob_target_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in (
+            "shared_max_bytes",
+            "rows_per_interval",
+            "snapshot_rows",
+            "intervals",
+            "max_restarts",
+        ):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("start_timeout_s", "interval_timeout_s", "consensus_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        _choice("mode", self.mode, MODES)
+        _choice("pace", self.pace, PACES)
+        self.workload_spec()  # the workload's own checks
+        check_shard_name(self.shard)
+        if not self.data_dir:
+            raise ValueError("data_dir must not be empty")
+        if self.blob is not None:
+            _check_uri("blob", self.blob, BLOB_SCHEMES)
+        if self.consensus is not None:
+            _check_uri("consensus", self.consensus, STORE_SCHEMES + SERVER_SCHEMES)
+        for fault in self.faults:
+            if fault.group >= self.groups or fault.worker >= self.workers:
+                raise ValueError(
+                    f"fault {fault} names worker g{fault.group}/w{fault.worker}, which a "
+                    f"{self.groups}x{self.workers} cluster does not have"
+                )
+
+    def workload_spec(self):
+        """The :class:`~shardsink.cluster.workloads.Workload` this config runs."""
+        from .cluster.workloads import Workload
+
+        return Workload(self.workload, self.rows_per_interval, self.snapshot_rows, self.interval_ms)
+
+    @property
+    def n_workers(self) -> int:
+        """Workers in the whole cluster (``groups * workers``)."""
+        return self.groups * self.workers
+
+    @property
+    def data_path(self) -> str:
+        return os.path.abspath(self.data_dir)
+
+    @property
+    def blob_uri(self) -> str:
+        """``blob``, or the file store under ``data_dir``."""
+        return self.blob or f"file://{os.path.join(self.data_path, 'blob')}"
+
+    @property
+    def consensus_uri(self) -> str:
+        """``consensus``, or the SQLite store under ``data_dir``."""
+        return self.consensus or f"sqlite://{os.path.join(self.data_path, 'consensus.db')}"
+
+    @property
+    def external_server(self) -> bool:
+        """Whether ``consensus`` names a running server (not a store to serve)."""
+        return urlsplit(self.consensus_uri).scheme.lower() in SERVER_SCHEMES
+
+
+def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+
+
+def _check_uri(name: str, uri: str, schemes: tuple[str, ...]) -> None:
+    scheme = urlsplit(uri).scheme.lower() if isinstance(uri, str) and "://" in uri else ""
+    if scheme not in schemes:
+        raise ValueError(
+            f"invalid {name} URI {uri!r}: a cluster's processes share it, so it must be one "
+            f"of {', '.join(s + '://' for s in schemes)}"
+        )

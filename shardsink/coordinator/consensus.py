@@ -1,0 +1,89 @@
+"""The cluster's consensus process: started on a store, restarted on it.
+
+``shardsink consensus serve --store STORE --blob BLOB --bind ipc://RUN/consensus``
+runs as a child (``shardsink consensus`` in ``ps``) in its own process group,
+so a Ctrl-C meant for the coordinator does not stop it before the last append.
+A restart binds the same address, so clients reconnect by themselves; every
+state it serves is durable in the store.
+"""
+
+from __future__ import annotations
+
+import selectors
+import subprocess
+import time
+from pathlib import Path
+
+from ..cluster.processes import Child, kill_all, reap, spawn
+from .errors import ClusterError
+
+
+class ConsensusProcess:
+    """The consensus server child of one cluster. ``start`` and ``restart``
+    wait (bounded) for its "listening on" line; ``stop`` is idempotent."""
+
+    def __init__(self, store: str, blob: str, run_dir: Path, *, timeout_s: float) -> None:
+        self.store = store
+        self.blob = blob
+        self.run_dir = run_dir
+        self.timeout_s = timeout_s
+        self.bind = f"ipc://{run_dir / 'consensus'}"
+        self.address: str | None = None
+        self.child: Child | None = None
+        self.restarts = 0
+
+    def start(self) -> str:
+        """Start the server; return its address. :class:`ClusterError` with its
+        log if it does not come up within the timeout."""
+        args = ["consensus", "serve", "--store", self.store, "--blob", self.blob]
+        self.child = spawn(
+            "consensus",
+            "consensus",
+            [*args, "--bind", self.bind],
+            run_dir=self.run_dir,
+            stdout=subprocess.PIPE,
+        )
+        line = self._first_line()
+        if not line.startswith("listening on "):
+            tail = self.child.log_tail()
+            self.stop()
+            raise ClusterError(
+                f"the consensus process did not start on {self.store} ({line.strip()!r}):\n{tail}"
+            )
+        self.address = line.removeprefix("listening on ").strip()
+        return self.address
+
+    def alive(self) -> bool:
+        return self.child is not None and self.child.alive()
+
+    def restart(self) -> str:
+        """Reap a dead (or kill a live) server and start a new one on the store."""
+        if self.child is not None:
+            kill_all([self.child])
+        self.restarts += 1
+        return self.start()
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL after ``grace_s``; reaped either way."""
+        child, self.child = self.child, None
+        if child is None:
+            return
+        if child.alive():
+            child.proc.terminate()
+            try:
+                reap([child], grace_s)
+            except TimeoutError:
+                kill_all([child])
+        else:
+            reap([child], grace_s)
+
+    def _first_line(self) -> str:
+        assert self.child is not None and self.child.proc.stdout is not None
+        stdout = self.child.proc.stdout
+        with selectors.DefaultSelector() as sel:
+            sel.register(stdout, selectors.EVENT_READ)
+            deadline = time.monotonic() + self.timeout_s
+            while (left := deadline - time.monotonic()) > 0:
+                if sel.select(left):
+                    return stdout.readline().decode(errors="replace")
+        return "<timed out>"

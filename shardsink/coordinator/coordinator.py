@@ -1,0 +1,598 @@
+"""The coordinator: mint operator, append operator and supervisor of a cluster.
+
+One thread, one ZeroMQ ROUTER bound in the run directory. Every builder and
+worker connects a DEALER to it. Per interval the coordinator sends one
+:class:`~shardsink.cluster.messages.Mint` to each worker, collects one
+:class:`~shardsink.cluster.messages.Report` from each, checks them with
+:func:`~shardsink.coordinator.accounting.check` and calls compare-and-append
+once with every batch of the interval.
+
+Supervision runs on every poll tick (at most ``POLL_MS`` apart): a group with a
+dead member, one that sent a failure, or one whose reports miss the
+interval's deadline is killed whole (``killpg``, then every member reaped) and
+restarted; the attempt in flight is abandoned (its workers and builders are
+told, the blobs of batches reported for it are deleted, batches nobody
+reported are left to the leaked-blob sweep) and the interval is minted again
+with the next attempt from the shard's upper. A dead consensus process is
+restarted on its store; an append whose outcome was unknown is retried with
+the same idempotency token, so it takes effect exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+import msgspec
+import zmq
+
+from .. import faults
+from ..cluster import messages as M
+from ..cluster.processes import Child, kill_all, peak_rss, reap, spawn
+from ..config import ClusterConfig
+from ..persist.batches import discard
+from ..persist.errors import PersistError, UpperMismatch
+from ..persist.shard import Shard, Writer
+from ..shm import sweep
+from ..storage.errors import StorageError
+from .accounting import Accepted, AccountingError, batches_of, check
+from .consensus import ConsensusProcess
+from .errors import ClusterError
+
+log = logging.getLogger(__name__)
+
+POLL_MS = 50
+#: How often peak memory of the children is sampled.
+RSS_EVERY_S = 0.25
+#: How long an append keeps being retried through consensus restarts.
+APPEND_RETRY_S = 120.0
+
+
+def interval_of(upper: int, interval_ms: int, shard: str) -> int:
+    """The interval that starts at ``upper``; ``ValueError`` if ``upper`` is
+    not a multiple of ``interval_ms`` (the shard was written with another)."""
+    if upper % interval_ms:
+        raise ValueError(
+            f"shard {shard!r} has upper {upper}, not a multiple of interval_ms {interval_ms}: "
+            "was it written with another interval_ms?"
+        )
+    return upper // interval_ms
+
+
+class GroupFailed(Exception):
+    """Groups that must be restarted, and why."""
+
+    def __init__(self, groups: dict[int, str]) -> None:
+        super().__init__("; ".join(f"group {g}: {why}" for g, why in sorted(groups.items())))
+        self.groups = groups
+
+
+class AppendCost(NamedTuple):
+    """What one compare-and-append did, retries included: the parts it
+    appended (inline parts the shard's inline cap sent to blob count as data
+    parts, and their writes as blob puts) and its consensus work."""
+
+    diff_bytes: int
+    cas_calls: int
+    blob_puts: int
+    blob_put_bytes: int
+    data_parts: int
+    inline_parts: int
+    inline_bytes: int
+
+
+class IntervalRecord(msgspec.Struct, frozen=True):
+    """One appended interval: what went in and what it cost."""
+
+    interval: int
+    attempt: int
+    rows: int
+    own_batches: int
+    shared_batches: dict[int, int]
+    data_parts: int
+    inline_parts: int
+    inline_bytes: int
+    blob_puts: int
+    blob_put_bytes: int
+    diff_bytes: int
+    cas_calls: int
+    latency_ms: float
+
+
+@dataclass
+class Group:
+    """The processes of one group: its builder leads the OS process group."""
+
+    index: int
+    builder: Child
+    workers: list[Child]
+    ready: set[str] = field(default_factory=set)
+
+    @property
+    def members(self) -> list[Child]:
+        return [self.builder, *self.workers]
+
+    def dead(self) -> list[Child]:
+        return [c for c in self.members if not c.alive()]
+
+
+@dataclass
+class Counters:
+    """Everything the coordinator counted during its runs."""
+
+    records: list[IntervalRecord] = field(default_factory=list)
+    restarts: int = 0
+    abandoned: int = 0
+    peak_rss: dict[str, int] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+
+class Coordinator:
+    """Drives the groups of one cluster (see the module doc).
+
+    ``shard``/``writer`` are the coordinator's handles on the shard (through
+    the consensus server); ``consensus`` is the consensus process to restart
+    when it dies, ``None`` for an external server.
+    """
+
+    def __init__(
+        self,
+        config: ClusterConfig,
+        cluster_id: str,
+        run_dir: Path,
+        shard: Shard,
+        consensus: ConsensusProcess | None,
+    ) -> None:
+        self.config = config
+        self.cluster_id = cluster_id
+        self.run_dir = run_dir
+        self.shard = shard
+        self.writer: Writer = shard.writer(f"cluster-{cluster_id}")
+        self.consensus = consensus
+        self.inline_max_bytes = shard.state(refresh=False).inline_max_bytes
+        self.groups: dict[int, Group] = {}
+        self.counters = Counters()
+        self._random = random.Random(config.seed)
+        self._ctx = zmq.Context()
+        self._sock = self._ctx.socket(zmq.ROUTER)
+        self._sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a restarted child reuses its id
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self.address = f"ipc://{run_dir / 'coord'}"
+        self._sock.bind(self.address)
+        self._current: tuple[int, int] | None = None
+        self._reports: dict[tuple[int, int], M.Report] = {}
+        self._failed: dict[int, str] = {}
+        self._last_rss = 0.0
+        self._closed = False
+
+    # --- processes ------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start every group and wait until all are ready."""
+        for g in range(self.config.groups):
+            self.groups[g] = self._spawn_group(g)
+        self._await_ready(list(self.groups))
+
+    def children(self) -> list[Child]:
+        """Every live child process this coordinator started (consensus included)."""
+        out = [c for group in self.groups.values() for c in group.members]
+        if self.consensus is not None and self.consensus.child is not None:
+            out.append(self.consensus.child)
+        return out
+
+    def _spawn_group(self, g: int) -> Group:
+        def spec(role: str, index: int) -> bytes:
+            return M.encode_spec(
+                M.ChildSpec(
+                    role=role,
+                    group=g,
+                    index=index,
+                    parent=os.getpid(),
+                    cluster_id=self.cluster_id,
+                    coordinator=self.address,
+                    parts=f"ipc://{self.run_dir / f'g{g}.parts'}",
+                    handoff=f"ipc://{self.run_dir / f'g{g}.handoff'}",
+                    inline_max_bytes=self.inline_max_bytes,
+                    config=self.config,
+                )
+            )
+
+        builder = spawn(
+            "builder", f"g{g}/b", ["builder"], run_dir=self.run_dir, stdin=spec("builder", 0)
+        )
+        workers = []
+        try:
+            for w in range(self.config.workers):
+                workers.append(
+                    spawn(
+                        "worker",
+                        f"g{g}/w{w}",
+                        ["worker"],
+                        run_dir=self.run_dir,
+                        stdin=spec("worker", w),
+                        process_group=builder.pid,
+                    )
+                )
+        except BaseException:
+            kill_all([builder, *workers])
+            raise
+        return Group(g, builder, workers)
+
+    def _await_ready(self, groups: list[int]) -> None:
+        """Wait until every member of ``groups`` said hello; a group whose
+        member dies meanwhile is restarted (counted)."""
+        deadline = time.monotonic() + self.config.start_timeout_s
+        while True:
+            pending = [g for g in groups if len(self.groups[g].ready) < self.config.workers + 1]
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                names = [
+                    c.name for g in pending for c in self.groups[g].members
+                    if c.name not in self.groups[g].ready
+                ]  # fmt: skip
+                raise ClusterError(
+                    f"{', '.join(names)} did not start within {self.config.start_timeout_s}s"
+                    + self._log_tails([c for g in pending for c in self.groups[g].members])
+                )
+            self._poll(POLL_MS)
+            failed = self._failed_groups(groups)
+            if failed:
+                self._restart(failed)
+                deadline = time.monotonic() + self.config.start_timeout_s
+
+    def _restart(self, failed: dict[int, str]) -> None:
+        for g, why in sorted(failed.items()):
+            self.counters.restarts += 1
+            group = self.groups[g]
+            log.warning(
+                "restarting group %d (restart %d): %s%s",
+                g,
+                self.counters.restarts,
+                why,
+                self._log_tails(group.dead()),
+            )
+            if self.counters.restarts > self.config.max_restarts:
+                raise ClusterError(
+                    f"more than {self.config.max_restarts} restarts; the last: group {g}: {why}"
+                    + self._log_tails(group.dead())
+                )
+            self.sample_rss(force=True, own=False)
+            kill_all(group.members)
+            self._failed.pop(g, None)
+            self.groups[g] = self._spawn_group(g)
+        # segments of the killed members: their creators are dead now
+        sweep(self.cluster_id)
+        self._await_ready(list(failed))
+
+    def _failed_groups(self, groups: list[int] | None = None) -> dict[int, str]:
+        """Groups with a dead member or a failure report, and why."""
+        failed: dict[int, str] = {}
+        for g in groups if groups is not None else list(self.groups):
+            dead = self.groups[g].dead()
+            if g in self._failed:
+                failed[g] = self._failed[g]
+            elif dead:
+                failed[g] = ", ".join(
+                    f"{c.name} (pid {c.pid}) exited with {c.proc.returncode}" for c in dead
+                )
+        return failed
+
+    def _check_consensus(self) -> None:
+        if self.consensus is not None and not self.consensus.alive():
+            log.warning("the consensus process died; restarting it on %s", self.consensus.store)
+            self.sample_rss(force=True, own=False)
+            self.consensus.restart()
+
+    def sample_rss(self, force: bool = False, *, own: bool = True) -> None:
+        """Record the peak memory of every live child of the cluster and, with
+        ``own``, of this process (at most every ``RSS_EVERY_S`` unless ``force``)."""
+        now = time.monotonic()
+        if not force and now - self._last_rss < RSS_EVERY_S:
+            return
+        self._last_rss = now
+        peaks = self.counters.peak_rss
+        for child in self.children():
+            if child.proc.returncode is not None:  # reaped: its pid may be another's now
+                continue
+            rss = peak_rss(child.pid)
+            if rss is not None and rss > peaks.get(child.kind, 0):
+                peaks[child.kind] = rss
+        mine = peak_rss(os.getpid()) if own else None
+        if mine is not None and mine > peaks.get("coordinator", 0):
+            peaks["coordinator"] = mine
+
+    @staticmethod
+    def _log_tails(children: list[Child]) -> str:
+        tails = [f"\n--- {c.name} (pid {c.pid}) log ---\n{c.log_tail()}" for c in children]
+        return "".join(t for t in tails if t.strip())
+
+    # --- messages ---------------------------------------------------------------------
+
+    def _send(self, child: Child, msg: msgspec.Struct) -> None:
+        identity = child.name.encode()
+        try:
+            self._sock.send_multipart([identity, M.encode(msg)], zmq.NOBLOCK)
+        except zmq.Again:
+            log.warning("could not send %s to %s", type(msg).__name__, child.name)
+
+    def _poll(self, timeout_ms: int) -> None:
+        """Handle every message that arrives within ``timeout_ms``; run the
+        supervision checks."""
+        if self._sock.poll(timeout_ms):
+            while True:
+                try:
+                    identity, raw = self._sock.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                except ValueError:  # not two frames
+                    continue
+                self._handle(identity.decode(errors="replace"), raw)
+        self.sample_rss()
+        self._check_consensus()
+
+    def _handle(self, identity: str, raw: bytes) -> None:
+        try:
+            msg = M.decode_from_child(raw)
+        except msgspec.DecodeError as exc:
+            log.warning("malformed message from %r: %s", identity, exc)
+            return
+        member = self._member(identity)
+        if member is None:
+            log.warning("message from unknown peer %r", identity)
+            return
+        group, child = member
+        if isinstance(msg, M.Hello):
+            if msg.pid != child.pid:
+                return  # a killed incarnation's hello, delivered late
+            group.ready.add(child.name)
+            if msg.role == "builder":
+                self._send(child, M.Members(tuple(w.pid for w in group.workers)))
+        elif isinstance(msg, M.Failure) and msg.pid == child.pid:
+            log.warning("%s failed: %s", identity, msg.reason)
+            self._failed[group.index] = f"{identity} failed: {msg.reason}"
+        elif isinstance(msg, M.Report):
+            key = (msg.group, msg.worker)
+            expected = f"g{msg.group}/w{msg.worker}"
+            if (msg.interval, msg.attempt) != self._current or expected != identity:
+                self._discard([msg], f"a stale report from {identity}")
+            elif key in self._reports:
+                log.warning("a second report from %s for %s; ignored", identity, self._current)
+            else:
+                self._reports[key] = msg
+
+    def _member(self, identity: str) -> tuple[Group, Child] | None:
+        for group in self.groups.values():
+            for child in group.members:
+                if child.name == identity:
+                    return group, child
+        return None
+
+    def _discard(self, reports: list[M.Report], why: str) -> None:
+        """Delete the blobs of batches that will never be appended."""
+        batches = batches_of({(i, 0): r for i, r in enumerate(reports)})
+        keys = [k for b in batches for k in b.blob_keys()]
+        if keys:
+            log.info("deleting %d blobs of %s", len(keys), why)
+            try:
+                discard(self.shard.blob, batches)
+            except StorageError as exc:
+                log.warning("could not delete blobs (the leaked-blob sweep will): %s", exc)
+
+    # --- intervals --------------------------------------------------------------------
+
+    def run(self, intervals: int, on_append: Callable[[IntervalRecord], None] | None) -> None:
+        """Append ``intervals`` intervals from the shard's upper on."""
+        interval_ms = self.config.interval_ms
+        start = time.monotonic()
+        first = interval_of(self._upper(), self.config.interval_ms, self.shard.name)
+        done = 0
+        interval = first
+        try:
+            while done < intervals:
+                close = None
+                if self.config.pace == "realtime":
+                    close = start + (interval - first + 1) * interval_ms / 1000
+                    self._wait_until(close)
+                record = self._append_interval(interval, close)
+                if record is None:  # someone else appended: resync
+                    interval = interval_of(self._upper(), self.config.interval_ms, self.shard.name)
+                    continue
+                self.counters.records.append(record)
+                done += 1
+                interval += 1
+                if on_append is not None:
+                    on_append(record)
+        finally:
+            self.counters.wall_s += time.monotonic() - start
+            self.sample_rss(force=True)
+
+    def _wait_until(self, when: float) -> None:
+        while (left := when - time.monotonic()) > 0:
+            self._poll(min(POLL_MS, max(1, int(left * 1000))))
+            failed = self._failed_groups()
+            if failed:
+                self._restart(failed)
+
+    def _append_interval(self, interval: int, close: float | None) -> IntervalRecord | None:
+        """Mint attempts of ``interval`` until one is appended; ``None`` if the
+        shard's upper moved past it by someone else's append."""
+        interval_ms = self.config.interval_ms
+        lower, upper = interval * interval_ms, (interval + 1) * interval_ms
+        attempt = 0
+        while True:
+            minted = time.monotonic()
+            self._mint(interval, attempt, lower, upper)
+            try:
+                reports = self._collect(minted)
+                accepted = check(
+                    reports,
+                    self.config.groups,
+                    self.config.workers,
+                    interval,
+                    attempt,
+                    lower,
+                    upper,
+                )
+            except GroupFailed as failure:
+                self._abandon(interval, attempt, str(failure))
+                self._restart(failure.groups)
+                attempt = self._next_attempt(interval, attempt)
+                continue
+            except AccountingError as exc:
+                self._abandon(interval, attempt, f"the reports do not add up: {exc}")
+                attempt = self._next_attempt(interval, attempt)
+                continue
+            self._current = None
+            try:
+                cost = self._compare_and_append(accepted, lower, upper)
+            except UpperMismatch as exc:
+                self._discard(list(reports.values()), f"interval {interval}: {exc}")
+                return None
+            latency_ms = (time.monotonic() - (close if close is not None else minted)) * 1000
+            return IntervalRecord(
+                interval=interval,
+                attempt=attempt,
+                rows=accepted.rows,
+                own_batches=accepted.own_batches,
+                shared_batches=accepted.shared_batches,
+                data_parts=cost.data_parts,
+                inline_parts=cost.inline_parts,
+                inline_bytes=cost.inline_bytes,
+                blob_puts=accepted.blob_puts + cost.blob_puts,
+                blob_put_bytes=accepted.blob_put_bytes + cost.blob_put_bytes,
+                diff_bytes=cost.diff_bytes,
+                cas_calls=cost.cas_calls,
+                latency_ms=latency_ms,
+            )
+
+    def _next_attempt(self, interval: int, attempt: int) -> int:
+        self.counters.abandoned += 1
+        if attempt + 1 > self.config.max_restarts:
+            raise ClusterError(f"interval {interval} failed {attempt + 1} attempts")
+        upper = self._upper()
+        if upper != interval * self.config.interval_ms:
+            raise ClusterError(
+                f"the shard's upper moved to {upper} while interval {interval} was "
+                "abandoned; is another cluster writing this shard?"
+            )
+        return attempt + 1
+
+    def _mint(self, interval: int, attempt: int, lower: int, upper: int) -> None:
+        self._current = (interval, attempt)
+        self._reports = {}
+        mint = M.Mint(
+            interval=interval,
+            attempt=attempt,
+            lower=lower,
+            upper=upper,
+            mode=self.config.mode,
+            shared_max_bytes=self.config.shared_max_bytes,
+        )
+        workers = [w for group in self.groups.values() for w in group.workers]
+        self._random.shuffle(workers)
+        for worker in workers:
+            self._send(worker, mint)
+
+    def _collect(self, minted: float) -> dict[tuple[int, int], M.Report]:
+        """The reports of the current attempt; :class:`GroupFailed` if a group
+        fails or misses the deadline."""
+        need = self.config.groups * self.config.workers
+        deadline = minted + self.config.interval_timeout_s
+        while len(self._reports) < need:
+            self._poll(POLL_MS)
+            failed = self._failed_groups()
+            if not failed and time.monotonic() > deadline:
+                failed = {
+                    g: f"no report from worker {w} within {self.config.interval_timeout_s}s"
+                    for g in self.groups
+                    for w in range(self.config.workers)
+                    if (g, w) not in self._reports
+                }
+            if failed:
+                raise GroupFailed(failed)
+        return dict(self._reports)
+
+    def _abandon(self, interval: int, attempt: int, why: str) -> None:
+        log.warning("abandoning attempt %d of interval %d: %s", attempt, interval, why)
+        abandon = M.Abandon(interval, attempt)
+        for group in self.groups.values():
+            for child in group.members:
+                self._send(child, abandon)
+        self._discard(list(self._reports.values()), f"abandoned attempt {attempt}")
+        self._reports = {}
+        self._current = None  # reports of it that arrive later are discarded too
+
+    def _compare_and_append(self, accepted: Accepted, lower: int, upper: int) -> AppendCost:
+        """Append ``accepted`` once; retried (same token) through consensus restarts."""
+        before = self.shard.stats()
+        deadline = time.monotonic() + APPEND_RETRY_S
+        self._check_consensus()
+        retried = False
+        while True:
+            try:
+                faults.point("append.before_cas")
+                self.writer.compare_and_append(list(accepted.batches), lower, upper)
+                faults.point("append.after_cas")
+                break
+            except UpperMismatch:
+                # A retry whose first try took effect but failed after it (so
+                # the writer's token was not kept) finds its own append.
+                if retried and self._appended(accepted, upper):
+                    break
+                raise
+            except (StorageError, PersistError) as exc:
+                if time.monotonic() > deadline:
+                    raise
+                log.warning("append of [%d, %d) failed, retrying: %s", lower, upper, exc)
+                retried = True
+                self._poll(POLL_MS)
+        after = self.shard.stats()
+        return AppendCost(*(getattr(after, f) - getattr(before, f) for f in AppendCost._fields))
+
+    def _appended(self, accepted: Accepted, upper: int) -> bool:
+        """Whether the shard holds ``accepted``'s batches up to ``upper``."""
+        state = self.shard.state(refresh=True)
+        ids = [b.id for b in accepted.batches if b.parts]
+        return state.upper >= upper and all(i in state.batches for i in ids)
+
+    def _upper(self) -> int:
+        deadline = time.monotonic() + APPEND_RETRY_S
+        self._check_consensus()
+        while True:
+            try:
+                return self.shard.upper
+            except StorageError:
+                if time.monotonic() > deadline:
+                    raise
+                self._poll(POLL_MS)
+
+    # --- shutdown -----------------------------------------------------------------------
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Ask every child to exit, kill what does not, reap all; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self.sample_rss(force=True, own=False)
+        members = [c for group in self.groups.values() for c in group.members]
+        for child in members:
+            if child.alive():
+                self._send(child, M.Shutdown())
+        try:
+            reap(members, timeout_s)
+        except TimeoutError as exc:
+            log.warning("%s; killing them", exc)
+        kill_all(members)
+        try:
+            self.writer.close()
+        except (StorageError, PersistError) as exc:
+            log.warning("could not expire the writer: %s", exc)
+        self._sock.close()
+        self._ctx.term()

@@ -1,0 +1,386 @@
+"""The builder process of a group: shared batches from its workers' parts.
+
+Workers send their parts through the shared-memory channel; each part's
+metadata (:class:`~shardsink.cluster.messages.Contribute`) says which batch id
+it belongs to and whether it finishes the worker's handle. The builder feeds
+the rows of each shared batch generation into a
+:class:`~shardsink.persist.batches.BatchBuilder` (Parquet parts near the blob
+target, or inline when tiny) and answers every finish with a
+:class:`~shardsink.cluster.messages.Handoff`: the finished batch for the last
+finisher, nothing for the others. Who is last is decided by the pure
+:class:`~shardsink.worker.shared_batch.SharedBatches`.
+
+Finishes that arrive in one burst are decided after every part of the burst
+has joined, so workers whose parts overlap in time share one batch in
+best-effort mode. A part is acknowledged (its arena space freed) once its rows
+are written to a part, or its batch is finished or aborted: the builder holds
+at most the channel's outstanding parts plus one part in progress.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import msgspec
+import zmq
+
+from .. import faults
+from ..cluster import messages as M
+from ..persist.batches import BatchBuilder
+from ..persist.errors import PersistError
+from ..persist.stats import ShardStats
+from ..shm import PartReceiver, Received
+from ..storage.contracts import Blob
+from ..storage.errors import StorageError
+from .shared_batch import (
+    BatchId,
+    Description,
+    Last,
+    NotLast,
+    Orphaned,
+    SharedBatches,
+)
+
+log = logging.getLogger(__name__)
+
+#: How long the builder waits for a part before it looks at its other sockets.
+POLL_S = 0.05
+
+
+@dataclass
+class _Generation:
+    builder: BatchBuilder
+    stats: ShardStats
+    held: list[Received] = field(default_factory=list)
+    error: str | None = None  # writing a part failed: nobody may receive this batch
+
+
+class GroupBuilder:
+    """The shared batches of one group, driven by received parts.
+
+    ``ack`` releases parts back to their senders. Call :meth:`take` for every
+    part in arrival order; it returns the finishes to decide (after the rest
+    of the burst) with :meth:`finish`, each giving the answer for one worker.
+    """
+
+    def __init__(
+        self,
+        group: int,
+        n_workers: int,
+        blob: Blob,
+        shard: str,
+        *,
+        inline_max_bytes: int,
+        target_bytes: int,
+        ack: Callable[..., None],
+    ) -> None:
+        self.group = group
+        self.blob = blob
+        self.shard = shard
+        self.inline_max_bytes = inline_max_bytes
+        self.target_bytes = target_bytes
+        self.machine = SharedBatches(n_workers)
+        self._ack = ack
+        self._generations: dict[tuple[BatchId, int], _Generation] = {}
+        self._failed: dict[tuple[BatchId, int], str] = {}
+        self._newest: BatchId | None = None
+        self._abandoned: BatchId | None = None
+
+    def take(self, part: Received) -> tuple[BatchId, int] | None:
+        """Take one part; return ``(bid, worker)`` if it finishes the worker's
+        handle (decide it with :meth:`finish`). Raises ``msgspec.ValidationError``
+        if the part's metadata is not a contribution (the part is released)."""
+        try:
+            c = M.decode_contribute(part.meta)
+        except msgspec.ValidationError:
+            self._ack(part)
+            raise
+        bid = (c.interval, c.attempt)
+        if self._stale(bid):
+            self._ack(part)
+            return (bid, c.worker) if c.last else None
+        if self._newest is None or bid > self._newest:
+            self._newest = bid
+            self.machine.sweep(lambda b: b >= bid)
+        key = (bid, c.worker)
+        if key not in self._failed:
+            try:
+                self._add(bid, c, part)
+            except (ValueError, PersistError, StorageError) as exc:
+                self._ack(part)
+                self._fail(key, f"{type(exc).__name__}: {exc}")
+        else:
+            self._ack(part)
+        return key if c.last else None
+
+    def finish(self, bid: BatchId, worker: int) -> M.Handoff:
+        """The answer to ``worker``'s finish of ``bid``."""
+        interval, attempt = bid
+        error = self._failed.pop((bid, worker), None)
+        if error is None and self._stale(bid):
+            error = f"attempt {attempt} of interval {interval} was abandoned"
+        if error is not None:
+            return M.Handoff(interval, attempt, 0, error=error)
+        try:
+            decision = self.machine.finish(bid, worker)
+        except ValueError as exc:  # e.g. a second finish of one handle
+            return M.Handoff(interval, attempt, 0, error=f"{type(exc).__name__}: {exc}")
+        if isinstance(decision, NotLast):
+            return M.Handoff(interval, attempt, decision.generation)
+        assert isinstance(decision, Last)
+        try:
+            shared = self._complete(bid, decision)
+        except (ValueError, PersistError, StorageError) as exc:
+            return M.Handoff(
+                interval, attempt, decision.generation, error=f"{type(exc).__name__}: {exc}"
+            )
+        return M.Handoff(interval, attempt, decision.generation, shared=shared)
+
+    def abandon(self, bid: BatchId) -> None:
+        """Abort every shared batch of ``bid``; later parts of it are stale."""
+        self._abandoned = bid if self._abandoned is None else max(self._abandoned, bid)
+        self._orphan(self.machine.abandon(bid))
+
+    def close(self) -> None:
+        """Abort everything not handed off (deleting its parts); idempotent."""
+        for bid in self.machine.ids:
+            self._orphan(self.machine.abandon(bid))
+
+    def _stale(self, bid: BatchId) -> bool:
+        """An abandoned id, or an older one that is done and forgotten."""
+        if self._abandoned is not None and bid <= self._abandoned:
+            return True
+        return self._newest is not None and bid < self._newest and bid not in self.machine
+
+    def _add(self, bid: BatchId, c: M.Contribute, part: Received) -> None:
+        if part.batch.num_rows != c.rows:
+            raise ValueError(
+                f"a part of worker {c.worker} says {c.rows} rows and holds {part.batch.num_rows}"
+            )
+        generation = self.machine.join(
+            bid, Description(c.lower, c.upper, bool(c.barrier)), c.worker
+        )
+        self.machine.push(bid, c.worker, c.rows)
+        if not c.rows:
+            self._ack(part)
+            return
+        gen = self._generations.get((bid, generation))
+        if gen is None:
+            stats = ShardStats()
+            builder = BatchBuilder(
+                self.blob,
+                self.shard,
+                c.lower,
+                c.upper,
+                inline_max_bytes=self.inline_max_bytes,
+                target_bytes=self.target_bytes,
+                stats=stats,
+            )
+            gen = self._generations[(bid, generation)] = _Generation(builder, stats)
+        if gen.error is not None:
+            self._ack(part)
+            return
+        gen.held.append(part)
+        try:
+            written = gen.builder.add(part.batch)
+        except (ValueError, PersistError, StorageError) as exc:
+            gen.error = f"{type(exc).__name__}: {exc}"
+            gen.builder.abort()
+            written = True
+        if written:
+            self._ack(*gen.held)
+            gen.held.clear()
+            if gen.error is None:
+                faults.point("builder.after_upload")
+
+    def _fail(self, key: tuple[BatchId, int], reason: str) -> None:
+        bid, worker = key
+        self._failed[key] = reason
+        log.warning("group %d: batch id %s, worker %d: %s", self.group, bid, worker, reason)
+        try:
+            orphaned = self.machine.drop(bid, worker)
+        except ValueError:  # it never joined (e.g. a conflicting description)
+            return
+        if orphaned is not None:
+            self._orphan([orphaned])
+
+    def _complete(self, bid: BatchId, decision: Last) -> M.SharedBatch | None:
+        """The finished batch of a generation; ``None`` if nobody added rows."""
+        gen = self._generations.pop((bid, decision.generation), None)
+        if gen is None:
+            return None
+        self._ack(*gen.held)
+        if gen.error is not None:
+            raise ValueError(f"writing the shared batch failed: {gen.error}")
+        try:
+            batch = gen.builder.finish()
+        except BaseException:
+            gen.builder.abort()
+            raise
+        if batch.blob_keys():
+            faults.point("builder.after_upload")
+        return M.SharedBatch(
+            group=self.group,
+            generation=decision.generation,
+            batch=batch,
+            contributors=decision.contributors,
+            blob_puts=gen.stats.blob_puts,
+            blob_put_bytes=gen.stats.blob_put_bytes,
+        )
+
+    def _orphan(self, orphaned: list[Orphaned]) -> None:
+        for o in orphaned:
+            gen = self._generations.pop((o.bid, o.generation), None)
+            if gen is not None:
+                keys = gen.builder.abort()
+                self._ack(*gen.held)
+                if keys:
+                    log.info("group %d: deleted the %d parts of %s", self.group, len(keys), o)
+
+
+def run_builder(spec: M.ChildSpec) -> int:
+    """The builder process's main loop; returns the exit code."""
+    from ..cluster.workloads import SCHEMA
+    from ..storage.uri import open_blob
+
+    config = spec.config
+    ctx = zmq.Context()
+    coord = ctx.socket(zmq.DEALER)
+    coord.setsockopt(zmq.IDENTITY, f"g{spec.group}/b".encode())
+    coord.setsockopt(zmq.LINGER, 1000)
+    handoff = ctx.socket(zmq.ROUTER)
+    handoff.setsockopt(zmq.ROUTER_MANDATORY, 1)
+    handoff.setsockopt(zmq.LINGER, 0)
+    receiver: PartReceiver | None = None
+    group: GroupBuilder | None = None
+    blob = open_blob(config.blob_uri)
+    try:
+        coord.connect(spec.coordinator)
+        handoff.bind(spec.handoff)
+        coord.send(M.encode(M.Hello("builder", spec.group, 0, os.getpid())))
+        members = _wait_members(coord, handoff, config.start_timeout_s)
+        if members is None:
+            return 0
+        receiver = PartReceiver(
+            spec.parts, spec.cluster_id, creators=members.worker_pids, schema=SCHEMA
+        )
+        group = GroupBuilder(
+            spec.group,
+            config.workers,
+            blob,
+            config.shard,
+            inline_max_bytes=spec.inline_max_bytes,
+            target_bytes=config.blob_target_bytes,
+            ack=receiver.ack,
+        )
+        _loop(receiver, group, coord, handoff)
+        return 0
+    except Exception as exc:
+        log.exception("builder g%d failed", spec.group)
+        _report_failure(coord, f"builder g{spec.group}: {type(exc).__name__}: {exc}")
+        return 1
+    finally:
+        if group is not None:
+            group.close()
+        if receiver is not None:
+            receiver.close()
+        blob.close()
+        coord.close()
+        handoff.close()
+        ctx.term()
+
+
+def _wait_members(coord: zmq.Socket, handoff: zmq.Socket, timeout_s: float) -> M.Members | None:
+    """Welcome workers until the coordinator sends the group's member pids;
+    ``None`` on :class:`Shutdown`. ``TimeoutError`` after ``timeout_s``."""
+    poller = zmq.Poller()
+    poller.register(coord, zmq.POLLIN)
+    poller.register(handoff, zmq.POLLIN)
+    deadline = time.monotonic() + timeout_s
+    while (left := deadline - time.monotonic()) > 0:
+        events = dict(poller.poll(int(left * 1000) + 1))
+        if handoff in events:
+            _welcome(handoff)
+        if coord in events:
+            try:
+                msg = M.decode_to_child(coord.recv())
+            except msgspec.DecodeError as exc:
+                log.warning("malformed message from the coordinator: %s", exc)
+                continue
+            if isinstance(msg, M.Members):
+                return msg
+            if isinstance(msg, M.Shutdown):
+                return None
+    raise TimeoutError(f"no member list from the coordinator within {timeout_s}s")
+
+
+def _welcome(handoff: zmq.Socket) -> None:
+    """Answer every queued :class:`HandoffHello` with a :class:`Welcome`."""
+    while True:
+        try:
+            frames = handoff.recv_multipart(zmq.NOBLOCK)
+        except zmq.Again:
+            return
+        try:
+            peer, raw = frames
+            M.decode_handoff_hello(raw)
+        except (ValueError, msgspec.DecodeError) as exc:
+            log.warning("malformed handoff hello: %s", exc)
+            continue
+        handoff.send_multipart([peer, M.encode(M.Welcome())])
+
+
+def _loop(
+    receiver: PartReceiver, group: GroupBuilder, coord: zmq.Socket, handoff: zmq.Socket
+) -> None:
+    while True:
+        burst: list[tuple[BatchId, int]] = []
+        part = receiver.recv(POLL_S)
+        while part is not None:
+            try:
+                finish = group.take(part)
+            except msgspec.ValidationError as exc:
+                log.warning("group %d: a part without a valid contribution: %s", group.group, exc)
+                finish = None
+            if finish is not None:
+                burst.append(finish)
+            part = receiver.recv(0)
+        for bid, worker in burst:
+            answer = group.finish(bid, worker)
+            if answer.shared is not None:
+                faults.point("builder.before_handoff")
+            try:
+                handoff.send_multipart([f"w{worker}".encode(), M.encode(answer)])
+            except zmq.ZMQError as exc:  # the worker is gone; its group is being restarted
+                log.warning("group %d: cannot answer worker %d: %s", group.group, worker, exc)
+        if _handle_coordinator(group, coord):
+            return
+        _welcome(handoff)
+
+
+def _handle_coordinator(group: GroupBuilder, coord: zmq.Socket) -> bool:
+    """Handle queued coordinator messages; ``True`` on :class:`Shutdown`."""
+    while True:
+        try:
+            raw = coord.recv(zmq.NOBLOCK)
+        except zmq.Again:
+            return False
+        try:
+            msg = M.decode_to_child(raw)
+        except msgspec.DecodeError as exc:
+            log.warning("group %d: malformed message from the coordinator: %s", group.group, exc)
+            continue
+        if isinstance(msg, M.Shutdown):
+            return True
+        if isinstance(msg, M.Abandon):
+            group.abandon((msg.interval, msg.attempt))
+
+
+def _report_failure(coord: zmq.Socket, reason: str) -> None:
+    with contextlib.suppress(zmq.ZMQError):
+        coord.send(M.encode(M.Failure(os.getpid(), reason)), zmq.NOBLOCK)

@@ -1,0 +1,274 @@
+"""The worker process: its slice of every minted interval, shared or its own.
+
+For each :class:`~shardsink.cluster.messages.Mint` the worker produces the
+updates DESIGN.md section 8 assigns it, consolidates them and stages them as
+Arrow. In ``best-effort`` and ``barrier`` mode, staged updates of at most
+``shared_max_bytes`` go to the group's builder through shared memory (the last
+part finishes the worker's handle); larger ones, and every interval in ``off``
+mode, become the worker's own batch, written in parallel with the others.
+
+In best-effort mode the worker joins the shared batch as soon as the mint
+arrives (an empty part), so its handle is open while it works on the
+interval, as a streaming worker's is while the interval's data arrives; the
+workers of a group that work at the same time share one batch. A worker that
+shares nothing still finishes, with an empty part, so the batch can be handed
+off (and, under a barrier, the barrier can close); it may be the last
+finisher and receive the batch. The worker then waits for the builder's
+:class:`~shardsink.cluster.messages.Handoff` and reports to the coordinator.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import time
+
+import msgspec
+import pyarrow as pa
+import zmq
+
+from .. import faults
+from ..cluster import messages as M
+from ..cluster.workloads import SCHEMA
+from ..config import Fault
+from ..persist import parts as P
+from ..persist.batches import build_batch
+from ..persist.errors import PersistError
+from ..persist.stats import ShardStats
+from ..shm import PartSender
+from ..storage.contracts import Blob
+from ..storage.errors import StorageError
+
+log = logging.getLogger(__name__)
+
+#: A staged slice is sent in parts of at most this many Arrow bytes, so the
+#: builder can cut Parquet parts while the rest is still arriving.
+PART_BYTES = 4 << 20
+_EMPTY = pa.RecordBatch.from_arrays([pa.array([], f.type) for f in SCHEMA], schema=SCHEMA)
+
+
+class Abandoned(Exception):
+    """The coordinator abandoned the attempt the worker was waiting on."""
+
+
+class ShutdownRequested(Exception):
+    """The coordinator asked the worker to exit."""
+
+
+class Worker:
+    """One worker's sockets and state (see the module doc)."""
+
+    def __init__(self, spec: M.ChildSpec, ctx: zmq.Context, blob: Blob) -> None:
+        config = spec.config
+        self.spec = spec
+        self.config = config
+        self.group = spec.group
+        self.index = spec.index
+        self.global_index = spec.group * config.workers + spec.index
+        self.workload = config.workload_spec()
+        self.blob = blob
+        self.faults = [f for f in config.faults if (f.group, f.worker) == (self.group, self.index)]
+        self.coord = ctx.socket(zmq.DEALER)
+        self.coord.setsockopt(zmq.IDENTITY, f"g{self.group}/w{self.index}".encode())
+        self.coord.setsockopt(zmq.LINGER, 1000)
+        self.handoff = ctx.socket(zmq.DEALER)
+        self.handoff.setsockopt(zmq.IDENTITY, f"w{self.index}".encode())
+        self.handoff.setsockopt(zmq.LINGER, 0)
+        self.poller = zmq.Poller()
+        self.poller.register(self.coord, zmq.POLLIN)
+        self.poller.register(self.handoff, zmq.POLLIN)
+        self.sender: PartSender | None = None
+        self._queued: list[M.ToChild] = []
+
+    def start(self) -> None:
+        """Connect, get welcomed by the builder, then say hello to the coordinator."""
+        self.coord.connect(self.spec.coordinator)
+        self.handoff.connect(self.spec.handoff)
+        self.sender = PartSender(
+            self.spec.parts, self.spec.cluster_id, timeout=self.config.interval_timeout_s
+        )
+        self.handoff.send(M.encode(M.HandoffHello(self.index)))
+        if not self.handoff.poll(int(self.config.start_timeout_s * 1000)):
+            raise TimeoutError(
+                f"builder g{self.group} did not welcome worker {self.index} within "
+                f"{self.config.start_timeout_s}s"
+            )
+        if not isinstance(M.decode_handoff(self.handoff.recv()), M.Welcome):
+            raise ValueError(f"builder g{self.group} answered the hello with something else")
+        self.coord.send(M.encode(M.Hello("worker", self.group, self.index, os.getpid())))
+
+    def serve(self) -> None:
+        """Handle coordinator messages until :class:`~shardsink.cluster.messages.Shutdown`."""
+        while True:
+            msg = self._next_message()
+            if isinstance(msg, M.Shutdown):
+                return
+            if isinstance(msg, M.Mint):
+                try:
+                    report = self.interval(msg)
+                except Abandoned:
+                    continue
+                except ShutdownRequested:
+                    return
+                faults.point("worker.before_report")
+                self.coord.send(M.encode(report))
+
+    def interval(self, mint: M.Mint) -> M.Report:
+        """Produce, stage, write or share one interval; the report on it."""
+        joins = mint.mode != "off"
+        if mint.mode == "best-effort":
+            # The handle is open while the worker works on the interval, so the
+            # workers of a group that work on it at the same time share a batch.
+            self._send(mint, _EMPTY, last=False)
+        n = self.config.n_workers
+        table = P.consolidate(self.workload.updates(mint.interval, self.global_index, n))
+        faults.point("worker.after_encode")
+        rows = table.num_rows
+        share = joins and rows > 0 and table.nbytes <= mint.shared_max_bytes
+        stats = ShardStats()
+        own = answer = error = None
+        if share:
+            self._share(mint, table)
+        elif joins:  # finish with nothing, so that the batch can be handed off
+            self._finish(mint, _EMPTY)
+        if rows and not share:
+            try:
+                own = build_batch(
+                    self.blob,
+                    self.config.shard,
+                    table,
+                    mint.lower,
+                    mint.upper,
+                    inline_max_bytes=self.spec.inline_max_bytes,
+                    target_bytes=self.config.blob_target_bytes,
+                    stats=stats,
+                )
+            except (StorageError, PersistError, ValueError) as exc:
+                error = f"writing its own batch failed: {type(exc).__name__}: {exc}"
+        if joins:
+            answer = self._await_handoff(mint)
+            error = error or answer.error
+        self._fault("after_finish", mint)
+        return M.Report(
+            interval=mint.interval,
+            attempt=mint.attempt,
+            group=self.group,
+            worker=self.index,
+            rows=rows,
+            own=own,
+            shared=M.Contribution(answer.generation, rows) if share and answer else None,
+            received=answer.shared if answer is not None else None,
+            blob_puts=stats.blob_puts,
+            blob_put_bytes=stats.blob_put_bytes,
+            error=error,
+        )
+
+    def close(self) -> None:
+        """Unlink the arena and close the sockets; idempotent."""
+        if self.sender is not None:
+            self.sender.close()
+            self.sender = None
+        self.coord.close()
+        self.handoff.close()
+
+    def _share(self, mint: M.Mint, table: pa.Table) -> None:
+        pieces = [b for piece in P.split(table, PART_BYTES) for b in piece.to_batches()]
+        for batch in pieces[:-1]:
+            self._send(mint, batch, last=False)
+        self._finish(mint, pieces[-1])
+
+    def _finish(self, mint: M.Mint, batch: pa.RecordBatch) -> None:
+        """Send the part that finishes this worker's handle (fault points around it)."""
+        for fault in self._faults(mint):
+            time.sleep(fault.delay_ms / 1000)
+        self._fault("before_finish", mint)
+        self._send(mint, batch, last=True)
+        faults.point("worker.after_push")
+
+    def _send(self, mint: M.Mint, batch: pa.RecordBatch, *, last: bool) -> None:
+        assert self.sender is not None
+        meta = M.Contribute(
+            interval=mint.interval,
+            attempt=mint.attempt,
+            lower=mint.lower,
+            upper=mint.upper,
+            barrier=int(mint.mode == "barrier"),
+            worker=self.index,
+            rows=batch.num_rows,
+            last=int(last),
+        )
+        self.sender.send(batch, M.contribute_meta(meta))
+
+    def _await_handoff(self, mint: M.Mint) -> M.Handoff:
+        """The builder's answer to this attempt's finish. Raises
+        :class:`Abandoned` or :class:`ShutdownRequested` if the coordinator
+        gives up on the attempt first."""
+        while True:
+            events = dict(self.poller.poll())
+            if self.handoff in events:
+                answer = self._decode(M.decode_handoff, self.handoff.recv())
+                if isinstance(answer, M.Handoff) and (answer.interval, answer.attempt) == (
+                    mint.interval,
+                    mint.attempt,
+                ):
+                    return answer
+            if self.coord in events:
+                msg = self._decode(M.decode_to_child, self.coord.recv())
+                if isinstance(msg, M.Shutdown):
+                    raise ShutdownRequested
+                if isinstance(msg, M.Abandon) and (msg.interval, msg.attempt) == (
+                    mint.interval,
+                    mint.attempt,
+                ):
+                    raise Abandoned
+                if isinstance(msg, M.Mint):  # a newer attempt: this one is over
+                    self._queued.append(msg)
+                    raise Abandoned
+
+    def _next_message(self) -> M.ToChild:
+        if self._queued:
+            return self._queued.pop(0)
+        while (msg := self._decode(M.decode_to_child, self.coord.recv())) is None:
+            pass
+        return msg
+
+    def _decode(self, decode, raw: bytes):
+        """``decode(raw)``, or ``None`` (and a log line) if it is malformed."""
+        try:
+            return decode(raw)
+        except msgspec.DecodeError as exc:
+            log.warning("worker g%d/w%d: malformed message: %s", self.group, self.index, exc)
+            return None
+
+    def _faults(self, mint: M.Mint) -> list[Fault]:
+        return [f for f in self.faults if (f.interval, f.attempt) == (mint.interval, mint.attempt)]
+
+    def _fault(self, point: str, mint: M.Mint) -> None:
+        if any(f.point == point for f in self._faults(mint)):
+            log.warning("fault point %s of interval %d reached: SIGKILL", point, mint.interval)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def run_worker(spec: M.ChildSpec) -> int:
+    """The worker process's main; returns the exit code."""
+    from ..storage.uri import open_blob
+
+    ctx = zmq.Context()
+    blob = open_blob(spec.config.blob_uri)
+    worker = Worker(spec, ctx, blob)
+    try:
+        worker.start()
+        worker.serve()
+        return 0
+    except Exception as exc:
+        log.exception("worker g%d/w%d failed", spec.group, spec.index)
+        with contextlib.suppress(zmq.ZMQError):
+            failure = M.Failure(os.getpid(), f"{type(exc).__name__}: {exc}")
+            worker.coord.send(M.encode(failure), zmq.NOBLOCK)
+        return 1
+    finally:
+        worker.close()
+        blob.close()
+        ctx.term()

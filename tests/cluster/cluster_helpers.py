@@ -1,0 +1,203 @@
+"""Helpers of the cluster tests: a real builder process driven by the test,
+and checks that a cluster left nothing behind."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import NamedTuple
+
+import psutil
+import pyarrow as pa
+import zmq
+
+from shardsink.cluster import Cluster, ClusterStats, IntervalRecord, Workload
+from shardsink.cluster import messages as M
+from shardsink.cluster.processes import Child, kill_all, spawn
+from shardsink.cluster.workloads import SCHEMA
+from shardsink.config import ClusterConfig
+from shardsink.shm import PartSender, list_segments
+
+TIMEOUT = 30.0
+
+
+def rows_batch(keys: list[int], ts: int) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist(
+        [{"key": k, "val": format(k, "032x"), "ts": ts, "diff": 1} for k in keys], schema=SCHEMA
+    )
+
+
+EMPTY = rows_batch([], 0)
+
+
+class FakeWorker:
+    """A test-driven worker of a :class:`BuilderHarness`: sends parts with
+    contribution metadata and waits for the builder's answer. Every part goes
+    through the arena (nothing inline), so :meth:`sync` proves the builder took
+    every part sent so far."""
+
+    def __init__(self, harness: BuilderHarness, index: int) -> None:
+        self.index = index
+        self.ctx = zmq.Context()
+        self.handoff = self.ctx.socket(zmq.DEALER)
+        self.handoff.setsockopt(zmq.IDENTITY, f"w{index}".encode())
+        self.handoff.setsockopt(zmq.LINGER, 0)
+        self.handoff.connect(harness.handoff)
+        self.sender = PartSender(
+            harness.parts, harness.cluster_id, inline_max_bytes=-1, timeout=TIMEOUT
+        )
+        self.handoff.send(M.encode(M.HandoffHello(index)))
+        assert self.handoff.poll(int(TIMEOUT * 1000)), "the builder did not welcome the worker"
+        assert isinstance(M.decode_handoff(self.handoff.recv()), M.Welcome)
+
+    def send(
+        self,
+        bid: tuple[int, int],
+        batch: pa.RecordBatch,
+        *,
+        last: bool,
+        barrier: bool = False,
+        lower: int | None = None,
+        upper: int | None = None,
+    ) -> None:
+        interval, attempt = bid
+        meta = M.Contribute(
+            interval=interval,
+            attempt=attempt,
+            lower=interval * 1000 if lower is None else lower,
+            upper=(interval + 1) * 1000 if upper is None else upper,
+            barrier=int(barrier),
+            worker=self.index,
+            rows=batch.num_rows,
+            last=int(last),
+        )
+        self.sender.send(batch, M.contribute_meta(meta))
+
+    def sync(self, timeout: float = TIMEOUT) -> None:
+        self.sender.wait_acked(timeout)
+
+    def answer(self) -> M.Handoff:
+        assert self.handoff.poll(int(TIMEOUT * 1000)), "no answer from the builder"
+        answer = M.decode_handoff(self.handoff.recv())
+        assert isinstance(answer, M.Handoff)
+        return answer
+
+    def close(self) -> None:
+        self.sender.close()
+        self.handoff.close()
+        self.ctx.term()
+
+
+class BuilderHarness:
+    """A real builder process whose coordinator and workers are the test."""
+
+    def __init__(self, workers: int, **config) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="shardsink-test-"))
+        self.cluster_id = f"t{uuid.uuid4().hex[:10]}"
+        self.blob_dir = self.dir / "blob"
+        self.config = ClusterConfig(
+            groups=1, workers=workers, blob=f"file://{self.blob_dir}", **config
+        )
+        self.parts = f"ipc://{self.dir / 'parts'}"
+        self.handoff = f"ipc://{self.dir / 'handoff'}"
+        self.ctx = zmq.Context()
+        self.coord = self.ctx.socket(zmq.ROUTER)
+        self.coord.setsockopt(zmq.LINGER, 0)
+        coordinator = f"ipc://{self.dir / 'coord'}"
+        self.coord.bind(coordinator)
+        spec = M.ChildSpec(
+            role="builder",
+            group=0,
+            index=0,
+            parent=os.getpid(),
+            cluster_id=self.cluster_id,
+            coordinator=coordinator,
+            parts=self.parts,
+            handoff=self.handoff,
+            inline_max_bytes=4096,
+            config=self.config,
+        )
+        self.builder: Child = spawn(
+            "builder", "g0/b", ["builder"], run_dir=self.dir, stdin=M.encode_spec(spec)
+        )
+        self.workers: list[FakeWorker] = []
+        try:
+            assert self.coord.poll(int(TIMEOUT * 1000)), self.builder.log_tail()
+            identity, raw = self.coord.recv_multipart()
+            assert isinstance(M.decode_from_child(raw), M.Hello)
+            # the test process creates every arena
+            self.coord.send_multipart([identity, M.encode(M.Members((os.getpid(),)))])
+            self.workers = [FakeWorker(self, w) for w in range(workers)]
+        except BaseException:
+            self.close()
+            raise
+
+    def tell(self, msg) -> None:
+        self.coord.send_multipart([b"g0/b", M.encode(msg)])
+
+    def blob_parts(self) -> list[Path]:
+        return sorted(self.blob_dir.rglob("*.parquet")) if self.blob_dir.exists() else []
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.close()
+        if self.builder.alive():
+            self.tell(M.Shutdown())
+            deadline = time.monotonic() + 10
+            while self.builder.alive() and time.monotonic() < deadline:
+                time.sleep(0.02)
+        kill_all([self.builder])
+        self.coord.close()
+        self.ctx.term()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> BuilderHarness:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def assert_nothing_left(pids: list[int], cluster_id: str) -> None:
+    """No process of ``pids`` runs and no segment of the cluster exists."""
+    alive = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    assert not alive, f"processes of the cluster still run: {alive}"
+    assert list_segments(cluster_id) == [], list_segments(cluster_id)
+
+
+class Run(NamedTuple):
+    """What a finished cluster run left to check."""
+
+    stats: ClusterStats
+    records: list[IntervalRecord]
+    pids: list[int]
+    cluster_id: str
+
+
+def run_cluster(data_dir: Path, intervals: int | None = None, **overrides) -> Run:
+    """Run a small cluster to the end under ``data_dir``, then check that no
+    process and no shared-memory segment of it is left."""
+    settings = {"start_timeout_s": 60.0, "interval_timeout_s": 30.0, **overrides}
+    config = ClusterConfig(data_dir=str(data_dir), **settings)
+    with Cluster(config) as cluster:
+        pids = [p.pid for p in cluster.processes() if p.kind != "coordinator"]
+        stats = cluster.run(intervals)
+        records = cluster.records
+        pids += [p.pid for p in cluster.processes() if p.kind != "coordinator"]
+    assert_nothing_left(pids, cluster.cluster_id)
+    return Run(stats, records, pids, cluster.cluster_id)
+
+
+def workers_with_rows(workload: Workload, interval: int, n_workers: int) -> int:
+    """How many of ``n_workers`` global workers have rows in ``interval``."""
+    return sum(workload.updates(interval, w, n_workers).num_rows > 0 for w in range(n_workers))

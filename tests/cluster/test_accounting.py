@@ -1,0 +1,129 @@
+"""The append operator's check: a missing report or a count that does not add
+up means no append; and the cluster's wire messages decode strictly."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from shardsink.cluster import messages as M
+from shardsink.config import ClusterConfig
+from shardsink.coordinator.accounting import AccountingError, check
+from shardsink.persist.state import Batch, BlobPart, InlinePart
+
+LOWER, UPPER = 3000, 4000
+
+
+def _batch(rows: int, *, inline: bool = False) -> Batch:
+    part = (
+        InlinePart(b"x" * 10, rows, LOWER, LOWER)
+        if inline
+        else BlobPart("s/part/k.parquet", 100, rows, LOWER, LOWER)
+    )
+    return Batch(id=f"b{rows}{inline}", lower=LOWER, upper=UPPER, parts=(part,), rows=rows)
+
+
+def _report(g: int, w: int, rows: int, **kw) -> M.Report:
+    return M.Report(interval=3, attempt=1, group=g, worker=w, rows=rows, **kw)
+
+
+def _shared(g: int, contributors: dict[int, int], generation: int = 0) -> M.SharedBatch:
+    return M.SharedBatch(g, generation, _batch(sum(contributors.values())), contributors, 1, 100)
+
+
+def _good() -> dict[tuple[int, int], M.Report]:
+    """Group 0 shares one batch (w1 received it); w0 of group 1 wrote its own."""
+    return {
+        (0, 0): _report(0, 0, 5, shared=M.Contribution(0, 5)),
+        (0, 1): _report(0, 1, 7, shared=M.Contribution(0, 7), received=_shared(0, {0: 5, 1: 7})),
+        (1, 0): _report(1, 0, 9, own=_batch(9, inline=True)),
+        (1, 1): _report(1, 1, 0),
+    }
+
+
+def _check(reports):
+    return check(reports, 2, 2, 3, 1, LOWER, UPPER)
+
+
+def test_reports_that_add_up_are_appended_together():
+    accepted = _check(_good())
+    assert accepted.rows == 21
+    assert accepted.own_batches == 1 and accepted.shared_batches == {0: 1}
+    assert accepted.blob_puts == 1 and len(accepted.batches) == 2
+
+
+def _broken(**changes) -> dict:
+    reports = _good()
+    for key, report in changes.items():
+        g, w = int(key[1]), int(key[3])
+        if report is None:
+            del reports[(g, w)]
+        else:
+            reports[(g, w)] = report
+    return reports
+
+
+@pytest.mark.parametrize(
+    ("reports", "error"),
+    [
+        (_broken(g1w1=None), "no report from g1/w1"),
+        (_broken(g1w0=_report(1, 0, 9, error="disk full")), "g1/w0 failed: disk full"),
+        (_broken(g1w0=_report(1, 0, 10, own=_batch(9))), "reports 10 rows but 9 in its own"),
+        (  # the last finisher died: nobody reports the shared batch
+            _broken(g0w1=_report(0, 1, 7, shared=M.Contribution(0, 7))),
+            r"shared batch \(0, 0\) holds rows of \[0, 1\] but nobody received it",
+        ),
+        (  # a contribution the batch does not list
+            _broken(
+                g0w1=_report(0, 1, 7, shared=M.Contribution(0, 7), received=_shared(0, {1: 7}))
+            ),
+            "lists contributors",
+        ),
+        (  # a stale report filed under the current attempt
+            _broken(g1w1=M.Report(interval=3, attempt=0, group=1, worker=1, rows=0)),
+            "of attempt 0",
+        ),
+        (
+            _broken(
+                g1w1=_report(1, 1, 0, received=_shared(0, {0: 5, 1: 7})),
+            ),
+            "received a shared batch of group 0",
+        ),
+    ],
+)
+def test_reports_that_do_not_add_up_are_not_appended(reports, error):
+    with pytest.raises(AccountingError, match=error):
+        _check(reports)
+
+
+def test_a_batch_of_another_interval_is_refused():
+    wrong = Batch(id="x", lower=0, upper=1000, parts=(), rows=0)
+    with pytest.raises(AccountingError, match=r"covers \[0, 1000\)"):
+        _check(_broken(g1w1=_report(1, 1, 0, own=wrong)))
+
+
+def test_idle_interval_appends_nothing():
+    reports = {(g, w): _report(g, w, 0) for g in range(2) for w in range(2)}
+    accepted = _check(reports)
+    assert accepted.batches == () and accepted.rows == 0
+
+
+def test_wire_messages_decode_strictly():
+    report = _good()[(0, 1)]
+    assert M.decode_from_child(M.encode(report)) == report
+    with pytest.raises(msgspec.DecodeError):
+        M.decode_from_child(M.encode(M.Mint(1, 0, 0, 1, "off", 0)))  # not a child's message
+    with pytest.raises(msgspec.DecodeError):
+        M.decode_to_child(b"\x81\xa4type\xa4mint")
+    with pytest.raises(msgspec.DecodeError):  # an unknown mode
+        M.decode_to_child(msgspec.msgpack.encode({"type": "mint"}))
+    meta = M.contribute_meta(M.Contribute(1, 0, 1000, 2000, 0, 3, 10, 1))
+    assert M.decode_contribute(meta).rows == 10
+    for bad in ({**meta, "rows": "10"}, {**meta, "extra": 1}, {**meta, "last": 2}):
+        with pytest.raises(msgspec.ValidationError):
+            M.decode_contribute(bad)
+    spec = M.ChildSpec("worker", 0, 1, 42, "c1", "ipc:///a", "ipc:///b", "ipc:///c", 4096,
+                       ClusterConfig())  # fmt: skip
+    assert M.decode_spec(M.encode_spec(spec)) == spec
+    with pytest.raises(msgspec.ValidationError, match="groups must be >= 1"):
+        M.decode_spec(M.encode_spec(spec).replace(b'"groups":2', b'"groups":0'))

@@ -1,0 +1,101 @@
+"""Whole clusters: every mode, 1x4 and 2x4, every workload, read back exactly;
+and the part counts each mode promises."""
+
+from __future__ import annotations
+
+import pytest
+from cluster_helpers import run_cluster, workers_with_rows
+
+from shardsink.cluster import Workload
+from shardsink.testing.consensus import ServerProcess
+
+#: Small but with every feature: churn retracts from interval 2 on; hydrate's
+#: interval 0 (1,500 rows per worker, ~90 KB) exceeds the 64 KiB threshold, so
+#: it goes through the workers' own batches while later intervals share.
+SHAPES = {
+    "trickle": {"rows_per_interval": 200},
+    "churn": {"rows_per_interval": 200},
+    "hydrate": {"rows_per_interval": 200, "snapshot_rows": 12_000},
+}
+THRESHOLD = 64 << 10
+INTERVALS = 4
+
+
+@pytest.mark.parametrize("workload", list(SHAPES))
+@pytest.mark.parametrize("groups", [1, 2], ids=["1x4", "2x4"])
+@pytest.mark.parametrize("mode", ["off", "best-effort", "barrier"])
+def test_shard_equals_the_expected_collection(tmp_path, mode, groups, workload):
+    run = run_cluster(
+        tmp_path,
+        INTERVALS,
+        groups=groups,
+        workers=4,
+        mode=mode,
+        workload=workload,
+        shared_max_bytes=THRESHOLD,
+        **SHAPES[workload],
+    )
+    stats = run.stats
+    assert stats.verified is True, stats.verify_detail
+    assert stats.appends == INTERVALS and stats.restarts == 0 and stats.abandoned_attempts == 0
+    assert stats.cas_per_append == 1.0
+    n = groups * 4
+    spec = Workload(workload, **SHAPES[workload])
+    for record in run.records:
+        active = workers_with_rows(spec, record.interval, n)
+        parts = record.data_parts + record.inline_parts
+        if mode == "off":  # one batch per worker that had rows
+            assert record.own_batches == active and not record.shared_batches
+            assert parts == active
+        elif workload == "hydrate" and record.interval == 0:  # above the threshold
+            assert record.own_batches == n and not record.shared_batches
+        else:
+            assert record.own_batches == 0
+            assert parts <= active  # never more parts than off
+            if mode == "barrier":  # exactly one part per group
+                assert record.shared_batches == dict.fromkeys(range(groups), 1)
+                assert parts == groups
+
+
+@pytest.mark.parametrize("mode", ["best-effort", "barrier"])
+def test_idle_intervals_write_nothing(tmp_path, mode):
+    run = run_cluster(tmp_path, 3, groups=1, workers=4, mode=mode, rows_per_interval=0)
+    assert run.stats.verified is True and run.stats.upper == 3000
+    assert run.stats.blob_puts == 0
+    assert all(r.data_parts == r.inline_parts == 0 for r in run.records)
+    assert not list((tmp_path / "blob").rglob("*.parquet"))
+
+
+def test_a_rerun_continues_from_the_shards_upper(tmp_path):
+    first = run_cluster(tmp_path, 3, groups=1, workers=2, workload="churn", rows_per_interval=50)
+    second = run_cluster(tmp_path, 2, groups=1, workers=2, workload="churn", rows_per_interval=50)
+    assert [r.interval for r in first.records] == [0, 1, 2]
+    assert [r.interval for r in second.records] == [3, 4]
+    assert second.stats.verified is True and second.stats.upper == 5000
+
+
+def test_a_running_consensus_server_is_used_and_left_running(tmp_path):
+    blob = f"file://{tmp_path / 'blob'}"
+    store = f"sqlite://{tmp_path / 'consensus.db'}"
+    with ServerProcess(store, blob, "tcp://127.0.0.1:0") as server:
+        run = run_cluster(
+            tmp_path / "d", 3, groups=1, workers=2, consensus=server.address, blob=blob
+        )
+        assert run.stats.verified is True and run.stats.upper == 3000
+        assert "consensus" not in run.stats.peak_rss  # not the cluster's process
+        assert server.proc.poll() is None
+    assert not (tmp_path / "d" / "consensus.db").exists()
+
+
+@pytest.mark.postgres
+def test_a_postgresql_store_gets_its_own_consensus_process(tmp_path, postgres_server):
+    run = run_cluster(
+        tmp_path,
+        3,
+        groups=1,
+        workers=2,
+        mode="barrier",
+        consensus=postgres_server.new_database(),
+    )
+    assert run.stats.verified is True and run.stats.upper == 3000
+    assert "consensus" in run.stats.peak_rss

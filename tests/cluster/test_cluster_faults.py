@@ -1,0 +1,148 @@
+"""Processes killed at the worst moments: nothing is sealed without its data,
+the interval is rewritten by a new attempt, the shard ends exact, and nothing
+of the cluster is left."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+from cluster_helpers import assert_nothing_left, run_cluster
+
+from shardsink import faults
+from shardsink.cluster import Cluster, ClusterConfig, Fault
+from shardsink.cluster.workloads import SCHEMA
+from shardsink.persist import open_shard
+
+#: 100 rows per worker: a shared batch is a Parquet part in blob, not inline.
+ROWS = 400
+
+
+@pytest.mark.parametrize("mode", ["barrier", "best-effort"])
+@pytest.mark.parametrize("point", ["before_finish", "after_finish"])
+def test_last_finisher_killed_around_its_finish(tmp_path, mode, point):
+    """Worker 3 finishes last (it waits for the others) and is SIGKILLed just
+    before its finish, or just after the builder handed it the shared batch but
+    before it reports. Its group is restarted, interval 2 is not appended until
+    attempt 1 rewrites it, and the shard equals the expected collection."""
+    fault = Fault(point, group=0, worker=3, interval=2, delay_ms=300)
+    run = run_cluster(
+        tmp_path, 4, groups=1, workers=4, mode=mode, rows_per_interval=ROWS, faults=(fault,)
+    )
+    stats = run.stats
+    assert stats.verified is True, stats.verify_detail
+    assert stats.restarts == 1 and stats.abandoned_attempts == 1
+    assert [(r.interval, r.attempt) for r in run.records] == [(0, 0), (1, 0), (2, 1), (3, 0)]
+    config = ClusterConfig(data_dir=str(tmp_path))
+    with open_shard(
+        "default", blob=config.blob_uri, consensus=config.consensus_uri, schema=SCHEMA
+    ) as shard:
+        leaked = shard.sweep_leaked_blobs(grace_ms=0)
+        assert shard.snapshot().num_rows == 4 * ROWS  # the sweep took nothing appended
+    if point == "after_finish":
+        # the batch handed to the dead finisher was written and never reported
+        assert len(leaked) == 1
+    else:
+        assert leaked == []
+
+
+def _kill_between_intervals(tmp_path, kind: str, sig: int = signal.SIGKILL) -> Cluster:
+    config = ClusterConfig(
+        data_dir=str(tmp_path),
+        groups=2,
+        workers=2,
+        mode="barrier",
+        rows_per_interval=ROWS,
+        interval_timeout_s=3.0,
+        start_timeout_s=60.0,
+    )
+    with Cluster(config) as cluster:
+        cluster.run(2)
+        victim = next(p for p in cluster.processes() if p.kind == kind)
+        os.kill(victim.pid, sig)
+        stats = cluster.run(3)
+        pids = [p.pid for p in cluster.processes()[1:]] + [victim.pid]
+    assert_nothing_left(pids, cluster.cluster_id)
+    assert stats.verified is True and stats.appends == 5, stats.verify_detail
+    return stats
+
+
+@pytest.mark.parametrize("kind", ["worker", "builder"])
+def test_group_with_a_dead_member_is_restarted_whole(tmp_path, kind):
+    stats = _kill_between_intervals(tmp_path, kind)
+    assert stats.restarts == 1
+
+
+def test_dead_consensus_process_is_restarted_on_its_store(tmp_path):
+    stats = _kill_between_intervals(tmp_path, "consensus")
+    assert stats.consensus_restarts == 1 and stats.restarts == 0
+
+
+def test_a_stopped_worker_misses_the_deadline_and_its_group_is_restarted(tmp_path):
+    stats = _kill_between_intervals(tmp_path, "worker", signal.SIGSTOP)
+    assert stats.restarts == 1 and stats.abandoned_attempts == 1
+
+
+def test_builder_killed_at_a_random_moment(tmp_path):
+    """A realtime run whose builder is SIGKILLed mid-run from another thread."""
+    config = ClusterConfig(
+        data_dir=str(tmp_path),
+        groups=1,
+        workers=3,
+        mode="best-effort",
+        rows_per_interval=ROWS,
+        interval_ms=100,
+        pace="realtime",
+        start_timeout_s=60.0,
+    )
+    with Cluster(config) as cluster:
+        builder = next(p for p in cluster.processes() if p.kind == "builder")
+        timer = threading.Timer(0.35, os.kill, (builder.pid, signal.SIGKILL))
+        timer.start()
+        started = time.monotonic()
+        stats = cluster.run(8)
+        timer.join()
+        pids = [p.pid for p in cluster.processes()[1:]] + [builder.pid]
+    assert_nothing_left(pids, cluster.cluster_id)
+    assert time.monotonic() - started > 0.8
+    assert stats.verified is True and stats.restarts == 1, stats.verify_detail
+
+
+@pytest.mark.parametrize(
+    "point",
+    [
+        "worker.after_encode",
+        "worker.after_push",
+        "worker.before_report",
+        "builder.after_upload",
+        "builder.before_handoff",
+    ],
+)
+def test_named_fault_points_of_workers_and_builders(tmp_path, monkeypatch, point):
+    """Armed through the environment (``shardsink.faults``), the first process
+    to reach ``point`` is SIGKILLed, once for the whole run: its group is
+    restarted and the shard is exact."""
+    fault_dir = tmp_path / "faults"
+    for name, value in faults.environ([f"{point}:kill"], seed=3, fault_dir=fault_dir).items():
+        monkeypatch.setenv(name, value)
+    run = run_cluster(
+        tmp_path / "d", 4, groups=1, workers=3, mode="barrier", rows_per_interval=ROWS
+    )
+    assert [f["point"] for f in faults.fired(fault_dir)] == [point]
+    assert run.stats.verified is True and run.stats.restarts == 1, run.stats.verify_detail
+
+
+@pytest.mark.parametrize("point", ["append.before_cas", "append.after_cas"])
+def test_an_append_that_fails_around_its_compare_and_set_is_retried_once(tmp_path, point):
+    """The coordinator's append raises an indeterminate error before, or after
+    the compare-and-set took effect: the retry appends exactly once."""
+    faults.arm([f"{point}:indeterminate:1:2"], role="coordinator")
+    try:
+        run = run_cluster(tmp_path, 4, groups=1, workers=2, rows_per_interval=ROWS)
+    finally:
+        faults.disarm()
+    assert run.stats.verified is True and run.stats.appends == 4, run.stats.verify_detail
+    assert [r.interval for r in run.records] == [0, 1, 2, 3]

@@ -1,0 +1,278 @@
+"""The pure shared-batch state machine: who receives a shared batch.
+
+Ports of the reference thread's cases (a handle dropped without finishing, an
+abandoned shared batch, two handles racing ``finish`` 5,000 times with sweeps
+in between) and properties over random interleavings: every generation with
+rows is received by exactly one finisher, and the batch it receives lists
+every handle's rows.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardsink.worker.shared_batch import (
+    ConflictingDescription,
+    Description,
+    Last,
+    NotLast,
+    Orphaned,
+    ProtocolError,
+    SharedBatches,
+)
+
+BEST_EFFORT = Description(0, 1000, barrier=False)
+BARRIER = Description(0, 1000, barrier=True)
+BID = (0, 0)
+
+
+def test_last_finisher_receives_every_handles_rows():
+    m = SharedBatches(3)
+    for w in range(3):
+        assert m.join(BID, BEST_EFFORT, w) == 0
+        m.push(BID, w, 10 + w)
+    assert m.finish(BID, 1) == NotLast(0)
+    assert m.finish(BID, 0) == NotLast(0)
+    assert m.finish(BID, 2) == Last(0, {0: 10, 1: 11, 2: 12})
+
+
+def test_a_handle_that_pushed_nothing_can_be_last():
+    m = SharedBatches(2)
+    m.join(BID, BEST_EFFORT, 0)
+    m.push(BID, 0, 5)
+    m.join(BID, BEST_EFFORT, 1)
+    assert m.finish(BID, 0) == NotLast(0)
+    assert m.finish(BID, 1) == Last(0, {0: 5})
+
+
+def test_best_effort_join_after_the_handoff_starts_the_next_generation():
+    m = SharedBatches(2)
+    m.join(BID, BEST_EFFORT, 0)
+    m.push(BID, 0, 1)
+    assert m.finish(BID, 0) == Last(0, {0: 1})
+    assert m.join(BID, BEST_EFFORT, 1) == 1
+    m.push(BID, 1, 2)
+    assert m.finish(BID, 1) == Last(1, {1: 2})
+
+
+def test_barrier_waits_for_every_worker_data_or_nothing():
+    m = SharedBatches(3)
+    m.join(BID, BARRIER, 0)
+    m.push(BID, 0, 4)
+    assert m.finish(BID, 0) == NotLast(0)
+    m.join(BID, BARRIER, 2)  # nothing this interval
+    assert m.finish(BID, 2) == NotLast(0)
+    m.join(BID, BARRIER, 1)
+    m.push(BID, 1, 6)
+    assert m.finish(BID, 1) == Last(0, {0: 4, 1: 6})
+    with pytest.raises(ProtocolError, match="already finished"):
+        m.join(BID, BARRIER, 1)
+
+
+def test_idle_barrier_interval_is_received_with_no_contributors():
+    m = SharedBatches(2)
+    for w in range(2):
+        m.join(BID, BARRIER, w)
+    assert m.finish(BID, 0) == NotLast(0)
+    assert m.finish(BID, 1) == Last(0, {})
+
+
+def test_two_descriptions_for_one_batch_id_are_an_error():
+    m = SharedBatches(2)
+    m.join(BID, BEST_EFFORT, 0)
+    with pytest.raises(ConflictingDescription, match=r"batch id \(0, 0\) is described as"):
+        m.join(BID, Description(0, 2000, barrier=False), 1)
+    with pytest.raises(ConflictingDescription):
+        m.join(BID, BARRIER, 1)
+
+
+def test_protocol_errors():
+    m = SharedBatches(2)
+    with pytest.raises(ProtocolError, match="no open handle"):
+        m.push(BID, 0, 1)
+    with pytest.raises(ProtocolError, match="no open handle"):
+        m.finish(BID, 0)
+    with pytest.raises(ProtocolError, match="not in"):
+        m.join(BID, BEST_EFFORT, 2)
+    m.join(BID, BEST_EFFORT, 0)
+    with pytest.raises(ProtocolError, match="pushed -1 rows"):
+        m.push(BID, 0, -1)
+
+
+def test_handle_dropped_without_finishing():
+    """Reference ``test_shared_batch_dropped_handle``: dropping the last open
+    handle hands the batch to nobody, once; a non-last dropout's rows stay."""
+    m = SharedBatches(3)
+    for w in range(3):
+        m.join(BID, BEST_EFFORT, w)
+        m.push(BID, w, 1)
+    assert m.drop(BID, 0) is None  # others still hold it
+    assert m.finish(BID, 1) == NotLast(0)
+    assert m.drop(BID, 2) == Orphaned(BID, 0)  # the last handle: nobody receives it
+    assert m.abandon(BID) == []  # already reported orphaned, never twice
+    # a dropped non-last handle's rows still reach the last finisher
+    m2 = SharedBatches(2)
+    for w in range(2):
+        m2.join(BID, BEST_EFFORT, w)
+        m2.push(BID, w, 3)
+    assert m2.drop(BID, 0) is None
+    assert m2.finish(BID, 1) == Last(0, {0: 3, 1: 3})
+
+
+def test_barrier_that_loses_a_member_is_orphaned():
+    m = SharedBatches(3)
+    for w in range(3):
+        m.join(BID, BARRIER, w)
+    assert m.finish(BID, 0) == NotLast(0)
+    assert m.drop(BID, 1) == Orphaned(BID, 0)
+    assert m.finish(BID, 2) == NotLast(0)  # nobody can receive it any more
+
+
+def test_abandoned_shared_batch():
+    """Reference ``test_shared_batch_abandoned``: an abandoned id's open
+    generations are reported once and nobody receives them."""
+    m = SharedBatches(2)
+    m.join(BID, BEST_EFFORT, 0)
+    m.push(BID, 0, 1)
+    assert m.finish(BID, 0) == Last(0, {0: 1})
+    m.join(BID, BEST_EFFORT, 1)
+    m.push(BID, 1, 1)
+    assert m.abandon(BID) == [Orphaned(BID, 1)]  # generation 0 was handed off already
+    assert BID not in m
+    with pytest.raises(ProtocolError):
+        m.finish(BID, 1)
+    assert m.abandon(BID) == []
+
+
+def test_sweep_forgets_done_ids_and_never_a_live_one():
+    """The reference bug: a cleanup sweep made every finisher believe it was
+    not last. Here a sweep, whatever it is asked, leaves an id in progress
+    exactly as it was; only completely done ids are forgotten."""
+    m = SharedBatches(2)
+    done, live = (0, 0), (1, 0)
+    m.join(done, BEST_EFFORT, 0)
+    assert isinstance(m.finish(done, 0), Last)
+    m.join(live, Description(1000, 2000, False), 0)
+    m.push(live, 0, 7)
+    m.join(live, Description(1000, 2000, False), 1)
+    assert m.finish(live, 0) == NotLast(0)
+    assert m.sweep(lambda bid: False) == [done]
+    assert m.ids == [live]
+    assert m.finish(live, 1) == Last(0, {0: 7})
+    barrier = SharedBatches(2)
+    barrier.join(done, BARRIER, 0)
+    assert barrier.finish(done, 0) == NotLast(0)  # no open handle, but not done
+    assert barrier.sweep(lambda bid: False) == []
+    barrier.join(done, BARRIER, 1)
+    assert barrier.finish(done, 1) == Last(0, {})
+
+
+@pytest.mark.parametrize("both_push", [True, False], ids=["both-pushed", "one-pushed"])
+def test_two_handles_race_finish_5000_times(both_push):
+    """Two handles on one id finish in every order, with sweeps of other ids
+    in between (the reference bug: a sweep made every finisher believe it was
+    not last). Exactly one receives the batch, and it holds every handle's rows."""
+    rng = random.Random(5000)
+    m = SharedBatches(2)
+    for i in range(5000):
+        bid = (i, 0)
+        desc = Description(i * 10, i * 10 + 10, barrier=False)
+        steps = [("join", 0), ("join", 1)]
+        rng.shuffle(steps)
+        for _, w in steps:
+            m.join(bid, desc, w)
+        m.push(bid, 0, 1)
+        if both_push:
+            m.push(bid, 1, 1)
+        order = [0, 1]
+        rng.shuffle(order)
+        decisions = []
+        for w in order:
+            if rng.random() < 0.5:
+                m.sweep(lambda b: False)
+            decisions.append(m.finish(bid, w))
+        received = [d for d in decisions if isinstance(d, Last)]
+        assert len(received) == 1, decisions
+        assert received[0].contributors == ({0: 1, 1: 1} if both_push else {0: 1})
+        assert sum(received[0].contributors.values()) == (2 if both_push else 1)
+
+
+_OPS = st.lists(
+    st.tuples(st.sampled_from(["step", "sweep", "drop"]), st.integers(0, 5)), max_size=80
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    n=st.integers(1, 5),
+    barrier=st.booleans(),
+    rows=st.lists(st.integers(0, 3), min_size=5, max_size=5),
+    ops=_OPS,
+)
+def test_every_generation_is_received_once_or_orphaned_once(n, barrier, rows, ops):
+    """Random interleavings of join/push/finish/drop and sweeps: each
+    generation ends exactly once (one Last, or one Orphaned after a drop), a
+    Last lists exactly the rows pushed into it, and a sweep forgets the id only
+    once everything that joined it has ended."""
+    m = SharedBatches(n)
+    bid = (7, 0)
+    desc = Description(0, 10, barrier)
+    # worker -> next step: 0 join, 1 push, 2 finish, 3 done
+    state = dict.fromkeys(range(n), 0)
+    gen_of: dict[int, int] = {}
+    pushed: dict[int, dict[int, int]] = {}
+    ends: dict[int, list] = {}
+    dropped: set[int] = set()
+    m.join((1, 0), desc, 0)  # another id, for the sweeps to remove
+    for op, arg in ops:
+        w = arg % n
+        if op == "sweep":
+            if bid in m.sweep(lambda b: False):
+                # only a done id is forgotten; later joins of it would be stale
+                assert all(state[v] in (0, 3) for v in range(n)), state
+                assert all(ends.get(g) for g in set(gen_of.values())), ends
+                state = {v: 3 for v in range(n)}
+        elif op == "drop" and state[w] in (1, 2):
+            result = m.drop(bid, w)
+            state[w] = 3
+            dropped.add(gen_of[w])
+            if result is not None:
+                ends.setdefault(result.generation, []).append(result)
+        elif state[w] == 0:
+            gen_of[w] = m.join(bid, desc, w)
+            state[w] = 1
+        elif state[w] == 1:
+            m.push(bid, w, rows[w])
+            if rows[w]:
+                pushed.setdefault(gen_of[w], {})[w] = rows[w]
+            state[w] = 2
+        elif state[w] == 2:
+            decision = m.finish(bid, w)
+            state[w] = 3
+            if isinstance(decision, Last):
+                ends.setdefault(decision.generation, []).append(decision)
+    # let everyone still in flight finish
+    for w in range(n):
+        if state[w] == 0:
+            gen_of[w] = m.join(bid, desc, w)
+            state[w] = 1
+        if state[w] == 1:
+            m.push(bid, w, rows[w])
+            if rows[w]:
+                pushed.setdefault(gen_of[w], {})[w] = rows[w]
+            state[w] = 2
+        if state[w] == 2:
+            decision = m.finish(bid, w)
+            if isinstance(decision, Last):
+                ends.setdefault(decision.generation, []).append(decision)
+    for gen in set(gen_of.values()):
+        outcome = ends.get(gen, [])
+        assert len(outcome) == 1, (gen, outcome)
+        if isinstance(outcome[0], Last):
+            assert outcome[0].contributors == pushed.get(gen, {})
+        else:
+            assert gen in dropped

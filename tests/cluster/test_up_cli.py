@@ -1,0 +1,178 @@
+"""``shardsink up``: the bare default, Ctrl-C, resuming, and bad input
+refused with a clear error before anything starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pyarrow as pa
+import pytest
+import setproctitle
+
+from shardsink.cli import main
+from shardsink.cluster import Cluster, ClusterConfig
+from shardsink.persist import open_shard
+from shardsink.shm import list_segments
+from shardsink.storage import DeterminateError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _up(cwd: Path, *args: str, **popen) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "shardsink.cli", "up", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
+
+
+def test_bare_up_runs_the_default_and_verifies(tmp_path):
+    proc = _up(tmp_path)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    assert "verified" in out and "yes: equals the expected collection" in out
+    assert "2x4 best-effort" in out and "20 (upper 20000)" in out
+    assert (tmp_path / "shardsink-data" / "consensus.db").exists()
+
+
+def test_ctrl_c_stops_cleanly_and_a_rerun_continues(tmp_path):
+    data = str(tmp_path / "d")
+    args = ("--data-dir", data, "--groups", "1", "--workers", "2", "--interval-ms", "200", "--json")
+    proc = _up(tmp_path, *args, "--pace", "realtime", "--intervals", "500")
+    try:
+        first = proc.stderr.readline()  # "cluster <id>: ..." once every process is up
+        assert first.startswith("cluster "), first + proc.stderr.read()
+        cluster_id = first.split()[1].rstrip(":")
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert {c.name() for c in children} >= {"shardsink consensus"}
+        time.sleep(1.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    stats = json.loads(out)
+    assert stats["verified"] is True and stats["appends"] >= 3
+    assert "interrupted" in err
+    assert not [c.pid for c in children if c.is_running() and c.status() != "zombie"]
+    assert list_segments(cluster_id) == []
+    rerun = _up(tmp_path, *args, "--intervals", "2")
+    out, err = rerun.communicate(timeout=120)
+    assert rerun.returncode == 0, err
+    again = json.loads(out)
+    assert again["upper"] == stats["upper"] + 400 and again["verified"] is True
+
+
+def _children() -> set[int]:
+    """This process's children (session fixtures' servers included)."""
+    return {p.pid for p in psutil.Process().children()}
+
+
+@pytest.fixture
+def own_title():
+    """``main(["up", ...])`` names this process; give it its name back."""
+    title = setproctitle.getproctitle()
+    yield
+    setproctitle.setproctitle(title)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--groups", "0"], "groups must be >= 1, got 0"),
+        (["--rows-per-interval", "-5"], "rows_per_interval must be >= 0, got -5"),
+        (["--workload", "storm"], "unknown workload 'storm'"),
+        (["--mode", "always"], "unknown mode 'always'; choose one of off, best-effort, barrier"),
+        (["--blob", "memory://x"], "invalid blob URI 'memory://x'"),
+        (["--shard", "../x"], "invalid shard name"),
+    ],
+)
+def test_bad_input_is_refused_before_anything_starts(tmp_path, capsys, own_title, args, message):
+    assert main(["up", "--data-dir", str(tmp_path / "d"), *args]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
+
+
+def test_data_dir_of_another_schema_is_refused(tmp_path, capsys, own_title):
+    config = ClusterConfig(data_dir=str(tmp_path))
+    other = pa.schema([("key", pa.string()), ("val", pa.string())])
+    with open_shard("default", blob=config.blob_uri, consensus=config.consensus_uri, schema=other):
+        pass
+    before = _children()
+    assert main(["up", "--data-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "shardsink up: error: shard 'default' has schema" in err
+    assert _children() == before
+
+
+def test_consensus_address_nobody_answers(tmp_path):
+    config = ClusterConfig(
+        data_dir=str(tmp_path), consensus="tcp://127.0.0.1:9", consensus_timeout_s=0.5
+    )
+    before = _children()
+    with pytest.raises(DeterminateError, match=r"no consensus server answers at tcp://127.0.0.1:9"):
+        Cluster(config).start()
+    assert _children() == before
+
+
+def test_a_killed_coordinator_takes_its_children_along_and_the_next_start_cleans_up(tmp_path):
+    """SIGKILL the coordinator: every child dies with it (PDEATHSIG); the
+    segments its workers left are removed by the next cluster's start, and so
+    is its run directory."""
+    proc = _up(
+        tmp_path,
+        *("--data-dir", str(tmp_path / "d"), "--groups", "1", "--workers", "2"),
+        *("--rows-per-interval", "4000", "--pace", "realtime", "--interval-ms", "100"),
+        *("--intervals", "500"),
+    )
+    try:
+        first = proc.stderr.readline()
+        assert first.startswith("cluster "), first + proc.stderr.read()
+        cluster_id = first.split()[1].rstrip(":")
+        children = psutil.Process(proc.pid).children(recursive=True)
+        deadline = time.monotonic() + 30
+        while not list_segments(cluster_id):  # parts of 2,000 rows go through arenas
+            assert time.monotonic() < deadline, "no worker arena appeared"
+            time.sleep(0.05)
+        run_dirs = list(Path(tempfile.gettempdir()).glob(f"shardsink-run-{cluster_id}-*"))
+        assert len(run_dirs) == 1
+        proc.kill()
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+    assert list_segments(cluster_id), "the dead workers' segments are still there"
+    config = ClusterConfig(data_dir=str(tmp_path / "e"), groups=1, workers=1, intervals=1)
+    with Cluster(config) as cluster:
+        assert list_segments(cluster_id) == []
+        assert not run_dirs[0].exists()
+        assert cluster.run().verified is True
+
+
+def test_a_data_dir_in_use_is_refused(tmp_path):
+    config = ClusterConfig(data_dir=str(tmp_path), groups=1, workers=1, intervals=1)
+    in_use = rf"data dir {tmp_path} is in use by another cluster"
+    with Cluster(config), pytest.raises(ValueError, match=in_use):
+        Cluster(config).start()
+    with Cluster(config) as again:  # released at close
+        assert again.run().verified is True

@@ -41,7 +41,7 @@ def run_delta(
 ) -> dict:
     """Write ``intervals`` intervals of ``workload`` with ``groups * workers``
     writers into a new Delta table at ``table_dir``; return the run's figures."""
-    from deltalake import DeltaTable, write_deltalake
+    from deltalake import CommitProperties, DeltaTable, write_deltalake
     from deltalake.transaction import AddAction
 
     if mode not in MODES:
@@ -54,6 +54,9 @@ def run_delta(
     # the table exists before the first interval, as a shard does
     write_deltalake(uri, schema.empty_table(), mode="append")
     files = rows = 0
+    # concurrent blind appends conflict and retry; with 32 writers the default
+    # budget (15) runs out, which would measure the retry limit, not Delta
+    retrying = CommitProperties(max_commit_retries=10_000)
     latencies_ms: list[float] = []
 
     def slice_of(i: int, w: int) -> pa.Table:
@@ -71,7 +74,14 @@ def run_delta(
             t0 = time.perf_counter()
             slices = [t for t in pool.map(lambda w, i=i: slice_of(i, w), range(n)) if t.num_rows]
             if mode == "delta-per-worker":
-                list(pool.map(lambda t: write_deltalake(uri, t, mode="append"), slices))
+                list(
+                    pool.map(
+                        lambda t: write_deltalake(
+                            uri, t, mode="append", commit_properties=retrying
+                        ),
+                        slices,
+                    )
+                )
                 files += len(slices)
             else:
                 actions = list(pool.map(write_file, slices))

@@ -91,9 +91,15 @@ def _build(
 
     def spec(section: str, mode: str, g: int, w: int, r: int, **extra) -> RunSpec:
         return RunSpec(
-            section=section, mode=mode, groups=g, workers=w, workload="trickle",
-            rows_per_interval=r, intervals=n, **extra,
-        )  # fmt: skip
+            section=section,
+            mode=mode,
+            groups=g,
+            workers=w,
+            workload="trickle",
+            rows_per_interval=r,
+            intervals=n,
+            **extra,
+        )
 
     runs = [spec("small-writes", mode, 1, 8, 1000) for mode in CLUSTER_MODES]
     runs += [spec("trickle", mode, *shape) for shape in shapes for mode in CLUSTER_MODES]
@@ -348,6 +354,18 @@ def write_report(rows: list[dict], out: Path, command: str, elapsed_s: float) ->
             "|" + "---|" * len(headers),
         ]
         lines += ["| " + " | ".join(cells) + " |" for cells in table_rows(picked)]
+        if section == "compaction":
+            lines += [
+                "",
+                "| compaction | batches in state | parts in state | compactions |",
+                "|---|---|---|---|",
+            ]
+            for r in picked:
+                lines.append(
+                    f"| {'on' if r['compaction'] else 'off'} | "
+                    f"{r.get('batches_in_state', '-')} | {r.get('parts_in_state', '-')} | "
+                    f"{r.get('compactions', 0)} |"
+                )
         if section == "peer":
             lines += [
                 "",

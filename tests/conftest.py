@@ -22,10 +22,29 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 def _shm_segments() -> set[str]:
+    """shardsink segments, except those of live processes outside this test
+    run (a cluster or another test run on the same machine is not our leak)."""
     try:
-        return {p.name for p in SHM_DIR.iterdir() if p.name.startswith(SHM_PREFIX)}
+        names = {p.name for p in SHM_DIR.iterdir() if p.name.startswith(SHM_PREFIX)}
     except FileNotFoundError:
         return set()
+    ours = {os.getpid(), *(c.pid for c in psutil.Process().children(recursive=True))}
+    return {n for n in names if _creator(n) in ours or not _alive(_creator(n))}
+
+
+def _creator(name: str) -> int | None:
+    """The creator pid a segment name carries (``shardsink.<cluster>.<pid>...``)."""
+    parts = name.split(".")
+    return int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else None
+
+
+def _alive(pid: int | None) -> bool:
+    if pid is None:
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _own_children() -> dict[int, str]:

@@ -48,6 +48,14 @@ def register(commands, bench) -> None:
         f"share (default {d.shared_max_bytes // MIB} MiB)",
     )
     up.add_argument(
+        "--linger-ms",
+        type=int,
+        default=d.best_effort_linger_ms,
+        metavar="MS",
+        help="best-effort: hold a shared batch this long for workers of the group that have "
+        f"not joined it yet; 0: hand it off at once (default {d.best_effort_linger_ms})",
+    )
+    up.add_argument(
         "--workload", default=d.workload, help=f"{' | '.join(WORKLOADS)} (default {d.workload})"
     )
     up.add_argument(
@@ -113,6 +121,7 @@ def _config(args: argparse.Namespace):
         workers=args.workers,
         mode=args.mode,
         shared_max_bytes=args.shared_max_bytes,
+        best_effort_linger_ms=args.linger_ms,
         workload=args.workload,
         rows_per_interval=args.rows_per_interval,
         snapshot_rows=snapshot,

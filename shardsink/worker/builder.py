@@ -12,9 +12,12 @@ finisher, nothing for the others. Who is last is decided by the pure
 
 Finishes that arrive in one burst are decided after every part of the burst
 has joined, so workers whose parts overlap in time share one batch in
-best-effort mode. A part is acknowledged (its arena space freed) once its rows
-are written to a part, or its batch is finished or aborted: the builder holds
-at most the channel's outstanding parts plus one part in progress.
+best-effort mode; with a linger, a best-effort finish that would hand the
+batch off before every worker joined waits up to ``linger_s`` for the others
+(the builder's poll loop runs the machine's clock). A part is acknowledged
+(its arena space freed) once its rows are written to a part, or its batch is
+finished or aborted: the builder holds at most the channel's outstanding parts
+plus one part in progress.
 """
 
 from __future__ import annotations
@@ -39,10 +42,12 @@ from ..storage.contracts import Blob
 from ..storage.errors import StorageError
 from .shared_batch import (
     BatchId,
+    Deferred,
     Description,
     Last,
     NotLast,
     Orphaned,
+    Resolved,
     SharedBatches,
 )
 
@@ -65,7 +70,10 @@ class GroupBuilder:
 
     ``ack`` releases parts back to their senders. Call :meth:`take` for every
     part in arrival order; it returns the finishes to decide (after the rest
-    of the burst) with :meth:`finish`, each giving the answer for one worker.
+    of the burst) with :meth:`finish`, each giving the answer for one worker
+    or ``None`` if the answer is deferred; deferred answers come from
+    :meth:`resolved`, once a later finish, drop, abandon or :meth:`expire`
+    decides them.
     """
 
     def __init__(
@@ -78,13 +86,14 @@ class GroupBuilder:
         inline_max_bytes: int,
         target_bytes: int,
         ack: Callable[..., None],
+        linger_s: float = 0.0,
     ) -> None:
         self.group = group
         self.blob = blob
         self.shard = shard
         self.inline_max_bytes = inline_max_bytes
         self.target_bytes = target_bytes
-        self.machine = SharedBatches(n_workers)
+        self.machine = SharedBatches(n_workers, linger_s=linger_s)
         self._ack = ack
         self._generations: dict[tuple[BatchId, int], _Generation] = {}
         self._failed: dict[tuple[BatchId, int], str] = {}
@@ -118,8 +127,9 @@ class GroupBuilder:
             self._ack(part)
         return key if c.last else None
 
-    def finish(self, bid: BatchId, worker: int) -> M.Handoff:
-        """The answer to ``worker``'s finish of ``bid``."""
+    def finish(self, bid: BatchId, worker: int, now: float = 0.0) -> M.Handoff | None:
+        """The answer to ``worker``'s finish of ``bid`` at time ``now``;
+        ``None`` while it is deferred."""
         interval, attempt = bid
         error = self._failed.pop((bid, worker), None)
         if error is None and self._stale(bid):
@@ -127,9 +137,38 @@ class GroupBuilder:
         if error is not None:
             return M.Handoff(interval, attempt, 0, error=error)
         try:
-            decision = self.machine.finish(bid, worker)
+            decision = self.machine.finish(bid, worker, now)
         except ValueError as exc:  # e.g. a second finish of one handle
             return M.Handoff(interval, attempt, 0, error=f"{type(exc).__name__}: {exc}")
+        if isinstance(decision, Deferred):
+            return None
+        return self._answer(bid, decision)
+
+    def expire(self, now: float) -> None:
+        """End the lingers that ran out by ``now``."""
+        self.machine.expire(now)
+
+    def next_deadline(self) -> float | None:
+        """When :meth:`expire` next has something to do, if ever."""
+        return self.machine.next_deadline()
+
+    def resolved(self) -> list[tuple[int, M.Handoff]]:
+        """``(worker, answer)`` for every deferred finish decided since the last call."""
+        return [(r.worker, self._resolve(r)) for r in self.machine.take_resolved()]
+
+    def _resolve(self, r: Resolved) -> M.Handoff:
+        interval, attempt = r.bid
+        # only an abandon makes an id stale here: a sweep never forgets an id
+        # before its deferred finisher is answered
+        if self._abandoned is not None and r.bid <= self._abandoned:
+            if isinstance(r.decision, Last):  # handed off, then abandoned before the answer
+                self._orphan([Orphaned(r.bid, r.decision.generation)])
+            error = f"attempt {attempt} of interval {interval} was abandoned"
+            return M.Handoff(interval, attempt, 0, error=error)
+        return self._answer(r.bid, r.decision)
+
+    def _answer(self, bid: BatchId, decision: NotLast | Last) -> M.Handoff:
+        interval, attempt = bid
         if isinstance(decision, NotLast):
             return M.Handoff(interval, attempt, decision.generation)
         assert isinstance(decision, Last)
@@ -277,6 +316,7 @@ def run_builder(spec: M.ChildSpec) -> int:
             inline_max_bytes=spec.inline_max_bytes,
             target_bytes=config.blob_target_bytes,
             ack=receiver.ack,
+            linger_s=config.best_effort_linger_ms / 1000,
         )
         _loop(receiver, group, coord, handoff)
         return 0
@@ -340,7 +380,9 @@ def _loop(
 ) -> None:
     while True:
         burst: list[tuple[BatchId, int]] = []
-        part = receiver.recv(POLL_S)
+        deadline = group.next_deadline()
+        wait = POLL_S if deadline is None else min(POLL_S, deadline - time.monotonic())
+        part = receiver.recv(max(0.0, wait))
         while part is not None:
             try:
                 finish = group.take(part)
@@ -350,17 +392,27 @@ def _loop(
             if finish is not None:
                 burst.append(finish)
             part = receiver.recv(0)
+        now = time.monotonic()
         for bid, worker in burst:
-            answer = group.finish(bid, worker)
-            if answer.shared is not None:
-                faults.point("builder.before_handoff")
-            try:
-                handoff.send_multipart([f"w{worker}".encode(), M.encode(answer)])
-            except zmq.ZMQError as exc:  # the worker is gone; its group is being restarted
-                log.warning("group %d: cannot answer worker %d: %s", group.group, worker, exc)
-        if _handle_coordinator(group, coord):
+            answer = group.finish(bid, worker, now)
+            if answer is not None:
+                _send(handoff, group, worker, answer)
+        group.expire(time.monotonic())
+        stop = _handle_coordinator(group, coord)
+        for worker, answer in group.resolved():
+            _send(handoff, group, worker, answer)
+        if stop:
             return
         _welcome(handoff)
+
+
+def _send(handoff: zmq.Socket, group: GroupBuilder, worker: int, answer: M.Handoff) -> None:
+    if answer.shared is not None:
+        faults.point("builder.before_handoff")
+    try:
+        handoff.send_multipart([f"w{worker}".encode(), M.encode(answer)])
+    except zmq.ZMQError as exc:  # the worker is gone; its group is being restarted
+        log.warning("group %d: cannot answer worker %d: %s", group.group, worker, exc)
 
 
 def _handle_coordinator(group: GroupBuilder, coord: zmq.Socket) -> bool:

@@ -14,6 +14,13 @@ Modes:
   handle; the finisher that closes the last open handle is the last finisher
   and receives the generation (:class:`Last`); every other gets
   :class:`NotLast`.
+  With a linger (``linger_s`` > 0), a finish that would be last while fewer
+  than ``n_workers`` workers have joined the id is :class:`Deferred` instead:
+  the generation stays open until ``linger_s`` after its first deferral, so a
+  worker that is slow to start its part still joins it. Whoever ends up last
+  receives it (a joiner that finishes, or the deferred finisher once
+  :meth:`expire` passes the deadline); a deferred finish is answered later
+  through :meth:`take_resolved`.
 - barrier: one generation per id. Every one of the group's ``n_workers``
   finishes once (with data or with nothing); the one that completes the set
   receives the generation.
@@ -73,6 +80,22 @@ class Last:
 
 
 @dataclass(frozen=True)
+class Deferred:
+    """The finisher may be last: its answer comes later as a :class:`Resolved`."""
+
+    generation: int
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The answer to ``worker``'s deferred finish of ``bid``."""
+
+    bid: BatchId
+    worker: int
+    decision: NotLast | Last
+
+
+@dataclass(frozen=True)
 class Orphaned:
     """Nobody will receive ``generation`` of ``bid``: abort it."""
 
@@ -87,12 +110,15 @@ class _Generation:
     finished: set[int] = field(default_factory=set)
     contributors: dict[int, int] = field(default_factory=dict)
     closed: bool = False  # handed off or orphaned
+    deferred: int | None = None  # the finisher whose answer waits for the linger
+    deadline: float | None = None  # set by the first deferral, never extended
 
 
 @dataclass
 class _Entry:
     description: Description
     generations: list[_Generation]
+    joined: set[int] = field(default_factory=set)
 
     @property
     def current(self) -> _Generation:
@@ -102,11 +128,15 @@ class _Entry:
 class SharedBatches:
     """The shared batches of one group with ``n_workers`` workers (see module doc)."""
 
-    def __init__(self, n_workers: int) -> None:
+    def __init__(self, n_workers: int, *, linger_s: float = 0.0) -> None:
         if n_workers < 1:
             raise ValueError(f"n_workers must be >= 1, got {n_workers}")
+        if linger_s < 0:
+            raise ValueError(f"linger_s must be >= 0, got {linger_s}")
         self.n_workers = n_workers
+        self.linger_s = linger_s
         self._entries: dict[BatchId, _Entry] = {}
+        self._resolved: list[Resolved] = []
 
     def __contains__(self, bid: BatchId) -> bool:
         return bid in self._entries
@@ -138,6 +168,7 @@ class SharedBatches:
             gen = _Generation(gen.number + 1)
             entry.generations.append(gen)
         gen.open.add(worker)
+        entry.joined.add(worker)
         return gen.number
 
     def push(self, bid: BatchId, worker: int, rows: int) -> int:
@@ -150,9 +181,10 @@ class SharedBatches:
             gen.contributors[worker] = gen.contributors.get(worker, 0) + rows
         return gen.number
 
-    def finish(self, bid: BatchId, worker: int) -> NotLast | Last:
-        """Close ``worker``'s handle. :class:`Last` for the finisher that
-        receives the generation, :class:`NotLast` for every other."""
+    def finish(self, bid: BatchId, worker: int, now: float = 0.0) -> NotLast | Last | Deferred:
+        """Close ``worker``'s handle at time ``now``. :class:`Last` for the
+        finisher that receives the generation, :class:`NotLast` for every
+        other, :class:`Deferred` while a best-effort linger holds it open."""
         entry = self._entries.get(bid)
         gen = self._open_generation(bid, worker)
         gen.open.discard(worker)
@@ -163,19 +195,57 @@ class SharedBatches:
         done = len(gen.finished) == self.n_workers if entry.description.barrier else not gen.open
         if not done:
             return NotLast(gen.number)
+        self._release_deferred(bid, gen)
+        if self._lingers(entry, gen, now):
+            gen.deferred = worker
+            if gen.deadline is None:
+                gen.deadline = now + self.linger_s
+            return Deferred(gen.number)
         gen.closed = True
         return Last(gen.number, dict(gen.contributors))
+
+    def expire(self, now: float) -> None:
+        """End every linger that ran out by ``now`` (see :meth:`take_resolved`):
+        its deferred finisher is last, unless a worker joined during the linger
+        and still holds a handle, in which case that worker will be."""
+        for bid, entry in self._entries.items():
+            for gen in entry.generations:
+                if gen.deferred is None or gen.deadline is None or gen.deadline > now:
+                    continue
+                if gen.open:
+                    self._release_deferred(bid, gen)
+                else:
+                    self._hand_to_deferred(bid, gen)
+
+    def next_deadline(self) -> float | None:
+        """The earliest time :meth:`expire` has something to do, if any."""
+        deadlines = [
+            g.deadline
+            for entry in self._entries.values()
+            for g in entry.generations
+            if g.deferred is not None and g.deadline is not None
+        ]
+        return min(deadlines, default=None)
+
+    def take_resolved(self) -> list[Resolved]:
+        """The answers to deferred finishes decided since the last call."""
+        resolved, self._resolved = self._resolved, []
+        return resolved
 
     def drop(self, bid: BatchId, worker: int) -> Orphaned | None:
         """Close ``worker``'s handle without finishing (it gave up). Its pushed
         rows stay in the generation. If nobody can receive the generation any
-        more (a barrier lost a member, or this was the last open handle),
-        return :class:`Orphaned` (once)."""
+        more (a barrier lost a member, or this was the last open handle and no
+        finish is deferred), return :class:`Orphaned` (once); a deferred
+        finisher receives it instead."""
         entry = self._entries.get(bid)
         gen = self._open_generation(bid, worker)
         gen.open.discard(worker)
         assert entry is not None
         if gen.closed or (not entry.description.barrier and gen.open):
+            return None
+        if gen.deferred is not None:  # a finisher still waits: its rows and ours reach it
+            self._hand_to_deferred(bid, gen)
             return None
         gen.closed = True
         return Orphaned(bid, gen.number)
@@ -186,6 +256,8 @@ class SharedBatches:
         entry = self._entries.pop(bid, None)
         if entry is None:
             return []
+        for gen in entry.generations:
+            self._release_deferred(bid, gen)
         return [Orphaned(bid, g.number) for g in entry.generations if not g.closed]
 
     def sweep(self, keep: Callable[[BatchId], bool]) -> list[BatchId]:
@@ -201,6 +273,26 @@ class SharedBatches:
         for bid in done:
             del self._entries[bid]
         return done
+
+    def _lingers(self, entry: _Entry, gen: _Generation, now: float) -> bool:
+        return (
+            self.linger_s > 0
+            and not entry.description.barrier
+            and len(entry.joined) < self.n_workers
+            and (gen.deadline is None or now < gen.deadline)
+        )
+
+    def _release_deferred(self, bid: BatchId, gen: _Generation) -> None:
+        if gen.deferred is not None:
+            self._resolved.append(Resolved(bid, gen.deferred, NotLast(gen.number)))
+            gen.deferred = None
+
+    def _hand_to_deferred(self, bid: BatchId, gen: _Generation) -> None:
+        assert gen.deferred is not None and not gen.open
+        gen.closed = True
+        decision = Last(gen.number, dict(gen.contributors))
+        self._resolved.append(Resolved(bid, gen.deferred, decision))
+        gen.deferred = None
 
     def _open_generation(self, bid: BatchId, worker: int) -> _Generation:
         self._check_worker(worker)

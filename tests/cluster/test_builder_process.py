@@ -4,6 +4,7 @@ test-side workers over the real shared-memory channel."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from cluster_helpers import EMPTY, BuilderHarness, rows_batch
@@ -146,3 +147,24 @@ def test_handle_dropped_without_finishing():
         assert len(h.blob_parts()) == written + 1
         assert "says 9 rows" in bad_last((1, 0)).error  # the last open handle: orphaned
         assert len(h.blob_parts()) == written
+
+
+def test_best_effort_linger_through_the_builder():
+    """A finish that would hand the batch off before every worker joined is
+    held: a worker that joins during the linger receives the one batch, and
+    once the linger runs out the deferred finisher receives it alone."""
+    linger_s = 1.0
+    with BuilderHarness(3, mode="best-effort", best_effort_linger_ms=int(linger_s * 1000)) as h:
+        a, b, _ = h.workers
+        a.send((0, 0), rows_batch([0], 0), last=True)
+        time.sleep(linger_s / 5)  # a's finish is deferred (its part stays held: no sync)
+        b.send((0, 0), rows_batch([1, 2], 0), last=True)
+        shared = b.answer().shared
+        assert shared is not None and shared.contributors == {0: 1, 1: 2}
+        assert shared.batch.rows == 3
+        assert a.answer().shared is None
+        started = time.monotonic()
+        a.send((1, 0), rows_batch([5], 1000), last=True)
+        alone = a.answer()
+        assert time.monotonic() - started >= linger_s * 0.9
+        assert alone.error is None and alone.shared.contributors == {0: 1}

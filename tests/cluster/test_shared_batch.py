@@ -17,11 +17,13 @@ from hypothesis import strategies as st
 
 from shardsink.worker.shared_batch import (
     ConflictingDescription,
+    Deferred,
     Description,
     Last,
     NotLast,
     Orphaned,
     ProtocolError,
+    Resolved,
     SharedBatches,
 )
 
@@ -171,6 +173,108 @@ def test_sweep_forgets_done_ids_and_never_a_live_one():
     assert barrier.finish(done, 1) == Last(0, {})
 
 
+def test_a_worker_that_joins_during_the_linger_is_last():
+    m = SharedBatches(3, linger_s=0.005)
+    m.join(BID, BEST_EFFORT, 0)
+    m.push(BID, 0, 4)
+    assert m.finish(BID, 0, now=1.0) == Deferred(0)
+    assert m.next_deadline() == pytest.approx(1.005)
+    m.expire(1.004)
+    assert m.take_resolved() == []
+    assert m.join(BID, BEST_EFFORT, 1) == 0  # the same generation, not a second batch
+    m.push(BID, 1, 5)
+    assert m.finish(BID, 1, now=1.0045) == Deferred(0)  # 2 of 3 joined: it lingers on
+    assert m.take_resolved() == [Resolved(BID, 0, NotLast(0))]
+    m.expire(1.005)  # the deadline of the first deferral holds: lingers add up to linger_s
+    assert m.take_resolved() == [Resolved(BID, 1, Last(0, {0: 4, 1: 5}))]
+    assert m.next_deadline() is None
+
+
+def test_the_last_worker_to_join_ends_the_linger_at_once():
+    m = SharedBatches(2, linger_s=0.005)
+    m.join(BID, BEST_EFFORT, 0)
+    m.push(BID, 0, 1)
+    assert m.finish(BID, 0, now=1.0) == Deferred(0)
+    m.join(BID, BEST_EFFORT, 1)
+    m.push(BID, 1, 2)
+    assert m.finish(BID, 1, now=1.001) == Last(0, {0: 1, 1: 2})  # every worker joined
+    assert m.take_resolved() == [Resolved(BID, 0, NotLast(0))]
+    assert m.next_deadline() is None
+
+
+def test_the_deferred_finisher_is_last_when_the_linger_expires():
+    m = SharedBatches(3, linger_s=0.005)
+    m.join(BID, BEST_EFFORT, 0)
+    m.push(BID, 0, 3)
+    assert m.finish(BID, 0, now=1.0) == Deferred(0)
+    m.expire(1.005)
+    assert m.take_resolved() == [Resolved(BID, 0, Last(0, {0: 3}))]
+    assert m.join(BID, BEST_EFFORT, 1) == 1  # handed off: a late worker starts the next one
+    m.push(BID, 1, 1)
+    assert m.finish(BID, 1, now=2.0) == Deferred(1)  # 2 of 3 joined the id
+    m.expire(2.005)
+    assert m.take_resolved() == [Resolved(BID, 1, Last(1, {1: 1}))]
+
+
+def test_an_expired_linger_with_a_joiner_still_open_leaves_it_to_the_joiner():
+    m = SharedBatches(3, linger_s=0.005)
+    m.join(BID, BEST_EFFORT, 0)
+    assert m.finish(BID, 0, now=1.0) == Deferred(0)
+    m.join(BID, BEST_EFFORT, 1)
+    m.push(BID, 1, 2)
+    m.expire(1.01)
+    assert m.take_resolved() == [Resolved(BID, 0, NotLast(0))]
+    assert m.finish(BID, 1, now=1.02) == Last(0, {1: 2})  # past the deadline: no new linger
+
+
+def test_a_finish_after_the_deadline_does_not_linger():
+    m = SharedBatches(3, linger_s=0.005)
+    m.join(BID, BEST_EFFORT, 0)
+    assert m.finish(BID, 0, now=1.0) == Deferred(0)
+    m.join(BID, BEST_EFFORT, 1)
+    # the builder has not expired the linger yet when the joiner finishes
+    assert m.finish(BID, 1, now=1.006) == Last(0, {})
+    assert m.take_resolved() == [Resolved(BID, 0, NotLast(0))]
+
+
+def test_dropping_the_last_open_handle_during_the_linger_hands_off_to_the_deferred():
+    m = SharedBatches(3, linger_s=0.005)
+    m.join(BID, BEST_EFFORT, 0)
+    m.push(BID, 0, 1)
+    assert m.finish(BID, 0, now=1.0) == Deferred(0)
+    m.join(BID, BEST_EFFORT, 1)
+    m.push(BID, 1, 2)
+    assert m.drop(BID, 1) is None  # somebody still receives the generation
+    assert m.take_resolved() == [Resolved(BID, 0, Last(0, {0: 1, 1: 2}))]
+    assert m.abandon(BID) == []
+    assert m.next_deadline() is None
+
+
+def test_abandon_during_the_linger_answers_the_deferred_and_orphans_the_generation():
+    m = SharedBatches(3, linger_s=0.005)
+    m.join(BID, BEST_EFFORT, 0)
+    m.push(BID, 0, 1)
+    assert m.finish(BID, 0, now=1.0) == Deferred(0)
+    assert m.sweep(lambda bid: False) == []  # a lingering generation is in progress
+    assert m.abandon(BID) == [Orphaned(BID, 0)]
+    assert m.take_resolved() == [Resolved(BID, 0, NotLast(0))]
+    m.expire(2.0)
+    assert m.take_resolved() == []
+    assert m.next_deadline() is None
+
+
+def test_barrier_and_a_zero_linger_never_defer():
+    m = SharedBatches(3)
+    m.join(BID, BEST_EFFORT, 0)
+    assert m.finish(BID, 0, now=1.0) == Last(0, {})
+    b = SharedBatches(2, linger_s=1.0)
+    b.join(BID, BARRIER, 0)
+    assert b.finish(BID, 0, now=1.0) == NotLast(0)
+    b.join(BID, BARRIER, 1)
+    assert b.finish(BID, 1, now=1.0) == Last(0, {})
+    assert b.next_deadline() is None
+
+
 @pytest.mark.parametrize("both_push", [True, False], ids=["both-pushed", "one-pushed"])
 def test_two_handles_race_finish_5000_times(both_push):
     """Two handles on one id finish in every order, with sweeps of other ids
@@ -202,7 +306,7 @@ def test_two_handles_race_finish_5000_times(both_push):
 
 
 _OPS = st.lists(
-    st.tuples(st.sampled_from(["step", "sweep", "drop"]), st.integers(0, 5)), max_size=80
+    st.tuples(st.sampled_from(["step", "sweep", "drop", "tick"]), st.integers(0, 5)), max_size=80
 )
 
 
@@ -210,15 +314,18 @@ _OPS = st.lists(
 @given(
     n=st.integers(1, 5),
     barrier=st.booleans(),
+    linger=st.sampled_from([0.0, 2.0]),
     rows=st.lists(st.integers(0, 3), min_size=5, max_size=5),
     ops=_OPS,
 )
-def test_every_generation_is_received_once_or_orphaned_once(n, barrier, rows, ops):
-    """Random interleavings of join/push/finish/drop and sweeps: each
-    generation ends exactly once (one Last, or one Orphaned after a drop), a
-    Last lists exactly the rows pushed into it, and a sweep forgets the id only
-    once everything that joined it has ended."""
-    m = SharedBatches(n)
+def test_every_generation_is_received_once_or_orphaned_once(n, barrier, linger, rows, ops):
+    """Random interleavings of join/push/finish/drop, sweeps and a clock that
+    ends lingers: each generation ends exactly once (one Last, or one Orphaned
+    after a drop), a Last lists exactly the rows pushed into it, every finish
+    is answered exactly once, and a sweep forgets the id only once everything
+    that joined it has ended."""
+    m = SharedBatches(n, linger_s=linger)
+    now = 0.0
     bid = (7, 0)
     desc = Description(0, 10, barrier)
     # worker -> next step: 0 join, 1 push, 2 finish, 3 done
@@ -227,10 +334,33 @@ def test_every_generation_is_received_once_or_orphaned_once(n, barrier, rows, op
     pushed: dict[int, dict[int, int]] = {}
     ends: dict[int, list] = {}
     dropped: set[int] = set()
+    deferred: set[int] = set()
+
+    def decided(decision) -> None:
+        if isinstance(decision, Last):
+            ends.setdefault(decision.generation, []).append(decision)
+
+    def collect() -> None:
+        for r in m.take_resolved():
+            assert r.worker in deferred, (r, deferred)
+            deferred.discard(r.worker)
+            decided(r.decision)
+
+    def finish(w: int) -> None:
+        decision = m.finish(bid, w, now)
+        if isinstance(decision, Deferred):
+            deferred.add(w)
+        decided(decision)
+        collect()
+
     m.join((1, 0), desc, 0)  # another id, for the sweeps to remove
     for op, arg in ops:
         w = arg % n
-        if op == "sweep":
+        if op == "tick":
+            now += arg
+            m.expire(now)
+            collect()
+        elif op == "sweep":
             if bid in m.sweep(lambda b: False):
                 # only a done id is forgotten; later joins of it would be stale
                 assert all(state[v] in (0, 3) for v in range(n)), state
@@ -242,6 +372,7 @@ def test_every_generation_is_received_once_or_orphaned_once(n, barrier, rows, op
             dropped.add(gen_of[w])
             if result is not None:
                 ends.setdefault(result.generation, []).append(result)
+            collect()
         elif state[w] == 0:
             gen_of[w] = m.join(bid, desc, w)
             state[w] = 1
@@ -251,10 +382,8 @@ def test_every_generation_is_received_once_or_orphaned_once(n, barrier, rows, op
                 pushed.setdefault(gen_of[w], {})[w] = rows[w]
             state[w] = 2
         elif state[w] == 2:
-            decision = m.finish(bid, w)
+            finish(w)
             state[w] = 3
-            if isinstance(decision, Last):
-                ends.setdefault(decision.generation, []).append(decision)
     # let everyone still in flight finish
     for w in range(n):
         if state[w] == 0:
@@ -266,9 +395,10 @@ def test_every_generation_is_received_once_or_orphaned_once(n, barrier, rows, op
                 pushed.setdefault(gen_of[w], {})[w] = rows[w]
             state[w] = 2
         if state[w] == 2:
-            decision = m.finish(bid, w)
-            if isinstance(decision, Last):
-                ends.setdefault(decision.generation, []).append(decision)
+            finish(w)
+    m.expire(now + linger)
+    collect()
+    assert not deferred and m.next_deadline() is None
     for gen in set(gen_of.values()):
         outcome = ends.get(gen, [])
         assert len(outcome) == 1, (gen, outcome)

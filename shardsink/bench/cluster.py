@@ -117,7 +117,7 @@ def _default() -> list[RunSpec]:
 
 
 def _quick() -> list[RunSpec]:
-    return _build(10, [(2, 4, 128)], (200_000, 4), repeats=1)
+    return _build(10, [(2, 4, 128)], (200_000, 4), repeats=3)
 
 
 def _hydrate(snapshot: int, r: int, n: int, *, workers: int, repeat: int) -> list[RunSpec]:

@@ -12,81 +12,16 @@ Nothing here unpickles or evaluates anything; payloads are bytes.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import itertools
-import os
-import stat
 import threading
 import time
-from pathlib import Path
-from urllib.parse import urlsplit
 
 import zmq
 
+from .._address import check_address
 from ..storage.errors import DeterminateError, IndeterminateError
 
 _ID_BYTES = 8
-
-
-def check_address(addr: str, *, for_bind: bool) -> str:
-    """Validate a ZeroMQ address; return it unchanged.
-
-    Accepted: ``ipc:///absolute/path`` (for a bind, the directory is created
-    with mode 0700 if missing, and an existing directory must be 0700 and ours)
-    and ``tcp://HOST:PORT`` where a bind HOST must be loopback (``127.x.x.x``,
-    ``::1`` or ``localhost``) and PORT may be ``*`` or ``0`` for a free port.
-    Raises ``ValueError`` naming the address and the problem.
-    """
-    forms = "accepted forms: ipc:///absolute/path, tcp://127.0.0.1:PORT"
-    if not isinstance(addr, str) or "://" not in addr:
-        raise ValueError(f"invalid address {addr!r}: missing scheme; {forms}")
-    scheme, rest = addr.split("://", 1)
-    if scheme == "ipc":
-        if not rest.startswith("/"):
-            raise ValueError(f"invalid address {addr!r}: ipc path must be absolute; {forms}")
-        if for_bind:
-            _check_private_dir(Path(rest).parent, addr)
-        return addr
-    if scheme == "tcp":
-        parts = urlsplit(f"tcp://{rest}")
-        try:
-            port = parts.port
-        except ValueError:
-            port = None
-        host = parts.hostname
-        if not host or (port is None and not rest.endswith(":*")):
-            raise ValueError(f"invalid address {addr!r}: expected HOST:PORT; {forms}")
-        if for_bind and not _is_loopback(host):
-            raise ValueError(
-                f"refusing to bind {addr!r}: only loopback addresses may be bound "
-                "(anything wider would need CURVE keys, which shardsink does not set up)"
-            )
-        return addr
-    raise ValueError(f"invalid address {addr!r}: unsupported scheme {scheme!r}; {forms}")
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _check_private_dir(directory: Path, addr: str) -> None:
-    try:
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = directory.stat()
-    except OSError as exc:
-        raise ValueError(f"cannot use socket directory {directory} for {addr!r}: {exc}") from exc
-    if not stat.S_ISDIR(st.st_mode):
-        raise ValueError(f"socket directory {directory} for {addr!r} is not a directory")
-    if st.st_uid != os.getuid() or stat.S_IMODE(st.st_mode) & 0o077:
-        raise ValueError(
-            f"socket directory {directory} for {addr!r} must be owned by this user with "
-            f"mode 0700 (it is {stat.S_IMODE(st.st_mode):o}); other users could connect"
-        )
 
 
 class RpcServer:

@@ -9,7 +9,7 @@ those of dead processes and :func:`unlink_cluster` all of a cluster at exit.
 """
 
 from .arena import DEFAULT_CAPACITY, DEFAULT_SEGMENT_SIZE, Arena, size_bound
-from .channel import INLINE_MAX_BYTES, PartReceiver, PartSender, Received, check_endpoint
+from .channel import INLINE_MAX_BYTES, PartReceiver, PartSender, Received
 from .errors import (
     CorruptPart,
     PartOutOfBounds,
@@ -41,7 +41,6 @@ __all__ = [
     "TransportError",
     "TransportTimeout",
     "UnknownSegment",
-    "check_endpoint",
     "creator_alive",
     "decode_part",
     "list_segments",

@@ -8,8 +8,8 @@ and acknowledges references when it is done with them, which frees their space.
 Inline parts need no acknowledgement. Messages of one worker arrive in order,
 numbered from 0; a gap is an error, never a silently missing part.
 
-Endpoints are ``ipc://PATH`` with PATH in a directory private to this user
-(mode 0700), or ``tcp://`` on loopback; anything wider is refused. Each sender
+Endpoints follow :func:`shardsink._address.check_address`: ``ipc://`` in a
+directory private to this user, or ``tcp://`` bound on loopback. Each sender
 and receiver creates its own ZeroMQ context, so create them after any fork.
 """
 
@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import stat
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -27,6 +25,7 @@ import msgspec
 import pyarrow as pa
 import zmq
 
+from .._address import check_address
 from .arena import DEFAULT_CAPACITY, DEFAULT_SEGMENT_SIZE, Arena, size_bound, write_stream
 from .errors import CorruptPart, SchemaMismatch, ShmError, TransportError, TransportTimeout
 from .messages import (
@@ -76,34 +75,6 @@ def _wait(sock: zmq.Socket, timeout_ms: int) -> bool:
     return bool(zmq.zmq_poll([(sock, _POLLIN)], timeout_ms))
 
 
-_LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
-
-
-def check_endpoint(endpoint: str) -> str:
-    """Return ``endpoint`` if it is allowed (see the module doc), else raise
-    ``ValueError`` naming it and the problem."""
-    if not isinstance(endpoint, str):
-        raise ValueError(f"invalid endpoint {endpoint!r}: not a string")
-    if endpoint.startswith("ipc://"):
-        directory = os.path.dirname(os.path.abspath(endpoint[len("ipc://") :]))
-        try:
-            info = os.stat(directory)
-        except FileNotFoundError:
-            raise ValueError(f"invalid endpoint {endpoint!r}: no directory {directory}") from None
-        if info.st_uid != os.geteuid() or stat.S_IMODE(info.st_mode) & 0o077:
-            raise ValueError(
-                f"invalid endpoint {endpoint!r}: directory {directory} must be this user's "
-                f"with mode 0700 (it has uid {info.st_uid}, mode {stat.S_IMODE(info.st_mode):o})"
-            )
-        return endpoint
-    if endpoint.startswith("tcp://"):
-        host, _, port = endpoint[len("tcp://") :].rpartition(":")
-        if host in _LOOPBACK and (port == "*" or port.isdigit()):
-            return endpoint
-        raise ValueError(f"invalid endpoint {endpoint!r}: tcp:// must be loopback HOST:PORT")
-    raise ValueError(f"invalid endpoint {endpoint!r}: use ipc://PATH or tcp://127.0.0.1:PORT")
-
-
 class PartSender:
     """Worker side: writes parts into its own arena and sends them to the builder.
 
@@ -124,7 +95,7 @@ class PartSender:
         inline_max_bytes: int = INLINE_MAX_BYTES,
         timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
-        self.endpoint = check_endpoint(endpoint)
+        self.endpoint = check_address(endpoint, for_bind=False)
         self.inline_max_bytes = inline_max_bytes
         self.timeout = timeout
         self.arena = Arena(cluster, segment_size=segment_size, capacity=capacity)
@@ -306,7 +277,7 @@ class PartReceiver:
         schema: pa.Schema | None = None,
         full_validation: bool = False,
     ) -> None:
-        check_endpoint(endpoint)
+        check_address(endpoint, for_bind=True)
         self.reader = SegmentReader(cluster, creators=creators, full_validation=full_validation)
         self.schema = schema
         self._ctx = zmq.Context()

@@ -20,7 +20,6 @@ from shardsink.shm import (
     TransportError,
     TransportTimeout,
     UnknownSegment,
-    check_endpoint,
     list_segments,
 )
 from shardsink.shm.arena import write_stream
@@ -242,21 +241,15 @@ def test_retired_segments_are_unmapped_by_the_builder(cluster, endpoint):
         receiver.recv(0)
 
 
-def test_endpoints_must_be_private(tmp_path):
+def test_channel_ends_apply_the_address_policy(tmp_path):
     shared = tmp_path / "shared"
-    shared.mkdir(mode=0o755)
+    shared.mkdir()
     shared.chmod(0o755)
-    private = tmp_path / "private"
-    private.mkdir(mode=0o700)
-    for bad, why in [
-        (f"ipc://{shared}/s", "mode 0700"),
-        (f"ipc://{tmp_path}/missing/s", "no directory"),
-        ("tcp://0.0.0.0:5555", "loopback"),
-        ("tcp://10.1.2.3:5555", "loopback"),
-        ("http://127.0.0.1:80", "use ipc://"),
-    ]:
-        with pytest.raises(ValueError, match=why):
-            check_endpoint(bad)
-    assert check_endpoint(f"ipc://{private}/s") == f"ipc://{private}/s"
+    with pytest.raises(ValueError, match="mode 0700"):
+        PartReceiver(f"ipc://{shared}/s", "c")
+    with pytest.raises(ValueError, match="mode 0700"):
+        PartSender(f"ipc://{shared}/s", "c")
+    with pytest.raises(ValueError, match="only loopback"):
+        PartReceiver("tcp://0.0.0.0:5555", "c")
     with PartReceiver("tcp://127.0.0.1:*", "c") as receiver:
         assert receiver.endpoint.startswith("tcp://127.0.0.1:")

@@ -1,0 +1,36 @@
+"""One address policy for every ZeroMQ socket: private ipc directories, loopback binds."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from shardsink._address import check_address
+
+
+def test_addresses_are_checked(tmp_path) -> None:
+    assert check_address("tcp://127.0.0.1:0", for_bind=True)
+    assert check_address("tcp://[::1]:5000", for_bind=True)
+    with pytest.raises(ValueError, match="only loopback"):
+        check_address("tcp://0.0.0.0:5000", for_bind=True)
+    with pytest.raises(ValueError, match="must be absolute"):
+        check_address("ipc://relative/x", for_bind=True)
+    with pytest.raises(ValueError, match="unsupported scheme 'udp'"):
+        check_address("udp://127.0.0.1:1", for_bind=False)
+    with pytest.raises(ValueError, match="expected HOST:PORT"):
+        check_address("tcp://127.0.0.1", for_bind=False)
+    made = tmp_path / "made"
+    check_address(f"ipc://{made}/sock", for_bind=True)
+    assert made.stat().st_mode & 0o777 == 0o700
+    wide = tmp_path / "wide"
+    wide.mkdir(mode=0o755)
+    os.chmod(wide, 0o755)
+    with pytest.raises(ValueError, match="mode 0700"):
+        check_address(f"ipc://{wide}/sock", for_bind=True)
+    # a connect checks an existing directory too, but may precede the bind
+    with pytest.raises(ValueError, match="mode 0700"):
+        check_address(f"ipc://{wide}/sock", for_bind=False)
+    assert check_address(f"ipc://{tmp_path}/later/sock", for_bind=False)
+    assert not (tmp_path / "later").exists()
+    assert check_address("tcp://10.1.2.3:5555", for_bind=False)

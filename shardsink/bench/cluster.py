@@ -57,12 +57,7 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def label(self) -> str:
-        shape = f"{self.groups}x{self.workers} {self.workload} R={self.rows_per_interval}"
-        if self.snapshot_rows:
-            shape += f" S={self.snapshot_rows}"
-        extra = f" B={_bytes(self.shared_max_bytes)}" if self.section == "hydrate" else ""
-        extra += " compaction" if self.compaction else ""
-        return f"{self.mode} {shape}{extra} #{self.repeat}"
+        return f"{self.mode} {self.workload} {describe(msgspec.structs.asdict(self))}"
 
 
 def _bytes(n: int) -> str:
@@ -301,12 +296,7 @@ _COLUMNS = [
 
 def _cell(row: dict, name: str, key: str | None, fmt: str) -> str:
     if name == "shape":
-        shape = _shape(row)
-        if row.get("snapshot_rows"):
-            shape += f" S={row['snapshot_rows']:,} B={_bytes(row['shared_max_bytes'])}"
-        if row.get("compaction"):
-            shape += " +compaction"
-        return shape + (f" #{row['repeat']}" if row.get("repeat") else "")
+        return describe(row)
     if name == "PUTs/append":
         return fmt.format(row.get("blob_puts", 0) / max(row.get("appends") or 1, 1))
     value = row.get(key)
@@ -402,6 +392,17 @@ def write_report(rows: list[dict], out: Path, command: str, elapsed_s: float) ->
 
 def _shape(row: dict) -> str:
     return f"{row['groups']}x{row['workers']} R={row['rows_per_interval']}"
+
+
+def describe(row: dict) -> str:
+    """A run's shape for tables and progress: groups x workers, rows, and the
+    snapshot, threshold, compaction and repeat where they matter."""
+    text = _shape(row)
+    if row.get("snapshot_rows"):
+        text += f" S={row['snapshot_rows']:,} B={_bytes(row['shared_max_bytes'])}"
+    if row.get("compaction"):
+        text += " +compaction"
+    return text + (f" #{row['repeat']}" if row.get("repeat") else "")
 
 
 def plot(rows: list[dict], out: Path) -> list[Path]:

@@ -20,6 +20,7 @@ AREAS = (
     "shardsink.shm._cli",
     "shardsink.server._cli",
     "shardsink.cluster._cli",
+    "shardsink.chaos._cli",
     "shardsink.bench._cli",
 )
 

@@ -87,7 +87,11 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     ``file://DATA_DIR/blob``) and ``consensus``: a store URI (default
     ``sqlite:///DATA_DIR/consensus.db``; the cluster runs a consensus process
     on it) or the address of a running server (``tcp://``, ``ipc://``).
-    ``shard`` names the shard.
+    ``shard`` names the shard. ``consensus_bind`` is where the cluster's own
+    consensus process listens (default ``ipc://RUN_DIR/consensus``, a fresh
+    directory per run); a fixed address lets clients outside the cluster (a
+    reader, ``shardsink chaos``) reach the shard across restarts of the
+    coordinator.
 
     Supervision: ``start_timeout_s`` for a group or the consensus process to
     come up, ``interval_timeout_s`` for all reports of one attempt (a group
@@ -115,6 +119,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     blob: str | None = None
     consensus: str | None = None
     shard: str = "default"
+    consensus_bind: str | None = None
     seed: int = 0
     start_timeout_s: float = 120.0
     interval_timeout_s: float = 60.0
@@ -150,6 +155,13 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             _check_uri("blob", self.blob, BLOB_SCHEMES)
         if self.consensus is not None:
             _check_uri("consensus", self.consensus, STORE_SCHEMES + SERVER_SCHEMES)
+        if self.consensus_bind is not None:
+            _check_uri("consensus_bind", self.consensus_bind, SERVER_SCHEMES)
+            if self.external_server:
+                raise ValueError(
+                    f"consensus_bind {self.consensus_bind!r} is for the cluster's own consensus "
+                    f"process, but consensus {self.consensus!r} names a running server"
+                )
         for fault in self.faults:
             if fault.group >= self.groups or fault.worker >= self.workers:
                 raise ValueError(

@@ -18,7 +18,14 @@ inherit armed points through the environment (:func:`environ`, then
 :func:`arm_from_env` at start-up). Each firing is appended to
 ``<fault dir>/fired.jsonl`` before it acts.
 
-Disarmed, ``point`` is one dictionary truth test: nothing measurable.
+Two points mark stores rather than code: ``blob.call`` and ``consensus.call``
+stand for every call of a blob or consensus store opened by URI in an armed
+process (:func:`wrap_store`). They take ``determinate`` (the call is not made)
+and ``indeterminate`` (the call is made, then its result is lost) and may be
+armed with both at once.
+
+Disarmed, ``point`` is one dictionary truth test and stores are not wrapped:
+nothing measurable.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import random
 import signal
 import time
 from pathlib import Path
+from typing import TypeVar
 
 import msgspec
 
@@ -39,6 +47,7 @@ POINTS: dict[str, str] = {
     "worker.after_encode": "a worker encoded its slice of the interval",
     "worker.after_push": "a worker pushed its part to the builder",
     "worker.before_report": "a worker finished its interval but has not reported it",
+    "worker.last_finisher": "a worker received its group's shared batch as the last finisher",
     "builder.after_upload": "a builder uploaded a part to blob",
     "builder.before_handoff": "a builder finished a shared batch but has not handed it over",
     "append.before_cas": "the append operator is about to compare-and-append",
@@ -46,8 +55,13 @@ POINTS: dict[str, str] = {
     "consensus.after_store": "the consensus server stored a version but has not replied",
     "reader.before_fetch": "a reader selected its batches but has not fetched their parts",
     "gc.before_delete": "GC listed what to delete but has not deleted it",
+    "blob.call": "any call of a blob store (determinate or indeterminate only)",
+    "consensus.call": "any call of a consensus store (determinate or indeterminate only)",
 }
 ACTIONS = ("kill", "pause", "determinate", "indeterminate")
+STORE_POINTS = ("blob.call", "consensus.call")
+
+S = TypeVar("S")
 
 ENV_FAULTS = "SHARDSINK_FAULTS"
 ENV_SEED = "SHARDSINK_FAULT_SEED"
@@ -85,6 +99,10 @@ def parse(spec: str) -> FaultSpec:
         raise ValueError(f"fault spec {spec!r}: PROB must be a number, TIMES an integer") from None
     if not 0.0 <= prob <= 1.0 or times < 0:
         raise ValueError(f"fault spec {spec!r}: PROB must be in [0, 1] and TIMES >= 0")
+    if name in STORE_POINTS and action not in ("determinate", "indeterminate"):
+        raise ValueError(
+            f"fault spec {spec!r}: {name} takes determinate or indeterminate, not {action!r}"
+        )
     return FaultSpec(name, action, prob, times)
 
 
@@ -95,8 +113,8 @@ class _Armed:
         self.fired = 0
 
 
-_ARMED: dict[str, _Armed] = {}
-_STATE = {"dir": None, "role": ""}
+_ARMED: dict[str, list[_Armed]] = {}
+_STATE: dict = {"dir": None, "role": "", "pause_s": None}
 
 
 def arm(
@@ -105,13 +123,22 @@ def arm(
     seed: int = 0,
     fault_dir: str | Path | None = None,
     role: str = "",
+    pause_s: float | None = None,
 ) -> None:
-    """Arm ``specs`` in this process (replacing what was armed)."""
+    """Arm ``specs`` in this process (replacing what was armed). A point may be
+    armed with several actions; ``ValueError`` if one is armed twice.
+    ``pause_s`` (default: ``SHARDSINK_FAULT_PAUSE_S``, else 1) is how long a
+    ``pause`` lasts."""
     parsed = [s if isinstance(s, FaultSpec) else parse(s) for s in specs]
+    pairs = [(s.point, s.action) for s in parsed]
+    if len(set(pairs)) != len(pairs):
+        raise ValueError(f"a point is armed twice with the same action in {specs}")
     _ARMED.clear()
-    _ARMED.update({s.point: _Armed(s, seed, role) for s in parsed})
+    for spec in parsed:
+        _ARMED.setdefault(spec.point, []).append(_Armed(spec, seed, role))
     _STATE["dir"] = Path(fault_dir) if fault_dir is not None else None
     _STATE["role"] = role
+    _STATE["pause_s"] = pause_s
     if _STATE["dir"] is not None:
         _STATE["dir"].mkdir(parents=True, exist_ok=True)
 
@@ -148,7 +175,40 @@ def point(name: str) -> None:
     """A fault point. Does nothing unless ``name`` is armed; then may kill this
     process, pause it, or raise a storage error, as armed."""
     if _ARMED and name in _ARMED:
-        _hit(_ARMED[name])
+        for armed in _ARMED[name]:
+            _hit(armed)
+
+
+def wrap_store(name: str, store: S) -> S:
+    """``store`` itself unless ``name`` (``blob.call`` for a ``Blob``,
+    ``consensus.call`` for a ``Consensus``) is armed; then a seeded
+    :class:`~shardsink.storage.faults.FaultyBlob` or ``FaultyConsensus``
+    injecting the armed actions at their probabilities, within their budgets,
+    each firing recorded like any other."""
+    from .storage.faults import FaultyBlob, FaultyConsensus
+
+    if name not in STORE_POINTS:
+        raise ValueError(f"{name!r} is not a store point; known: {', '.join(STORE_POINTS)}")
+    if not _ARMED or name not in _ARMED:
+        return store
+    by_action = {armed.spec.action: armed for armed in _ARMED[name]}
+    rates = {action: armed.spec.prob for action, armed in by_action.items()}
+
+    def admit(kind: str) -> bool:
+        armed = by_action[kind]
+        if not _claim(armed):
+            return False
+        _record(armed.spec)
+        return True
+
+    wrapper = FaultyBlob if name == "blob.call" else FaultyConsensus
+    return wrapper(
+        store,
+        seed=_ARMED[name][0].rng.getrandbits(64),
+        fail_rate=rates.get("determinate", 0.0),
+        indeterminate_rate=rates.get("indeterminate", 0.0),
+        admit=admit,
+    )
 
 
 def _hit(armed: _Armed) -> None:
@@ -159,7 +219,8 @@ def _hit(armed: _Armed) -> None:
     if spec.action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     elif spec.action == "pause":
-        time.sleep(float(os.environ.get(ENV_PAUSE, "1")))
+        pause = _STATE["pause_s"]
+        time.sleep(pause if pause is not None else float(os.environ.get(ENV_PAUSE, "1")))
     elif spec.action == "determinate":
         raise DeterminateError(f"injected fault at {spec.point} (determinate)")
     else:
@@ -180,12 +241,19 @@ def _claim(armed: _Armed) -> bool:
         return True
     for n in range(times):
         try:
-            fd = os.open(directory / f"{armed.spec.point}.{n}", os.O_CREAT | os.O_EXCL, 0o600)
+            fd = os.open(directory / slot_name(armed.spec, n), os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
             continue
         os.close(fd)
         return True
     return False
+
+
+def slot_name(spec: FaultSpec, n: int) -> str:
+    """The file in the fault directory whose exclusive creation is firing
+    ``n`` of ``spec``'s budget. A file created in advance holds the firing
+    back until it is removed (how ``shardsink chaos`` times point faults)."""
+    return f"{spec.point}.{spec.action}.{n}"
 
 
 def _record(spec: FaultSpec) -> None:

@@ -83,3 +83,68 @@ def test_kill_fires_once_per_run_across_processes(tmp_path) -> None:
 def test_environment_is_validated_before_anything_starts() -> None:
     with pytest.raises(ValueError, match="unknown point"):
         faults.environ(["worker.typo:kill"])
+
+
+def test_a_point_takes_several_actions_but_not_one_twice(tmp_path) -> None:
+    faults.arm(
+        ["gc.before_delete:pause:1:1", "gc.before_delete:determinate:1:1"],
+        fault_dir=tmp_path,
+        pause_s=0.01,
+    )
+    with pytest.raises(DeterminateError):
+        faults.point("gc.before_delete")
+    assert [f["action"] for f in faults.fired(tmp_path)] == ["pause", "determinate"]
+    with pytest.raises(ValueError, match="armed twice"):
+        faults.arm(["gc.before_delete:kill", "gc.before_delete:kill:0.5"])
+
+
+def test_store_points_take_only_storage_errors() -> None:
+    with pytest.raises(ValueError, match=r"blob\.call takes determinate or indeterminate"):
+        faults.parse("blob.call:kill")
+    with pytest.raises(ValueError, match="not a store point"):
+        faults.wrap_store("gc.before_delete", object())
+
+
+def test_a_held_slot_keeps_a_point_dormant_until_it_is_removed(tmp_path) -> None:
+    spec = faults.parse("append.before_cas:determinate:1:1")
+    (tmp_path / faults.slot_name(spec, 0)).touch()
+    faults.arm([spec], fault_dir=tmp_path)
+    faults.point("append.before_cas")  # held: nothing fires
+    (tmp_path / faults.slot_name(spec, 0)).unlink()
+    with pytest.raises(DeterminateError):
+        faults.point("append.before_cas")
+    faults.point("append.before_cas")  # the one firing is spent
+
+
+def test_stores_opened_by_uri_fail_as_armed(tmp_path) -> None:
+    """``blob.call`` and ``consensus.call`` wrap stores opened while armed:
+    a determinate fault does not perform the call, an indeterminate one does
+    and loses the answer; each firing is recorded; disarmed, nothing is wrapped."""
+    from shardsink.storage import open_blob, open_consensus
+    from shardsink.storage.contracts import VersionedData
+
+    uri = f"file://{tmp_path}/blob"
+    plain = open_blob(uri)
+    assert type(plain).__name__ == "FileBlob"
+    faults.arm(
+        ["blob.call:determinate:1:1", "consensus.call:indeterminate:1:1"],
+        fault_dir=tmp_path / "f",
+        role="builder g0",
+    )
+    blob = open_blob(uri)
+    with pytest.raises(DeterminateError, match="set on file://"):
+        blob.set("a", b"1")
+    assert plain.get("a") is None  # not performed
+    blob.set("a", b"1")  # the budget is spent
+    assert plain.get("a") == b"1"
+    consensus = open_consensus(f"sqlite://{tmp_path}/c.db")
+    with pytest.raises(IndeterminateError, match="timeout after compare_and_set"):
+        consensus.compare_and_set("s", None, VersionedData(0, b"x"))
+    assert consensus.head("s") == VersionedData(0, b"x")  # performed
+    fired = faults.fired(tmp_path / "f")
+    assert [(f["point"], f["action"], f["role"]) for f in fired] == [
+        ("blob.call", "determinate", "builder g0"),
+        ("consensus.call", "indeterminate", "builder g0"),
+    ]
+    for store in (plain, blob, consensus):
+        store.close()

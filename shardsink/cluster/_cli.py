@@ -12,6 +12,8 @@ import argparse
 import logging
 import sys
 
+import msgspec
+
 #: Runs with at least this many intervals get a progress bar.
 PROGRESS_MIN_INTERVALS = 10
 
@@ -102,6 +104,35 @@ def register(commands, bench) -> None:
     )
     up.add_argument("--shard", default=d.shard, metavar="NAME", help=f"default {d.shard!r}")
     up.add_argument(
+        "--consensus-bind",
+        metavar="ADDR",
+        help="where the cluster's consensus process listens (ipc://... or tcp://127.0.0.1:PORT; "
+        "default: a fresh ipc socket per run)",
+    )
+    up.add_argument(
+        "--interval-timeout",
+        type=float,
+        default=d.interval_timeout_s,
+        metavar="S",
+        help=f"a group that has not reported an interval within S seconds is restarted "
+        f"(default {d.interval_timeout_s:g})",
+    )
+    up.add_argument(
+        "--max-restarts",
+        type=int,
+        default=d.max_restarts,
+        metavar="N",
+        help=f"group restarts (and attempts of one interval) before the run fails "
+        f"(default {d.max_restarts})",
+    )
+    up.add_argument(
+        "--events",
+        type=argparse.FileType("a"),
+        metavar="FILE",
+        help="append one JSON line per appended interval to FILE (interval, attempt, rows, "
+        "latency_ms), flushed as it happens",
+    )
+    up.add_argument(
         "--seed", type=int, default=d.seed, metavar="X", help="drives the run's random choices"
     )
     up.add_argument("--no-verify", action="store_true", help="do not read the shard back")
@@ -132,13 +163,15 @@ def _config(args: argparse.Namespace):
         blob=args.blob,
         consensus=args.consensus,
         shard=args.shard,
+        consensus_bind=args.consensus_bind,
+        interval_timeout_s=args.interval_timeout,
+        max_restarts=args.max_restarts,
         seed=args.seed,
         verify=not args.no_verify,
     )
 
 
 def _up(args: argparse.Namespace) -> int:
-    import msgspec
     from rich.console import Console
     from setproctitle import setproctitle
 
@@ -160,7 +193,7 @@ def _up(args: argparse.Namespace) -> int:
                 f"started in {cluster.startup_s:.1f}s"
             )
             try:
-                _run(cluster, config.intervals, console)
+                _run(cluster, config.intervals, console, args.events)
             except KeyboardInterrupt:
                 interrupted = True
                 console.print("interrupted: stopping cleanly")
@@ -179,9 +212,14 @@ def _up(args: argparse.Namespace) -> int:
     return 0 if stats.verified in (True, None) else 1
 
 
-def _run(cluster, intervals: int, console) -> None:
+def _run(cluster, intervals: int, console, events=None) -> None:
+    def record(rec) -> None:
+        if events is not None:
+            events.write(msgspec.json.encode(rec).decode() + "\n")
+            events.flush()
+
     if intervals < PROGRESS_MIN_INTERVALS:
-        cluster.run(intervals)
+        cluster.run(intervals, on_append=record)
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
@@ -195,11 +233,12 @@ def _run(cluster, intervals: int, console) -> None:
     ) as progress:
         task = progress.add_task("intervals", total=intervals)
 
-        def advance(record) -> None:
+        def advance(rec) -> None:
+            record(rec)
             progress.update(
                 task,
                 advance=1,
-                description=f"interval {record.interval} ({record.latency_ms:.0f} ms)",
+                description=f"interval {rec.interval} ({rec.latency_ms:.0f} ms)",
             )
 
         cluster.run(intervals, on_append=advance)

@@ -2,10 +2,11 @@
 
 ``python -m shardsink.cluster.child PARENT_PID ROLE [ARGS...]`` where ROLE is
 ``builder`` or ``worker`` (their :class:`~shardsink.cluster.messages.ChildSpec`
-comes as JSON on stdin) or ``consensus`` (ARGS are ``shardsink consensus
-serve`` arguments). Before anything else the child arranges to be SIGKILLed
-when its parent dies (``PR_SET_PDEATHSIG``) and then checks that its parent is
-still ``PARENT_PID``, which closes the race with a parent that died before the
+comes as JSON on stdin) or a ``shardsink`` command (``consensus``, and for
+``shardsink chaos``: ``up``, ``shard``) whose arguments ARGS are. Before
+anything else the child arranges to be SIGKILLed when its parent dies
+(``PR_SET_PDEATHSIG``) and then checks that its parent is still
+``PARENT_PID``, which closes the race with a parent that died before the
 ``prctl``; then it names itself in ``ps`` and arms the fault points its
 environment names (``shardsink.faults``).
 """
@@ -33,12 +34,14 @@ def die_with_parent(parent: int) -> None:
 def main(argv: list[str]) -> int:
     parent, role, *rest = argv
     die_with_parent(int(parent))
-    # The coordinator handles Ctrl-C and tells its children to stop.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if role == "consensus":
+    # The coordinator handles Ctrl-C and tells its children to stop; a
+    # coordinator (``up``) is itself stopped by Ctrl-C.
+    if role != "up":
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if role not in ("builder", "worker"):
         from ..cli import main as cli_main
 
-        return cli_main(["consensus", *rest])
+        return cli_main([role, *rest])
     from setproctitle import setproctitle
 
     from .. import faults

@@ -157,6 +157,7 @@ class Cluster:
                     config.blob_uri,
                     self.run_dir,
                     timeout_s=config.start_timeout_s,
+                    bind=config.consensus_bind,
                 )
                 address = self.consensus.start()
             self.shard = open_shard(

@@ -108,10 +108,12 @@ def spawn(
     stdin: bytes | None = None,
     process_group: int = 0,
     stdout: int | None = None,
+    env: dict[str, str] | None = None,
 ) -> Child:
     """Start ``python -m shardsink.cluster.child <my pid> <args>`` in process
     group ``process_group`` (0: a new group led by the child), with ``stdin``
-    written to its standard input and stderr to ``run_dir/<name>.log``."""
+    written to its standard input, stderr to ``run_dir/<name>.log`` and
+    ``env`` added to its environment."""
     log_path = run_dir / f"{name.replace('/', '-')}.log"
     argv = [sys.executable, "-m", "shardsink.cluster.child", str(os.getpid()), *args]
     with open(log_path, "ab") as err:
@@ -121,7 +123,7 @@ def spawn(
             stdout=stdout if stdout is not None else err,
             stderr=err,
             process_group=process_group,
-            env=_child_env(),
+            env={**_child_env(), **(env or {})},
         )
     if stdin is not None:
         assert proc.stdin is not None

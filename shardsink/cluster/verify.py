@@ -32,14 +32,15 @@ def verify(shard: Shard, workload: Workload) -> Verification:
     if actual is None:
         actual = expected.schema.empty_table()
     ok = actual.equals(expected)
-    detail = "" if ok else _difference(actual, expected)
+    detail = "" if ok else difference(actual, expected)
     verification = Verification(ok, intervals, actual.num_rows, expected.num_rows, detail)
     del actual, expected
     pa.default_memory_pool().release_unused()  # a big read-back must not stay resident
     return verification
 
 
-def _difference(actual: pa.Table, expected: pa.Table) -> str:
+def difference(actual: pa.Table, expected: pa.Table) -> str:
+    """How ``actual`` differs from ``expected``: schema, row count or the first differing row."""
     if not actual.schema.equals(expected.schema):
         return f"schema {actual.schema} differs from the expected {expected.schema}"
     if actual.num_rows != expected.num_rows:

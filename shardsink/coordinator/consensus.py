@@ -19,15 +19,18 @@ from .errors import ClusterError
 
 
 class ConsensusProcess:
-    """The consensus server child of one cluster. ``start`` and ``restart``
-    wait (bounded) for its "listening on" line; ``stop`` is idempotent."""
+    """The consensus server child of one cluster, bound to ``bind`` (default
+    ``ipc://RUN_DIR/consensus``). ``start`` and ``restart`` wait (bounded) for
+    its "listening on" line; ``stop`` is idempotent."""
 
-    def __init__(self, store: str, blob: str, run_dir: Path, *, timeout_s: float) -> None:
+    def __init__(
+        self, store: str, blob: str, run_dir: Path, *, timeout_s: float, bind: str | None = None
+    ) -> None:
         self.store = store
         self.blob = blob
         self.run_dir = run_dir
         self.timeout_s = timeout_s
-        self.bind = f"ipc://{run_dir / 'consensus'}"
+        self.bind = bind or f"ipc://{run_dir / 'consensus'}"
         self.address: str | None = None
         self.child: Child | None = None
         self.restarts = 0

@@ -55,7 +55,8 @@ class ShardMachine(Protocol):
       failures that outlast the machine's retries are raised
       (``StorageError``), as is :class:`~.errors.Contended`.
     - ``state(refresh)`` is the latest state known; with ``refresh`` it is at
-      least as new as the head when the call began.
+      least as new as the head when the call began (storage failures are
+      retried as for ``run``).
     - ``wait_for_upper_past(upper, timeout)`` returns a state whose upper is
       greater than ``upper``, or raises ``TimeoutError`` after ``timeout``
       seconds (``None``: wait forever).
@@ -192,7 +193,7 @@ class LocalMachine:
             self._check_open()
             # after a failed run even an exclusive cache may predate a commit
             if refresh and (self._suspect or not self.exclusive):
-                self._refresh()
+                self._refresh_retrying()
             return self._state
 
     def wait_for_upper_past(self, upper: int, timeout: float | None) -> ShardState:
@@ -314,6 +315,18 @@ class LocalMachine:
                 self._blob.delete(key)
         except (StorageError, Contended) as exc:
             log.warning("shard %r: rollup of version %d failed: %s", self.shard, state.seqno, exc)
+
+    def _refresh_retrying(self) -> None:
+        """:meth:`_refresh` through up to ``max_attempts`` storage errors
+        (backing off between them); the last one is raised."""
+        for attempt in range(self.config.max_attempts):
+            try:
+                self._refresh()
+                return
+            except StorageError:
+                if attempt + 1 >= self.config.max_attempts:
+                    raise
+                _backoff(attempt)
 
     def _refresh(self) -> None:
         """Bring the cached state up to (at least) the head."""

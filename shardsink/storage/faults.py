@@ -11,6 +11,8 @@ Each call of a wrapped store draws one number from a ``random.Random(seed)``:
 
 The same seed and the same sequence of calls give the same faults, so a failure
 replays. ``injected`` counts the faults by kind. ``close()`` is never faulted.
+An ``admit(kind)`` hook, if given, may let a drawn fault pass (a budget) and
+sees every fault injected (a record).
 """
 
 from __future__ import annotations
@@ -34,7 +36,12 @@ class _Faulty(Generic[S]):
     ``ValueError`` unless both rates are >= 0 and sum to at most 1."""
 
     def __init__(
-        self, inner: S, seed: int, fail_rate: float = 0.0, indeterminate_rate: float = 0.0
+        self,
+        inner: S,
+        seed: int,
+        fail_rate: float = 0.0,
+        indeterminate_rate: float = 0.0,
+        admit: Callable[[str], bool] | None = None,
     ) -> None:
         if min(fail_rate, indeterminate_rate) < 0 or fail_rate + indeterminate_rate > 1:
             raise ValueError(
@@ -47,12 +54,17 @@ class _Faulty(Generic[S]):
         self.fail_rate = fail_rate
         self.indeterminate_rate = indeterminate_rate
         self.injected: Counter[str] = Counter()
+        self._admit = admit or (lambda kind: True)
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
 
     def _call(self, op: str, fn: Callable[[], T]) -> T:
         with self._lock:
             draw = self._rng.random()
+        if draw < self.fail_rate + self.indeterminate_rate:
+            kind = "determinate" if draw < self.fail_rate else "indeterminate"
+            if not self._admit(kind):
+                return fn()
         if draw < self.fail_rate:
             with self._lock:
                 self.injected["determinate"] += 1

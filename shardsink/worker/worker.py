@@ -150,6 +150,8 @@ class Worker:
         if joins:
             answer = self._await_handoff(mint)
             error = error or answer.error
+            if answer.shared is not None:
+                faults.point("worker.last_finisher")
         self._fault("after_finish", mint)
         return M.Report(
             interval=mint.interval,

@@ -119,6 +119,7 @@ def test_builder_killed_at_a_random_moment(tmp_path):
         "worker.before_report",
         "builder.after_upload",
         "builder.before_handoff",
+        "worker.last_finisher",
     ],
 )
 def test_named_fault_points_of_workers_and_builders(tmp_path, monkeypatch, point):
@@ -146,3 +147,21 @@ def test_an_append_that_fails_around_its_compare_and_set_is_retried_once(tmp_pat
         faults.disarm()
     assert run.stats.verified is True and run.stats.appends == 4, run.stats.verify_detail
     assert [r.interval for r in run.records] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("point", ["blob.call", "consensus.call"])
+@pytest.mark.parametrize("action", ["determinate", "indeterminate"])
+def test_store_faults_in_the_cluster_processes(tmp_path, monkeypatch, point, action):
+    """The first three store calls of the cluster's children (builders,
+    workers, the consensus process) fail, before or after taking effect: the
+    processes retry or are restarted, and the shard is exact."""
+    fault_dir = tmp_path / "faults"
+    spec = f"{point}:{action}:1:3"
+    for name, value in faults.environ([spec], seed=5, fault_dir=fault_dir).items():
+        monkeypatch.setenv(name, value)
+    run = run_cluster(
+        tmp_path / "d", 4, groups=1, workers=3, mode="barrier", rows_per_interval=ROWS
+    )
+    fired = faults.fired(fault_dir)
+    assert [(f["point"], f["action"]) for f in fired] == [(point, action)] * 3
+    assert run.stats.verified is True and run.stats.appends == 4, run.stats.verify_detail

@@ -1,0 +1,155 @@
+"""``shardsink chaos``: a churn cluster under a seeded nemesis, then the checks."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+
+def register(commands, bench) -> None:
+    from .runner import ChaosConfig
+    from .schedule import FAULT_KINDS
+
+    d = ChaosConfig()
+    chaos = commands.add_parser(
+        "chaos",
+        help="run a cluster under injected faults and check that nothing is lost",
+        description="Run a churn workload for DURATION seconds while a nemesis, seeded by "
+        "SEED, kills and pauses the cluster's processes and makes its stores fail; readers "
+        "check snapshots throughout. Then check that the shard equals the expected "
+        "collection, every referenced blob exists, leaked blobs are swept and no process or "
+        "shared-memory segment is left. Exits 1 on any violation. The same seed replays the "
+        "same fault schedule.",
+    )
+    chaos.add_argument(
+        "--duration", type=float, default=d.duration_s, metavar="S", help="seconds of faults"
+    )
+    chaos.add_argument("--seed", type=int, default=d.seed, metavar="X")
+    chaos.add_argument(
+        "--data-dir",
+        metavar="D",
+        help="a new or empty directory for the run (default: a temporary one, kept only "
+        "when a violation is found)",
+    )
+    chaos.add_argument("--groups", type=int, default=d.groups, metavar="G")
+    chaos.add_argument("--workers", type=int, default=d.workers, metavar="W")
+    chaos.add_argument("--mode", default=d.mode, help=f"off | best-effort | barrier ({d.mode})")
+    chaos.add_argument("--rows-per-interval", type=int, default=d.rows_per_interval, metavar="R")
+    chaos.add_argument(
+        "--faults",
+        default=",".join(FAULT_KINDS),
+        metavar="KINDS",
+        help=f"comma-separated fault kinds (default all: {','.join(FAULT_KINDS)})",
+    )
+    chaos.add_argument(
+        "--mean-gap",
+        type=float,
+        default=d.mean_gap_s,
+        metavar="S",
+        help=f"mean seconds between faults (default {d.mean_gap_s:g})",
+    )
+    chaos.add_argument("--readers", type=int, default=d.readers, metavar="N")
+    chaos.add_argument("--json", action="store_true", help="print the report as JSON")
+    chaos.add_argument("-v", "--verbose", action="store_true", help="log what happens")
+    chaos.set_defaults(func=_chaos)
+
+
+def _chaos(args: argparse.Namespace) -> int:
+    import msgspec
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .runner import ChaosConfig, run_chaos
+
+    config = ChaosConfig(
+        duration_s=args.duration,
+        seed=args.seed,
+        data_dir=args.data_dir,
+        groups=args.groups,
+        workers=args.workers,
+        mode=args.mode,
+        rows_per_interval=args.rows_per_interval,
+        faults=tuple(k.strip() for k in args.faults.split(",") if k.strip()),
+        mean_gap_s=args.mean_gap,
+        readers=args.readers,
+    )
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(threadName)s %(levelname)s %(message)s",
+    )
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("starting", total=config.duration_s)
+
+        def tick(status: dict) -> None:
+            progress.update(
+                task,
+                completed=min(status["elapsed_s"], config.duration_s),
+                description=f"{status['intervals']} intervals, {status['injected']} faults, "
+                f"{status['snapshots']} snapshots checked, {status['violations']} violations",
+            )
+
+        report = run_chaos(config, on_tick=tick)
+    if args.json:
+        print(msgspec.json.encode(report).decode())
+    else:
+        Console().print(report_table(report))
+        for violation in report.violations:
+            print(f"VIOLATION: {violation}", file=sys.stderr)
+    return 0 if report.ok else 1
+
+
+def report_table(report):
+    """A chaos report as a rich table."""
+    from rich.table import Table
+
+    from .schedule import FAULT_KINDS
+
+    def counts(d: dict[str, int]) -> str:
+        return ", ".join(f"{k} {v}" for k, v in sorted(d.items())) or "none"
+
+    table = Table(title=f"shardsink chaos (seed {report.seed})", show_header=True)
+    table.add_column("fault kind")
+    table.add_column("scheduled", justify="right")
+    table.add_column("injected", justify="right")
+    table.add_column("missed", justify="right")
+    for kind in FAULT_KINDS:
+        if kind in report.faults:
+            table.add_row(
+                kind,
+                str(report.scheduled.get(kind, 0)),
+                str(report.injected.get(kind, 0)),
+                str(report.missed.get(kind, 0)),
+            )
+    summary = Table(show_header=False, title="run")
+    summary.add_column(style="bold")
+    summary.add_column()
+    for name, value in (
+        ("shape", f"{report.shape} {report.mode}, {report.duration_s:g}s"),
+        ("intervals", f"{report.intervals} ({report.intervals_redone} redone)"),
+        (
+            "coordinator",
+            f"{report.coordinator_starts} starts; earlier ones ended: "
+            f"{counts(report.coordinator_exits)}",
+        ),
+        (
+            "snapshots",
+            f"{report.snapshots_checked} checked; skipped: {counts(report.snapshots_skipped)}",
+        ),
+        ("maintenance", counts(report.maintenance)),
+        ("leaked blobs swept", str(report.leaked_blobs_swept)),
+        ("segments left", str(report.segments_swept)),
+        ("violations", str(len(report.violations)) if report.violations else "none"),
+        ("data dir", report.data_dir or "(temporary, removed)"),
+    ):
+        summary.add_row(name, value)
+    from rich.console import Group
+
+    return Group(table, summary)

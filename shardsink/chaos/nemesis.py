@@ -1,0 +1,148 @@
+"""The nemesis: carries out a schedule's events against a running cluster.
+
+Only processes of the cluster that ``shardsink chaos`` started are signalled:
+the coordinator (its own child) and that coordinator's descendants, found
+by their names in ``ps`` (``shardsink worker g0/w2`` ...). A group kill uses
+``killpg`` on the builder's group while the builder is alive.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+import psutil
+
+from .. import faults
+from .schedule import SIGNAL_TARGETS, Event
+
+_TITLE = re.compile(r"^shardsink (consensus|builder|worker)\b ?(\S*)")
+
+
+class Target(NamedTuple):
+    """A process of the cluster: ``kind`` coordinator, consensus, builder or worker."""
+
+    kind: str
+    name: str
+    pid: int
+
+
+def cluster_processes(coordinator: int) -> list[Target]:
+    """The coordinator ``coordinator`` and its live named descendants, by name."""
+    try:
+        children = psutil.Process(coordinator).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    out = [Target("coordinator", "coordinator", coordinator)]
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            match = _TITLE.match(" ".join(child.cmdline()))
+            if match and child.status() != psutil.STATUS_ZOMBIE:
+                kind, name = match.groups()
+                out.append(Target(kind, name or kind, child.pid))
+    return sorted(out, key=lambda t: (t.kind, t.name))
+
+
+class Nemesis:
+    """Runs ``events`` (from :func:`~.schedule.schedule`) from ``start`` (a
+    ``time.monotonic()`` value) in a thread, against the coordinator whose pid
+    ``coordinator()`` returns (``None`` while there is none).
+
+    ``fault_dir`` holds the point budgets: :meth:`hold_points` creates every
+    slot in advance; a point event removes the next one. By kind,
+    ``signalled`` counts the signals sent, ``released`` the point firings
+    released (the firings themselves are recorded by the processes that
+    fire), ``missed`` the signal events that found no process to hit (the
+    cluster was restarting).
+    """
+
+    def __init__(
+        self,
+        events: list[Event],
+        fault_dir: Path,
+        coordinator: Callable[[], int | None],
+        start: float,
+    ) -> None:
+        self.events = events
+        self.fault_dir = fault_dir
+        self.coordinator = coordinator
+        self.start = start
+        self.signalled: Counter[str] = Counter()
+        self.released: Counter[str] = Counter()
+        self.missed: Counter[str] = Counter()
+        self._slots: Counter[str] = Counter()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
+        self.error: BaseException | None = None
+
+    def hold_points(self, specs: list[faults.FaultSpec]) -> None:
+        """Create every budget slot of ``specs``, so that none fires until released."""
+        self.fault_dir.mkdir(parents=True, exist_ok=True)
+        for spec in specs:
+            for n in range(spec.times):
+                (self.fault_dir / faults.slot_name(spec, n)).touch(mode=0o600)
+
+    def begin(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop before the next event (a pause in progress ends first)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            for event in self.events:
+                if self._stop.wait(max(0.0, self.start + event.at_s - time.monotonic())):
+                    return
+                if event.how == "point":
+                    self._release(event)
+                else:
+                    self._signal(event)
+        except BaseException as exc:  # reported by the runner as a violation
+            self.error = exc
+
+    def _release(self, event: Event) -> None:
+        name, action = event.point.split(":")
+        spec = faults.FaultSpec(name, action)
+        for _ in range(event.count):
+            n = self._slots[event.point]
+            self._slots[event.point] += 1
+            with contextlib.suppress(FileNotFoundError):
+                (self.fault_dir / faults.slot_name(spec, n)).unlink()
+        self.released[event.kind] += event.count
+
+    def _signal(self, event: Event) -> None:
+        coordinator = self.coordinator()
+        processes = cluster_processes(coordinator) if coordinator is not None else []
+        target = SIGNAL_TARGETS[event.kind]
+        kind = "builder" if target == "group" else target
+        pool = [p for p in processes if target == "any" or p.kind == kind]
+        if not pool:
+            self.missed[event.kind] += 1
+            return
+        victim = pool[event.pick % len(pool)]
+        try:
+            if event.kind == "pause":
+                os.kill(victim.pid, signal.SIGSTOP)
+                try:
+                    time.sleep(event.pause_s)
+                finally:
+                    os.kill(victim.pid, signal.SIGCONT)
+            elif target == "group":
+                os.killpg(victim.pid, signal.SIGKILL)
+            else:
+                os.kill(victim.pid, signal.SIGKILL)
+        except ProcessLookupError:  # it died between the listing and the signal
+            self.missed[event.kind] += 1
+            return
+        self.signalled[event.kind] += 1

@@ -1,0 +1,163 @@
+"""The nemesis's fault schedule: a pure function of the seed.
+
+A fault kind is injected in one of two ways:
+
+- by *signal*: at the event's time the nemesis SIGKILLs (or SIGSTOPs, then
+  SIGCONTs) one process of the kind's target, picked by ``pick`` among those
+  alive, ordered by name;
+- through a *fault point* (``shardsink.faults``): every process of the run is
+  armed with the point at probability 1, but each firing's budget slot is
+  created in advance, so the point stays dormant; at the event's time the
+  nemesis removes one slot, and the next process to pass the point fires it.
+
+So the same seed gives the same events at the same times; what each one hits
+depends on what the cluster is doing then, as it must.
+"""
+
+from __future__ import annotations
+
+import random
+
+import msgspec
+
+from .. import faults
+
+#: Every fault kind, in the order reports list them.
+FAULT_KINDS = (
+    "kill-worker",
+    "kill-builder",
+    "kill-group",
+    "kill-last-finisher",
+    "kill-consensus",
+    "kill-coordinator",
+    "pause",
+    "blob-errors",
+    "consensus-errors",
+)
+
+#: What a signal event of each kind hits: a process kind, ``group`` (the
+#: builder's whole process group) or ``any`` process of the cluster.
+SIGNAL_TARGETS: dict[str, str] = {
+    "kill-worker": "worker",
+    "kill-builder": "builder",
+    "kill-group": "group",
+    "kill-consensus": "consensus",
+    "kill-coordinator": "coordinator",
+    "pause": "any",
+}
+
+#: The fault points (point, action) through which each kind is injected.
+#: GC runs in the consensus process (and in ``shard gc``), so a kill between
+#: its listing and its deletes counts as a consensus kill.
+POINTS: dict[str, tuple[tuple[str, str], ...]] = {
+    "kill-worker": (
+        ("worker.after_encode", "kill"),
+        ("worker.after_push", "kill"),
+        ("worker.before_report", "kill"),
+    ),
+    "kill-builder": (("builder.after_upload", "kill"), ("builder.before_handoff", "kill")),
+    "kill-group": (),
+    "kill-last-finisher": (("worker.last_finisher", "kill"),),
+    "kill-consensus": (("consensus.after_store", "kill"), ("gc.before_delete", "kill")),
+    "kill-coordinator": (("append.before_cas", "kill"), ("append.after_cas", "kill")),
+    "pause": (("gc.before_delete", "pause"), ("reader.before_fetch", "pause")),
+    "blob-errors": (("blob.call", "determinate"), ("blob.call", "indeterminate")),
+    "consensus-errors": (("consensus.call", "determinate"), ("consensus.call", "indeterminate")),
+}
+
+#: A store error event releases this many faults at once (a burst, as when a
+#: store flaps), at most.
+MAX_BURST = 3
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True):
+    """One fault: at ``at_s`` seconds into the run, ``kind`` by ``how``
+    (``signal`` or ``point``). A signal event hits process ``pick`` (modulo
+    the live ones) and, for a pause, stops it for ``pause_s``; a point event
+    releases ``count`` firings of ``point`` (``NAME:ACTION``)."""
+
+    at_s: float
+    kind: str
+    how: str
+    pick: int = 0
+    pause_s: float = 0.0
+    point: str = ""
+    count: int = 1
+
+
+def check_kinds(kinds: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """``kinds`` as a tuple; ``ValueError`` naming an unknown one (and the
+    known ones) or an empty list."""
+    unknown = [k for k in kinds if k not in FAULT_KINDS]
+    if unknown:
+        raise ValueError(f"unknown fault kind {unknown[0]!r}; known: {', '.join(FAULT_KINDS)}")
+    if not kinds:
+        raise ValueError(f"no fault kind given; known: {', '.join(FAULT_KINDS)}")
+    return tuple(dict.fromkeys(kinds))
+
+
+def schedule(
+    seed: int,
+    duration_s: float,
+    kinds: tuple[str, ...],
+    *,
+    mean_gap_s: float,
+    pause_max_s: float,
+    quiet_s: float = 2.0,
+) -> list[Event]:
+    """The events of a run: gaps drawn from an exponential distribution of
+    mean ``mean_gap_s``, none in the first or last ``quiet_s`` seconds; each
+    event's kind uniform over ``kinds``, then, for a kind with both, signal or
+    one of its points with equal chance."""
+    if mean_gap_s <= 0 or pause_max_s <= 0:
+        raise ValueError("mean_gap_s and pause_max_s must be > 0")
+    kinds = check_kinds(kinds)
+    rng = random.Random(f"chaos:{seed}")
+    events = []
+    at = quiet_s
+    while True:
+        at += rng.expovariate(1.0 / mean_gap_s)
+        if at > duration_s - quiet_s:
+            return events
+        kind = rng.choice(kinds)
+        ways = ([("signal", "")] if kind in SIGNAL_TARGETS else []) + [
+            ("point", f"{name}:{action}") for name, action in POINTS[kind]
+        ]
+        how, point = rng.choice(ways)
+        events.append(
+            Event(
+                at_s=round(at, 3),
+                kind=kind,
+                how=how,
+                pick=rng.randrange(1 << 16),
+                pause_s=round(rng.uniform(0.1, pause_max_s), 3) if kind == "pause" else 0.0,
+                point=point,
+                count=rng.randint(1, MAX_BURST) if kind.endswith("-errors") else 1,
+            )
+        )
+
+
+def point_specs(events: list[Event]) -> list[faults.FaultSpec]:
+    """The fault specs that arm every point ``events`` release, each with a
+    budget of as many firings as they release (and none other). Code points
+    fire at probability 1; a store point armed with both actions splits its
+    draws between them."""
+    budget: dict[str, int] = {}
+    for event in events:
+        if event.how == "point":
+            budget[event.point] = budget.get(event.point, 0) + event.count
+    specs = []
+    for point, times in budget.items():
+        name, action = point.split(":")
+        both = sum(p.split(":")[0] == name for p in budget) > 1
+        prob = 0.5 if name in faults.STORE_POINTS and both else 1.0
+        specs.append(faults.FaultSpec(name, action, prob, times))
+    return specs
+
+
+def kind_of(point: str, action: str) -> str:
+    """The fault kind a firing of ``point`` with ``action`` belongs to."""
+    for kind, pairs in POINTS.items():
+        if (point, action) in pairs:
+            return kind
+    return f"{point}:{action}"

@@ -1,0 +1,103 @@
+"""``shardsink chaos`` end to end: short runs in the suite, long ones behind
+``slow``. Each run ends with the runner's own checks (the shard exact at its
+upper, every referenced blob present, nothing left running or mapped); the
+suite's leak check runs on top."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from shardsink.chaos import FAULT_KINDS, ChaosConfig, run_chaos
+from shardsink.chaos.runner import _check_shard, _Run
+from shardsink.cluster.workloads import SCHEMA
+from shardsink.persist import ShardConfig, open_shard
+
+
+def _assert_clean(report) -> None:
+    assert report.violations == [], report.violations
+    assert report.intervals > 50
+    assert report.snapshots_checked > 0
+    assert report.segments_swept == 0
+    signal_events = sum(report.scheduled.values())
+    assert sum(report.injected.values()) + sum(report.missed.values()) >= signal_events // 2
+    ended = sum(report.coordinator_exits.values())
+    assert report.coordinator_starts == ended + 1
+
+
+def test_a_short_run_with_every_fault_kind_loses_nothing(tmp_path) -> None:
+    config = ChaosConfig(
+        duration_s=25,
+        seed=3,
+        data_dir=str(tmp_path / "run"),
+        groups=1,
+        workers=3,
+        mean_gap_s=1.0,
+    )
+    report = run_chaos(config)
+    _assert_clean(report)
+    assert len(report.scheduled) >= 6  # 20 s at one fault a second: most kinds
+
+
+def test_the_command_line_runs_best_effort_and_prints_json(tmp_path) -> None:
+    argv = [sys.executable, "-m", "shardsink.cli", "chaos", "--duration", "20", "--seed", "4"]
+    argv += ["--groups", "1", "--workers", "3", "--mode", "best-effort", "--mean-gap", "1"]
+    argv += ["--json", "--data-dir", str(tmp_path / "run")]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["violations"] == [] and report["mode"] == "best-effort"
+    assert report["intervals"] > 50 and report["snapshots_checked"] > 0
+
+
+def test_bad_arguments_are_named(tmp_path) -> None:
+    argv = [sys.executable, "-m", "shardsink.cli", "chaos", "--faults", "kill-worker,nope"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "unknown fault kind 'nope'; known: kill-worker" in done.stderr
+    (tmp_path / "used" / "data").mkdir(parents=True)
+    with pytest.raises(ValueError, match="holds a previous run"):
+        run_chaos(ChaosConfig(duration_s=1, data_dir=str(tmp_path / "used")))
+    with pytest.raises(ValueError, match="pause_max_s"):
+        ChaosConfig(pause_max_s=20)
+
+
+def test_the_final_check_finds_a_lost_part(tmp_path) -> None:
+    """The checker can fail: a shard missing a referenced part (and so rows)
+    is reported twice over."""
+    config = ChaosConfig(data_dir=str(tmp_path))
+    run = _Run(config, tmp_path)
+    run.data.mkdir()
+    try:
+        workload = config.workload()
+        with open_shard(
+            "default",
+            blob=run.cluster.blob_uri,
+            consensus=run.cluster.consensus_uri,
+            schema=SCHEMA,
+            config=ShardConfig(inline_max_bytes=0),
+        ) as shard:
+            writer = shard.writer()
+            for i in range(4):
+                writer.compare_and_append_table(workload.updates(i), i * 1000, (i + 1) * 1000)
+            assert _check_shard(run, shard, "before") == 4 and run.violations == []
+            batch = shard.state().ordered_batches()[-1]
+            shard.blob.delete(batch.blob_keys()[0])
+            _check_shard(run, shard, "after")
+    finally:
+        run.sock_dir.rmdir()
+    assert any("referenced blobs are missing" in v for v in run.violations)
+    assert any("cannot be read back: shard 'default': part" in v for v in run.violations)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["barrier", "best-effort"])
+def test_a_long_run(tmp_path, mode) -> None:
+    report = run_chaos(
+        ChaosConfig(duration_s=180, seed=11, data_dir=str(tmp_path / "run"), mode=mode)
+    )
+    _assert_clean(report)
+    assert set(report.injected) >= set(FAULT_KINDS) - {"kill-group"}

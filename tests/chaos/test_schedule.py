@@ -1,0 +1,65 @@
+"""The nemesis's schedule: pure, seeded, and arming exactly what it releases."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardsink.chaos import FAULT_KINDS, schedule
+from shardsink.chaos.schedule import POINTS, SIGNAL_TARGETS, check_kinds, kind_of, point_specs
+
+
+def _events(seed: int, kinds=FAULT_KINDS, duration: float = 600.0):
+    return schedule(seed, duration, kinds, mean_gap_s=3.0, pause_max_s=2.0)
+
+
+def test_the_seed_replays_the_schedule() -> None:
+    assert _events(7) == _events(7)
+    assert _events(7) != _events(8)
+
+
+def test_events_cover_every_kind_within_the_run() -> None:
+    events = _events(1)
+    assert 150 < len(events) < 260  # 596 s at one event per 3 s on average
+    assert {e.kind for e in events} == set(FAULT_KINDS)
+    assert all(2.0 <= e.at_s <= 598.0 for e in events)
+    assert [e.at_s for e in events] == sorted(e.at_s for e in events)
+    for e in events:
+        if e.how == "signal":
+            assert e.kind in SIGNAL_TARGETS and e.point == ""
+        else:
+            name, action = e.point.split(":")
+            assert (name, action) in POINTS[e.kind]
+        assert (0.1 <= e.pause_s <= 2.0) if e.kind == "pause" else e.pause_s == 0.0
+        assert 1 <= e.count <= (3 if e.kind.endswith("-errors") else 1)
+
+
+def test_only_the_chosen_kinds_are_scheduled() -> None:
+    events = _events(3, ("kill-worker", "pause"))
+    assert {e.kind for e in events} == {"kill-worker", "pause"}
+
+
+def test_point_specs_budget_exactly_what_is_released() -> None:
+    events = _events(5)
+    specs = point_specs(events)
+    released: dict[str, int] = {}
+    for e in events:
+        if e.how == "point":
+            released[e.point] = released.get(e.point, 0) + e.count
+    assert {f"{s.point}:{s.action}": s.times for s in specs} == released
+    for spec in specs:
+        both = {s.action for s in specs if s.point == spec.point} >= {
+            "determinate",
+            "indeterminate",
+        }
+        assert spec.prob == (0.5 if spec.point.endswith(".call") and both else 1.0)
+        assert kind_of(spec.point, spec.action) in FAULT_KINDS
+
+
+def test_unknown_kinds_are_named() -> None:
+    with pytest.raises(
+        ValueError, match="unknown fault kind 'kill-everything'; known: kill-worker"
+    ):
+        check_kinds(["kill-worker", "kill-everything"])
+    with pytest.raises(ValueError, match="no fault kind given"):
+        check_kinds([])
+    assert check_kinds(["pause", "pause"]) == ("pause",)

@@ -134,6 +134,7 @@ def report_table(report):
     for name, value in (
         ("shape", f"{report.shape} {report.mode}, {report.duration_s:g}s"),
         ("intervals", f"{report.intervals} ({report.intervals_redone} redone)"),
+        ("supervision", counts(report.supervision)),
         (
             "coordinator",
             f"{report.coordinator_starts} starts; earlier ones ended: "

@@ -124,7 +124,9 @@ class ChaosReport(msgspec.Struct, kw_only=True):
     ``data_dir`` is empty if the run's temporary directory was removed.
     ``coordinator_starts`` counts ``shardsink up`` runs and ``coordinator_exits``
     why each earlier one ended. ``intervals_redone`` counts intervals appended
-    by an attempt after the first. ``violations`` is empty for a good run."""
+    by an attempt after the first; ``supervision`` the coordinators' group
+    restarts, consensus restarts and abandoned attempts (each as of its last
+    append). ``violations`` is empty for a good run."""
 
     seed: int
     duration_s: float
@@ -140,6 +142,7 @@ class ChaosReport(msgspec.Struct, kw_only=True):
     coordinator_exits: dict[str, int]
     intervals: int
     intervals_redone: int
+    supervision: dict[str, int]
     snapshots_checked: int
     snapshots_skipped: dict[str, int]
     maintenance: dict[str, int]
@@ -171,7 +174,8 @@ class _Run:
         self.lock = threading.Lock()
         self.violations: list[str] = []
         self.coordinator: Child | None = None
-        self.seen: dict[int, float] = {}  # pid -> create time, every process of the run
+        # every process of the cluster seen so far: pid -> (create time, name)
+        self.seen: dict[int, tuple[float, str]] = {}
         self.counts: Counter[str] = Counter()
 
     def violation(self, what: str) -> None:
@@ -193,8 +197,10 @@ class _Run:
         if pid is None:
             return
         for process in cluster_processes(pid):
-            with contextlib.suppress(psutil.Error):
-                self.seen.setdefault(process.pid, psutil.Process(process.pid).create_time())
+            if process.pid not in self.seen:
+                with contextlib.suppress(psutil.Error):
+                    created = psutil.Process(process.pid).create_time()
+                    self.seen[process.pid] = (created, f"{process.kind} {process.name}")
 
     def shard_config(self) -> ShardConfig:
         return ShardConfig(server_timeout_s=2.0, server_retry_for_s=10.0)
@@ -339,7 +345,7 @@ def _start_coordinator(run: _Run, env: dict[str, str]) -> None:
         run.coordinator = spawn(
             "coordinator", "up", args, run_dir=run.logs, stdout=out.fileno(), env=env
         )
-    run.seen[run.coordinator.pid] = psutil.Process(run.coordinator.pid).create_time()
+    run.seen[run.coordinator.pid] = (_created(run.coordinator.pid), "coordinator")
 
 
 def _stop_coordinator(run: _Run) -> None:
@@ -363,29 +369,31 @@ def _stop_coordinator(run: _Run) -> None:
     _wait_gone(run)
 
 
-def _wait_gone(run: _Run, timeout_s: float = 30.0) -> None:
-    """Wait for every process of the run to be gone; SIGKILL stragglers (ours)."""
+def _wait_gone(run: _Run, timeout_s: float = 15.0) -> None:
+    """Wait for every process of the cluster to be gone (they die with their
+    coordinator); a straggler is a violation, and is SIGKILLed."""
     deadline = time.monotonic() + timeout_s
     while True:
         alive = _alive(run)
         if not alive:
             return
         if time.monotonic() > deadline:
-            run.violation(f"processes outlived their coordinator: {sorted(alive)}")
-            for pid in alive:
+            names = ", ".join(f"{name} (pid {pid})" for pid, name in alive)
+            run.violation(f"processes outlived their coordinator: {names}")
+            for pid, _ in alive:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, 9)
             return
         time.sleep(0.1)
 
 
-def _alive(run: _Run) -> list[int]:
+def _alive(run: _Run) -> list[tuple[int, str]]:
     alive = []
-    for pid, created in run.seen.items():
+    for pid, (created, name) in run.seen.items():
         with contextlib.suppress(psutil.NoSuchProcess):
             process = psutil.Process(pid)
             if process.create_time() == created and process.status() != psutil.STATUS_ZOMBIE:
-                alive.append(pid)
+                alive.append((pid, name))
     return alive
 
 
@@ -394,14 +402,23 @@ def _exit_reason(code: int) -> str:
 
 
 class _Appended:
-    """Follows the coordinators' ``--events`` file: intervals appended, and
-    how many of them by an attempt after the first."""
+    """Follows the coordinators' ``--events`` file: intervals appended, how
+    many of them by an attempt after the first, and each coordinator's last
+    supervision counts."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.offset = 0
         self.count = 0
         self.redone = 0
+        self.supervision: dict[int, dict[str, int]] = {}
+
+    def totals(self) -> dict[str, int]:
+        """Supervision counts summed over coordinators (as of their last append)."""
+        out: Counter[str] = Counter()
+        for counts in self.supervision.values():
+            out.update(counts)
+        return dict(out)
 
     def poll(self) -> int:
         try:
@@ -413,8 +430,12 @@ class _Appended:
         whole = chunk[: chunk.rfind(b"\n") + 1]  # a line being written waits
         self.offset += len(whole)
         for line in whole.splitlines():
+            event = json.loads(line)
             self.count += 1
-            self.redone += json.loads(line)["attempt"] > 0
+            self.redone += event["attempt"] > 0
+            self.supervision[event["coordinator"]] = {
+                k: event[k] for k in ("restarts", "consensus_restarts", "abandoned_attempts")
+            }
         return self.count
 
 
@@ -507,7 +528,6 @@ def _maintenance(run: _Run, env: dict[str, str]) -> None:
                 stdout=subprocess.DEVNULL,
                 env=env,
             )
-            run.seen[child.pid] = _created(child.pid)
             try:
                 reap([child], MAINTENANCE_TIMEOUT_S)
             except TimeoutError:
@@ -577,6 +597,7 @@ def _final_checks(
         coordinator_exits=dict(exits),
         intervals=intervals,
         intervals_redone=run.appended.redone,
+        supervision=run.appended.totals(),
         snapshots_checked=counts["checked"],
         snapshots_skipped={k[9:]: v for k, v in counts.items() if k.startswith("skipped: ")},
         maintenance={k: v for k, v in counts.items() if not k.startswith(("skipped", "checked"))},

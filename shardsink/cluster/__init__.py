@@ -5,7 +5,14 @@ c.run(); c.stats()``); ``shardsink up`` is its command line.
 """
 
 from ..config import ClusterConfig, Fault
-from .cluster import Cluster, ClusterError, ClusterStats, IntervalRecord, ProcessInfo
+from .cluster import (
+    Cluster,
+    ClusterError,
+    ClusterStats,
+    IntervalRecord,
+    ProcessInfo,
+    Supervision,
+)
 from .verify import Verification
 from .workloads import Workload
 
@@ -17,6 +24,7 @@ __all__ = [
     "Fault",
     "IntervalRecord",
     "ProcessInfo",
+    "Supervision",
     "Verification",
     "Workload",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 import msgspec
@@ -129,8 +130,10 @@ def register(commands, bench) -> None:
         "--events",
         type=argparse.FileType("a"),
         metavar="FILE",
-        help="append one JSON line per appended interval to FILE (interval, attempt, rows, "
-        "latency_ms), flushed as it happens",
+        help="append one JSON line per appended interval to FILE, flushed as it happens: "
+        "the coordinator's pid, the interval's figures (interval, attempt, rows, latency_ms, "
+        "...) and the supervision counts so far (restarts, consensus_restarts, "
+        "abandoned_attempts)",
     )
     up.add_argument(
         "--seed", type=int, default=d.seed, metavar="X", help="drives the run's random choices"
@@ -215,7 +218,12 @@ def _up(args: argparse.Namespace) -> int:
 def _run(cluster, intervals: int, console, events=None) -> None:
     def record(rec) -> None:
         if events is not None:
-            events.write(msgspec.json.encode(rec).decode() + "\n")
+            line = {
+                "coordinator": os.getpid(),
+                **msgspec.structs.asdict(rec),
+                **msgspec.structs.asdict(cluster.supervision()),
+            }
+            events.write(msgspec.json.encode(line).decode() + "\n")
             events.flush()
 
     if intervals < PROGRESS_MIN_INTERVALS:

@@ -43,7 +43,14 @@ from .workloads import SCHEMA
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Cluster", "ClusterError", "ClusterStats", "IntervalRecord", "ProcessInfo"]
+__all__ = [
+    "Cluster",
+    "ClusterError",
+    "ClusterStats",
+    "IntervalRecord",
+    "ProcessInfo",
+    "Supervision",
+]
 
 
 class ProcessInfo(msgspec.Struct, frozen=True):
@@ -53,6 +60,14 @@ class ProcessInfo(msgspec.Struct, frozen=True):
     name: str
     pid: int
     pgid: int
+
+
+class Supervision(msgspec.Struct, frozen=True, kw_only=True):
+    """Group restarts, consensus-process restarts and abandoned attempts so far."""
+
+    restarts: int
+    consensus_restarts: int
+    abandoned_attempts: int
 
 
 class ClusterStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -240,6 +255,15 @@ class Cluster:
     def records(self) -> list[IntervalRecord]:
         """Every interval appended so far, in order (also after :meth:`close`)."""
         return list(self.coordinator.counters.records) if self.coordinator is not None else []
+
+    def supervision(self) -> Supervision:
+        """What supervision has done so far (cheap: no figures are computed)."""
+        coordinator = self._running_or_closing()
+        return Supervision(
+            restarts=coordinator.counters.restarts,
+            consensus_restarts=self.consensus.restarts if self.consensus is not None else 0,
+            abandoned_attempts=coordinator.counters.abandoned,
+        )
 
     def processes(self) -> list[ProcessInfo]:
         """The coordinator (this process) and every live child, by kind."""

@@ -22,6 +22,7 @@ def _assert_clean(report) -> None:
     assert report.intervals > 50
     assert report.snapshots_checked > 0
     assert report.segments_swept == 0
+    assert set(report.supervision) == {"restarts", "consensus_restarts", "abandoned_attempts"}
     signal_events = sum(report.scheduled.values())
     assert sum(report.injected.values()) + sum(report.missed.values()) >= signal_events // 2
     ended = sum(report.coordinator_exits.values())

@@ -103,7 +103,9 @@ def _chaos(args: argparse.Namespace) -> int:
         Console().print(report_table(report))
         for violation in report.violations:
             print(f"VIOLATION: {violation}", file=sys.stderr)
-    return 0 if report.ok else 1
+    if not report.ok:
+        return 1
+    return 130 if report.interrupted else 0
 
 
 def report_table(report):
@@ -132,7 +134,11 @@ def report_table(report):
     summary.add_column(style="bold")
     summary.add_column()
     for name, value in (
-        ("shape", f"{report.shape} {report.mode}, {report.duration_s:g}s"),
+        (
+            "shape",
+            f"{report.shape} {report.mode}, {report.ran_s:g}s of faults"
+            + (" (interrupted)" if report.interrupted else ""),
+        ),
         ("intervals", f"{report.intervals} ({report.intervals_redone} redone)"),
         ("supervision", counts(report.supervision)),
         (

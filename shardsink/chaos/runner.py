@@ -126,7 +126,9 @@ class ChaosReport(msgspec.Struct, kw_only=True):
     why each earlier one ended. ``intervals_redone`` counts intervals appended
     by an attempt after the first; ``supervision`` the coordinators' group
     restarts, consensus restarts and abandoned attempts (each as of its last
-    append). ``violations`` is empty for a good run."""
+    append). ``violations`` is empty for a good run. ``ran_s`` is how long
+    faults were injected, shorter than ``duration_s`` if ``interrupted``
+    (Ctrl-C stops the run early; the checks still run)."""
 
     seed: int
     duration_s: float
@@ -149,6 +151,8 @@ class ChaosReport(msgspec.Struct, kw_only=True):
     leaked_blobs_swept: int
     segments_swept: int
     violations: list[str]
+    ran_s: float = 0.0
+    interrupted: bool = False
 
     @property
     def ok(self) -> bool:
@@ -258,6 +262,7 @@ def _run(run: _Run, on_tick: Callable[[dict], None] | None) -> ChaosReport:
     )
     exits: Counter[str] = Counter()
     starts = 0
+    interrupted = False
     try:
         _start_coordinator(run, env)
         starts += 1
@@ -265,8 +270,12 @@ def _run(run: _Run, on_tick: Callable[[dict], None] | None) -> ChaosReport:
         for thread in threads:
             thread.start()
         last_appends, last_progress, next_tick = 0, time.monotonic(), 0.0
-        while time.monotonic() - start < config.duration_s:
-            time.sleep(0.2)
+        while time.monotonic() - start < config.duration_s and not interrupted:
+            try:
+                time.sleep(0.2)
+            except KeyboardInterrupt:  # stop early, but still check what was done
+                log.warning("interrupted: stopping the cluster, then checking the shard")
+                interrupted = True
             run.note_processes()
             child = run.coordinator
             assert child is not None
@@ -294,6 +303,7 @@ def _run(run: _Run, on_tick: Callable[[dict], None] | None) -> ChaosReport:
                     }
                 )
     finally:
+        ran_s = time.monotonic() - start
         nemesis.stop()
         run.stop.set()
         for thread in threads:
@@ -302,7 +312,10 @@ def _run(run: _Run, on_tick: Callable[[dict], None] | None) -> ChaosReport:
         faults.disarm()
     if nemesis.error is not None:
         run.violation(f"the nemesis failed: {nemesis.error!r}")
-    return _final_checks(run, events, nemesis, starts, exits)
+    report = _final_checks(run, events, nemesis, starts, exits)
+    report.ran_s = round(ran_s, 1)
+    report.interrupted = interrupted
+    return report
 
 
 def _start_coordinator(run: _Run, env: dict[str, str]) -> None:

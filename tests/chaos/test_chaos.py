@@ -6,8 +6,10 @@ suite's leak check runs on top."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -52,6 +54,28 @@ def test_the_command_line_runs_best_effort_and_prints_json(tmp_path) -> None:
     report = json.loads(done.stdout)
     assert report["violations"] == [] and report["mode"] == "best-effort"
     assert report["intervals"] > 50 and report["snapshots_checked"] > 0
+
+
+def test_ctrl_c_stops_early_and_still_checks(tmp_path) -> None:
+    argv = [sys.executable, "-m", "shardsink.cli", "chaos", "--duration", "300", "--seed", "5"]
+    argv += ["--groups", "1", "--workers", "2", "--json", "--data-dir", str(tmp_path / "run")]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        events = tmp_path / "run" / "appended.jsonl"
+        while not (events.exists() and events.stat().st_size > 10_000):
+            assert proc.poll() is None and time.monotonic() < deadline, "no progress"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err[-3000:]
+    report = json.loads(out)
+    assert report["interrupted"] is True and report["violations"] == []
+    assert report["ran_s"] < 300 and report["intervals"] > 0
 
 
 def test_bad_arguments_are_named(tmp_path) -> None:

@@ -3,7 +3,8 @@ durable, Arrow-native shard.
 
 The public API is what ``__all__`` lists; everything else may change. The
 subpackages (``shardsink.storage``, ``shardsink.persist``, ``shardsink.server``,
-``shardsink.shm``, ``shardsink.cluster``) export their own, more detailed APIs.
+``shardsink.shm``, ``shardsink.cluster``, ``shardsink.chaos``) export their own,
+more detailed APIs; ``shardsink.faults`` holds the named fault points.
 """
 
 from .cluster import Cluster, ClusterConfig, ClusterError, ClusterStats, Workload

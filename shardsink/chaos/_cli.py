@@ -32,6 +32,12 @@ def register(commands, bench) -> None:
         help="a new or empty directory for the run (default: a temporary one, kept only "
         "when a violation is found)",
     )
+    chaos.add_argument("--blob", metavar="URI", help="blob store (default: file://D/data/blob)")
+    chaos.add_argument(
+        "--consensus",
+        metavar="URI",
+        help="consensus store (default: sqlite:///D/data/consensus.db), e.g. postgresql://...",
+    )
     chaos.add_argument("--groups", type=int, default=d.groups, metavar="G")
     chaos.add_argument("--workers", type=int, default=d.workers, metavar="W")
     chaos.add_argument("--mode", default=d.mode, help=f"off | best-effort | barrier ({d.mode})")
@@ -66,6 +72,8 @@ def _chaos(args: argparse.Namespace) -> int:
         duration_s=args.duration,
         seed=args.seed,
         data_dir=args.data_dir,
+        blob=args.blob,
+        consensus=args.consensus,
         groups=args.groups,
         workers=args.workers,
         mode=args.mode,

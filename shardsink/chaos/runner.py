@@ -70,13 +70,18 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """A chaos run. ``faults`` are kinds of :data:`FAULT_KINDS`; the nemesis
     injects one every ``mean_gap_s`` seconds on average; a pause lasts up to
     ``pause_max_s``. ``data_dir`` (default: a fresh temporary directory, kept
-    only if the run finds a violation) must not hold a shard yet. A group
+    only if the run finds a violation) must not hold a previous run. ``blob``
+    and ``consensus`` name other stores than the files and SQLite database
+    under it (``s3://...``, ``postgresql://...``); the shard must not exist in
+    them yet. A group
     that has not reported within ``interval_timeout_s`` is restarted; no
     append for ``stall_s`` seconds is a violation (the cluster is stuck)."""
 
     duration_s: float = 60.0
     seed: int = 0
     data_dir: str | None = None
+    blob: str | None = None
+    consensus: str | None = None
     groups: int = 2
     workers: int = 3
     mode: Mode = "barrier"
@@ -90,6 +95,12 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     stall_s: float = 120.0
 
     def __post_init__(self) -> None:
+        stores = ClusterConfig(blob=self.blob, consensus=self.consensus)  # their own checks
+        if stores.external_server:
+            raise ValueError(
+                f"consensus {self.consensus!r} is a server address; chaos runs (and kills) the "
+                "consensus process itself, so name its store (sqlite://, postgresql://)"
+            )
         if self.duration_s <= 0:
             raise ValueError(f"duration_s must be > 0, got {self.duration_s}")
         if self.mode not in MODES:
@@ -173,7 +184,12 @@ class _Run:
         # ipc paths are short-lived and length-limited: a 0700 directory in /tmp
         self.sock_dir = Path(tempfile.mkdtemp(prefix="shardsink-chaos-"))
         self.bind = f"ipc://{self.sock_dir / 'consensus'}"
-        self.cluster = ClusterConfig(data_dir=str(self.data))
+        self.cluster = ClusterConfig(
+            data_dir=str(self.data),
+            blob=config.blob,
+            consensus=config.consensus,
+            consensus_bind=self.bind,
+        )
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.violations: list[str] = []
@@ -221,6 +237,7 @@ def run_chaos(config: ChaosConfig, on_tick: Callable[[dict], None] | None = None
         (work / sub).mkdir()
     run = _Run(config, work)
     try:
+        _check_fresh(run)
         report = _run(run, on_tick)
     finally:
         shutil.rmtree(run.sock_dir, ignore_errors=True)
@@ -228,6 +245,21 @@ def run_chaos(config: ChaosConfig, on_tick: Callable[[dict], None] | None = None
         shutil.rmtree(work, ignore_errors=True)
         report.data_dir = ""
     return report
+
+
+def _check_fresh(run: _Run) -> None:
+    """``ValueError`` if the shard exists already (the expected collection
+    starts from interval 0)."""
+    try:
+        with open_shard(
+            SHARD, blob=run.cluster.blob_uri, consensus=run.cluster.consensus_uri, create=False
+        ):
+            pass
+    except ShardNotFound:
+        return
+    raise ValueError(
+        f"shard {SHARD!r} exists in {run.cluster.consensus_uri}: chaos needs a fresh store"
+    )
 
 
 def _run(run: _Run, on_tick: Callable[[dict], None] | None) -> ChaosReport:
@@ -324,6 +356,10 @@ def _start_coordinator(run: _Run, env: dict[str, str]) -> None:
         "up",
         "--data-dir",
         str(run.data),
+        "--blob",
+        run.cluster.blob_uri,
+        "--consensus",
+        run.cluster.consensus_uri,
         "--groups",
         str(config.groups),
         "--workers",

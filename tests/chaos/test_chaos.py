@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import msgspec
 import pytest
 
 from shardsink.chaos import FAULT_KINDS, ChaosConfig, run_chaos
@@ -88,6 +89,8 @@ def test_bad_arguments_are_named(tmp_path) -> None:
         run_chaos(ChaosConfig(duration_s=1, data_dir=str(tmp_path / "used")))
     with pytest.raises(ValueError, match="pause_max_s"):
         ChaosConfig(pause_max_s=20)
+    with pytest.raises(ValueError, match="chaos runs \\(and kills\\) the consensus process"):
+        ChaosConfig(consensus="tcp://127.0.0.1:5000")
 
 
 def test_the_final_check_finds_a_lost_part(tmp_path) -> None:
@@ -126,3 +129,25 @@ def test_a_long_run(tmp_path, mode) -> None:
     )
     _assert_clean(report)
     assert set(report.injected) >= set(FAULT_KINDS) - {"kill-group"}
+
+
+@pytest.mark.postgres
+@pytest.mark.s3
+def test_a_short_run_on_postgresql_and_s3(tmp_path, postgres_server, s3_server) -> None:
+    """The same run with the consensus in a real PostgreSQL and the blobs in a
+    real S3 server: store faults hit psycopg and pyarrow's S3 client."""
+    config = ChaosConfig(
+        duration_s=25,
+        seed=8,
+        data_dir=str(tmp_path / "run"),
+        blob=s3_server.blob_uri(s3_server.new_bucket()),
+        consensus=postgres_server.new_database(),
+        groups=1,
+        workers=3,
+        mode="best-effort",
+        mean_gap_s=1.0,
+    )
+    report = run_chaos(config)
+    _assert_clean(report)
+    with pytest.raises(ValueError, match="exists in postgresql://"):
+        run_chaos(msgspec.structs.replace(config, data_dir=str(tmp_path / "again")))

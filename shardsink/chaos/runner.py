@@ -621,7 +621,7 @@ def _final_checks(
             _check_shard(run, shard, "at the end")
             swept = len(shard.sweep_leaked_blobs(grace_ms=0))
             shard.collect_garbage()
-            intervals = _check_shard(run, shard, "after sweeping leaked blobs and GC")
+            intervals = _check_shard(run, shard, "after sweeping leaked blobs and GC", swept=True)
     except ShardNotFound:
         run.violation("no shard was ever created")
     except (StorageError, PersistError) as exc:
@@ -656,9 +656,10 @@ def _final_checks(
     )
 
 
-def _check_shard(run: _Run, shard: Shard, when: str) -> int:
+def _check_shard(run: _Run, shard: Shard, when: str, *, swept: bool = False) -> int:
     """The shard equals the expected collection at its upper, and every blob
-    its state references exists; returns the intervals it holds."""
+    its state references exists (and, once ``swept``, no other blob does);
+    returns the intervals it holds."""
     workload = run.config.workload()
     intervals = shard.upper // INTERVAL_MS
     try:
@@ -675,4 +676,7 @@ def _check_shard(run: _Run, shard: Shard, when: str) -> int:
     missing = sorted(referenced - present)
     if missing:
         run.violation(f"{when}: {len(missing)} referenced blobs are missing: {missing[:3]}")
+    leaked = sorted(present - state.referenced_keys())
+    if swept and leaked:
+        run.violation(f"{when}: {len(leaked)} unreferenced blobs remain: {leaked[:3]}")
     return intervals

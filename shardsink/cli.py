@@ -30,6 +30,22 @@ def build_parser() -> argparse.ArgumentParser:
         prog="shardsink",
         description="Coalescing multi-process writer of durable Arrow shards.",
     )
+    parser.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="NAME:ACTION[:PROB[:TIMES]]",
+        help="arm a fault point in this command and every process it starts (repeatable; "
+        "actions: kill, pause, determinate, indeterminate; see shardsink.faults.POINTS)",
+    )
+    parser.add_argument(
+        "--fault-seed", type=int, default=0, metavar="X", help="seed of the fault draws"
+    )
+    parser.add_argument(
+        "--fault-dir",
+        metavar="D",
+        help="share fault budgets between processes and record firings in D/fired.jsonl",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     bench_parser = commands.add_parser("bench", help="benchmarks (see `shardsink bench -h`)")
     bench = bench_parser.add_subparsers(dest="bench", metavar="BENCH", required=True)
@@ -47,7 +63,15 @@ def main(argv: list[str] | None = None) -> int:
     from . import faults
     from .storage.errors import StorageError
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.fault:
+        try:  # through the environment, so that the processes it starts inherit them
+            os.environ.update(
+                faults.environ(args.fault, seed=args.fault_seed, fault_dir=args.fault_dir)
+            )
+        except ValueError as exc:
+            parser.error(str(exc))
     faults.arm_from_env(role=args.command)
     try:
         return int(args.func(args) or 0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -148,3 +149,22 @@ def test_stores_opened_by_uri_fail_as_armed(tmp_path) -> None:
     ]
     for store in (plain, blob, consensus):
         store.close()
+
+
+def test_the_command_line_arms_a_point_in_every_process_it_starts(tmp_path) -> None:
+    argv = [sys.executable, "-m", "shardsink.cli", "--fault", "worker.before_report:kill"]
+    argv += ["--fault-dir", str(tmp_path / "f"), "up", "--data-dir", str(tmp_path / "d")]
+    argv += ["--groups", "1", "--workers", "2", "--intervals", "3", "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    stats = json.loads(done.stdout)
+    assert stats["verified"] is True and stats["restarts"] == 1 and stats["appends"] == 3
+    (record,) = faults.fired(tmp_path / "f")
+    assert record["point"] == "worker.before_report" and record["role"].startswith("worker g0/")
+    bad = subprocess.run(
+        [sys.executable, "-m", "shardsink.cli", "--fault", "worker.before_report:boom", "up"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and "unknown action 'boom'" in bad.stderr

@@ -3,10 +3,15 @@
 A churn cluster runs under a seeded nemesis that kills and pauses its
 processes and releases fault points, while readers check snapshots and
 maintenance compacts and collects garbage; at the end the shard, its blobs,
-its processes and its shared memory are checked. See :mod:`.runner`.
+its processes and its shared memory are checked.
+
+Modules: ``schedule`` (the seeded fault schedule, pure), ``nemesis`` (carries
+it out), ``clients`` (readers, maintenance), ``checks`` (the final checks),
+``runner`` (the coordinator's lifecycle and the run), ``config``, ``context``.
 """
 
-from .runner import ChaosConfig, ChaosReport, run_chaos
+from .config import ChaosConfig, ChaosReport
+from .runner import run_chaos
 from .schedule import FAULT_KINDS, Event, schedule
 
 __all__ = ["FAULT_KINDS", "ChaosConfig", "ChaosReport", "Event", "run_chaos", "schedule"]

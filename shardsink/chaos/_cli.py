@@ -8,7 +8,7 @@ import sys
 
 
 def register(commands, bench) -> None:
-    from .runner import ChaosConfig
+    from .config import ChaosConfig
     from .schedule import FAULT_KINDS
 
     d = ChaosConfig()
@@ -66,7 +66,8 @@ def _chaos(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .runner import ChaosConfig, run_chaos
+    from .config import ChaosConfig
+    from .runner import run_chaos
 
     config = ChaosConfig(
         duration_s=args.duration,
@@ -118,6 +119,7 @@ def _chaos(args: argparse.Namespace) -> int:
 
 def report_table(report):
     """A chaos report as a rich table."""
+    from rich.console import Group
     from rich.table import Table
 
     from .schedule import FAULT_KINDS
@@ -165,6 +167,4 @@ def report_table(report):
         ("data dir", report.data_dir or "(temporary, removed)"),
     ):
         summary.add_row(name, value)
-    from rich.console import Group
-
     return Group(table, summary)

@@ -15,7 +15,8 @@ import msgspec
 import pytest
 
 from shardsink.chaos import FAULT_KINDS, ChaosConfig, run_chaos
-from shardsink.chaos.runner import _check_shard, _Run
+from shardsink.chaos.checks import check_shard
+from shardsink.chaos.context import RunContext
 from shardsink.cluster.workloads import SCHEMA
 from shardsink.persist import ShardConfig, open_shard
 
@@ -97,7 +98,7 @@ def test_the_final_check_finds_a_lost_part(tmp_path) -> None:
     """The checker can fail: a shard missing a referenced part (and so rows)
     is reported twice over, and a blob nobody references after the sweep once."""
     config = ChaosConfig(data_dir=str(tmp_path))
-    run = _Run(config, tmp_path)
+    run = RunContext(config, tmp_path)
     run.data.mkdir()
     try:
         workload = config.workload()
@@ -111,11 +112,11 @@ def test_the_final_check_finds_a_lost_part(tmp_path) -> None:
             writer = shard.writer()
             for i in range(4):
                 writer.compare_and_append_table(workload.updates(i), i * 1000, (i + 1) * 1000)
-            assert _check_shard(run, shard, "before") == 4 and run.violations == []
+            assert check_shard(run, shard, "before") == 4 and run.violations == []
             batch = shard.state().ordered_batches()[-1]
             shard.blob.delete(batch.blob_keys()[0])
             shard.blob.set("default/part/stray.parquet", b"not referenced")
-            _check_shard(run, shard, "after", swept=True)
+            check_shard(run, shard, "after", swept=True)
     finally:
         run.sock_dir.rmdir()
     assert any("referenced blobs are missing" in v for v in run.violations)

@@ -1,0 +1,104 @@
+"""The checks at the end of a chaos run (DESIGN.md section 10), and its report."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from .. import faults
+from ..cluster.processes import remove_dead_run_dirs
+from ..cluster.verify import verify
+from ..cluster.workloads import SCHEMA
+from ..persist.errors import PersistError, ShardNotFound
+from ..persist.shard import Shard, open_shard
+from ..shm.sweep import list_segments, unlink_segment
+from ..storage.errors import StorageError
+from .config import INTERVAL_MS, SHARD, ChaosReport
+from .context import RunContext
+from .nemesis import Nemesis
+from .schedule import kind_of
+
+
+def final_checks(
+    run: RunContext, events: list, nemesis: Nemesis, starts: int, exits: Counter[str]
+) -> ChaosReport:
+    """Everything stopped: check the shard on its stores, the blobs, the
+    processes and the segments; build the report."""
+    ours = set(run.seen)
+    left = [s for s in list_segments() if s.pid in ours]
+    for segment in left:
+        unlink_segment(segment)
+    if left:
+        run.violation(f"{len(left)} shared-memory segments left: {[str(s) for s in left[:5]]}")
+    remove_dead_run_dirs()
+    swept = 0
+    intervals = 0
+    try:
+        with open_shard(
+            SHARD,
+            blob=run.cluster.blob_uri,
+            consensus=run.cluster.consensus_uri,
+            schema=SCHEMA,
+            create=False,
+        ) as shard:
+            check_shard(run, shard, "at the end")
+            swept = len(shard.sweep_leaked_blobs(grace_ms=0))
+            shard.collect_garbage()
+            intervals = check_shard(run, shard, "after sweeping leaked blobs and GC", swept=True)
+    except ShardNotFound:
+        run.violation("no shard was ever created")
+    except (StorageError, PersistError) as exc:
+        run.violation(f"the final checks could not read the shard: {exc}")
+    run.appended.poll()
+    fired = Counter(kind_of(f["point"], f["action"]) for f in faults.fired(run.fault_dir))
+    injected = fired + nemesis.signalled
+    counts = run.counts
+    config = run.config
+    return ChaosReport(
+        seed=config.seed,
+        duration_s=config.duration_s,
+        shape=f"{config.groups}x{config.workers}",
+        mode=config.mode,
+        faults=config.faults,
+        data_dir=str(run.work),
+        scheduled=dict(Counter(e.kind for e in events)),
+        injected=dict(injected),
+        released=dict(nemesis.released),
+        missed=dict(nemesis.missed),
+        coordinator_starts=starts,
+        coordinator_exits=dict(exits),
+        intervals=intervals,
+        intervals_redone=run.appended.redone,
+        supervision=run.appended.totals(),
+        snapshots_checked=counts["checked"],
+        snapshots_skipped={k[9:]: v for k, v in counts.items() if k.startswith("skipped: ")},
+        maintenance={k: v for k, v in counts.items() if not k.startswith(("skipped", "checked"))},
+        leaked_blobs_swept=swept,
+        segments_swept=len(left),
+        violations=list(run.violations),
+    )
+
+
+def check_shard(run: RunContext, shard: Shard, when: str, *, swept: bool = False) -> int:
+    """The shard equals the expected collection at its upper, and every blob
+    its state references exists (and, once ``swept``, no other blob does);
+    returns the intervals it holds."""
+    workload = run.config.workload()
+    intervals = shard.upper // INTERVAL_MS
+    try:
+        verification = verify(shard, workload)
+    except PersistError as exc:
+        run.violation(f"{when}: the shard cannot be read back: {exc}")
+    else:
+        if not verification.ok:
+            run.violation(f"{when}: the shard differs from the expected: {verification.detail}")
+    state = shard.state()
+    present = set(shard.blob.list(f"{SHARD}/"))
+    referenced = {k for b in state.batches.values() for k in b.blob_keys()}
+    referenced.update(r.key for r in state.rollups.values())
+    missing = sorted(referenced - present)
+    if missing:
+        run.violation(f"{when}: {len(missing)} referenced blobs are missing: {missing[:3]}")
+    leaked = sorted(present - state.referenced_keys())
+    if swept and leaked:
+        run.violation(f"{when}: {len(leaked)} unreferenced blobs remain: {leaked[:3]}")
+    return intervals

@@ -1,0 +1,125 @@
+"""What a chaos run is given (:class:`ChaosConfig`) and what it reports
+(:class:`ChaosReport`), and the fixed shape of its workload."""
+
+from __future__ import annotations
+
+import msgspec
+
+from ..cluster.workloads import Workload
+from ..config import MODES, ClusterConfig, Mode
+from .schedule import FAULT_KINDS, check_kinds
+
+SHARD = "default"
+#: Interval length in the shard's time (the workload's clock, not the wall's).
+INTERVAL_MS = 1000
+#: ``since`` trails the upper by this many intervals; readers read within it.
+SINCE_LAG = 20
+#: A blob unreferenced for this long is leaked (the sweep during the run);
+#: far above any pause the nemesis makes, so a part in flight is never taken.
+SWEEP_GRACE_MS = 60_000
+#: Bound on one maintenance command.
+MAINTENANCE_TIMEOUT_S = 120.0
+
+
+class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A chaos run. ``faults`` are kinds of :data:`FAULT_KINDS`; the nemesis
+    injects one every ``mean_gap_s`` seconds on average; a pause lasts up to
+    ``pause_max_s``. ``data_dir`` (default: a fresh temporary directory, kept
+    only if the run finds a violation) must not hold a previous run. ``blob``
+    and ``consensus`` name other stores than the files and SQLite database
+    under it (``s3://...``, ``postgresql://...``); the shard must not exist in
+    them yet. A group
+    that has not reported within ``interval_timeout_s`` is restarted; no
+    append for ``stall_s`` seconds is a violation (the cluster is stuck)."""
+
+    duration_s: float = 60.0
+    seed: int = 0
+    data_dir: str | None = None
+    blob: str | None = None
+    consensus: str | None = None
+    groups: int = 2
+    workers: int = 3
+    mode: Mode = "barrier"
+    rows_per_interval: int = 200
+    faults: tuple[str, ...] = FAULT_KINDS
+    mean_gap_s: float = 3.0
+    pause_max_s: float = 2.0
+    readers: int = 2
+    maintenance_every_s: float = 2.0
+    interval_timeout_s: float = 10.0
+    stall_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        stores = ClusterConfig(blob=self.blob, consensus=self.consensus)  # their own checks
+        if stores.external_server:
+            raise ValueError(
+                f"consensus {self.consensus!r} is a server address; chaos runs (and kills) the "
+                "consensus process itself, so name its store (sqlite://, postgresql://)"
+            )
+        if self.duration_s <= 0:
+            raise ValueError(f"duration_s must be > 0, got {self.duration_s}")
+        if self.mode not in MODES:
+            raise ValueError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
+        check_kinds(self.faults)
+        for name in ("groups", "workers", "rows_per_interval"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.readers < 0:
+            raise ValueError(f"readers must be >= 0, got {self.readers}")
+        for name in ("mean_gap_s", "pause_max_s", "maintenance_every_s", "stall_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.pause_max_s >= self.interval_timeout_s:
+            raise ValueError(
+                f"pause_max_s ({self.pause_max_s}) must stay below interval_timeout_s "
+                f"({self.interval_timeout_s}), or a pause is indistinguishable from a hang"
+            )
+
+    def workload(self) -> Workload:
+        return Workload("churn", self.rows_per_interval, 0, INTERVAL_MS)
+
+
+class ChaosReport(msgspec.Struct, kw_only=True):
+    """What a chaos run did and found.
+
+    ``injected`` counts faults by kind: signals sent and point firings
+    (recorded by the process that fired). ``scheduled`` counts the schedule's
+    events by kind, ``released`` the point firings the nemesis let go (one
+    that no process reached before the end stays unfired), ``missed`` the
+    signal events that found no process.
+    ``data_dir`` is empty if the run's temporary directory was removed.
+    ``coordinator_starts`` counts ``shardsink up`` runs and ``coordinator_exits``
+    why each earlier one ended. ``intervals_redone`` counts intervals appended
+    by an attempt after the first; ``supervision`` the coordinators' group
+    restarts, consensus restarts and abandoned attempts (each as of its last
+    append). ``violations`` is empty for a good run. ``ran_s`` is how long
+    faults were injected, shorter than ``duration_s`` if ``interrupted``
+    (Ctrl-C stops the run early; the checks still run)."""
+
+    seed: int
+    duration_s: float
+    shape: str
+    mode: str
+    faults: tuple[str, ...]
+    data_dir: str
+    scheduled: dict[str, int]
+    injected: dict[str, int]
+    released: dict[str, int]
+    missed: dict[str, int]
+    coordinator_starts: int
+    coordinator_exits: dict[str, int]
+    intervals: int
+    intervals_redone: int
+    supervision: dict[str, int]
+    snapshots_checked: int
+    snapshots_skipped: dict[str, int]
+    maintenance: dict[str, int]
+    leaked_blobs_swept: int
+    segments_swept: int
+    violations: list[str]
+    ran_s: float = 0.0
+    interrupted: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations

@@ -1,0 +1,142 @@
+"""The state the threads of one chaos run share, and small helpers over it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import tempfile
+import threading
+from collections import Counter
+from pathlib import Path
+
+import psutil
+
+from ..cluster.processes import Child
+from ..cluster.workloads import SCHEMA
+from ..config import ClusterConfig
+from ..persist.config import ShardConfig
+from ..persist.shard import Shard, open_shard
+from .config import SHARD, ChaosConfig
+from .nemesis import cluster_processes
+
+log = logging.getLogger(__name__)
+
+
+class RunContext:
+    """What the threads of one run share: its directories and stores, the
+    address clients reach the consensus process at, the violations and counts
+    (thread-safe), the coordinator child, and every process of the cluster
+    seen so far (kept by the main thread)."""
+
+    def __init__(self, config: ChaosConfig, work: Path) -> None:
+        self.config = config
+        self.work = work
+        self.data = work / "data"
+        self.logs = work / "logs"
+        self.fault_dir = work / "faults"
+        self.events_path = work / "appended.jsonl"
+        self.appended = AppendLog(self.events_path)
+        # ipc paths are short-lived and length-limited: a 0700 directory in /tmp
+        self.sock_dir = Path(tempfile.mkdtemp(prefix="shardsink-chaos-"))
+        self.bind = f"ipc://{self.sock_dir / 'consensus'}"
+        self.cluster = ClusterConfig(
+            data_dir=str(self.data),
+            blob=config.blob,
+            consensus=config.consensus,
+            consensus_bind=self.bind,
+        )
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.violations: list[str] = []
+        self.coordinator: Child | None = None
+        # every process of the cluster seen so far: pid -> (create time, name)
+        self.seen: dict[int, tuple[float, str]] = {}
+        self.counts: Counter[str] = Counter()
+
+    def violation(self, what: str) -> None:
+        with self.lock:
+            if what not in self.violations:
+                log.error("violation: %s", what)
+                self.violations.append(what)
+
+    def count(self, what: str, n: int = 1) -> None:
+        with self.lock:
+            self.counts[what] += n
+
+    def coordinator_pid(self) -> int | None:
+        child = self.coordinator
+        return child.pid if child is not None and child.proc.returncode is None else None
+
+    def note_processes(self) -> None:
+        pid = self.coordinator_pid()
+        if pid is None:
+            return
+        for process in cluster_processes(pid):
+            if process.pid not in self.seen:
+                with contextlib.suppress(psutil.Error):
+                    created = psutil.Process(process.pid).create_time()
+                    self.seen[process.pid] = (created, f"{process.kind} {process.name}")
+
+    def shard_config(self) -> ShardConfig:
+        return ShardConfig(server_timeout_s=2.0, server_retry_for_s=10.0)
+
+
+class AppendLog:
+    """Follows the coordinators' ``--events`` file: intervals appended, how
+    many of them by an attempt after the first, and each coordinator's last
+    supervision counts."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.count = 0
+        self.redone = 0
+        self.supervision: dict[int, dict[str, int]] = {}
+
+    def totals(self) -> dict[str, int]:
+        """Supervision counts summed over coordinators (as of their last append)."""
+        out: Counter[str] = Counter()
+        for counts in self.supervision.values():
+            out.update(counts)
+        return dict(out)
+
+    def poll(self) -> int:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return self.count
+        whole = chunk[: chunk.rfind(b"\n") + 1]  # a line being written waits
+        self.offset += len(whole)
+        for line in whole.splitlines():
+            event = json.loads(line)
+            self.count += 1
+            self.redone += event["attempt"] > 0
+            self.supervision[event["coordinator"]] = {
+                k: event[k] for k in ("restarts", "consensus_restarts", "abandoned_attempts")
+            }
+        return self.count
+
+
+def client_shard(run: RunContext) -> Shard:
+    return open_shard(
+        SHARD,
+        blob=run.cluster.blob_uri,
+        consensus=run.bind,
+        schema=SCHEMA,
+        config=run.shard_config(),
+        create=False,
+    )
+
+
+def exit_reason(code: int) -> str:
+    return f"signal {-code}" if code < 0 else f"exit {code}"
+
+
+def created(pid: int) -> float:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.NoSuchProcess:
+        return 0.0

@@ -34,9 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--fault",
         action="append",
         default=[],
-        metavar="NAME:ACTION[:PROB[:TIMES]]",
-        help="arm a fault point in this command and every process it starts (repeatable; "
-        "actions: kill, pause, determinate, indeterminate; see shardsink.faults.POINTS)",
+        metavar="NAME:ACTION[:PROB[:TIMES]][@ROLE]",
+        help="arm a fault point in this command and every process it starts, or only in the "
+        "one of role ROLE (e.g. 'worker g0/w3'); repeatable; actions: kill, pause, "
+        "determinate, indeterminate; see shardsink.faults.POINTS",
     )
     parser.add_argument(
         "--fault-seed", type=int, default=0, metavar="X", help="seed of the fault draws"

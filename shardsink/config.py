@@ -19,42 +19,12 @@ from .persist.state import check_shard_name
 MIB = 1 << 20
 MODES = ("off", "best-effort", "barrier")
 PACES = ("realtime", "max")
-FAULT_POINTS = ("before_finish", "after_finish")
 Mode = Literal["off", "best-effort", "barrier"]
 Pace = Literal["realtime", "max"]
-FaultPoint = Literal["before_finish", "after_finish"]
 
 BLOB_SCHEMES = ("file", "s3")
 STORE_SCHEMES = ("sqlite", "postgresql", "postgres")
 SERVER_SCHEMES = ("tcp", "ipc")
-
-
-class Fault(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """SIGKILL worker ``worker`` of group ``group`` at ``point`` of interval
-    ``interval``, attempt ``attempt`` (so the re-minted attempt survives).
-
-    Before the part that finishes its handle the worker waits ``delay_ms``,
-    so that the other workers of its group finish first and it is the last
-    finisher. Then, at ``before_finish`` it dies without sending that part;
-    at ``after_finish`` it sends it, takes the builder's answer (the shared
-    batch, as the last finisher) and dies before reporting.
-    """
-
-    point: FaultPoint
-    group: int
-    worker: int
-    interval: int
-    attempt: int = 0
-    delay_ms: int = 0
-
-    def __post_init__(self) -> None:
-        if self.point not in FAULT_POINTS:
-            raise ValueError(
-                f"unknown fault point {self.point!r}; choose one of {', '.join(FAULT_POINTS)}"
-            )
-        for name in ("group", "worker", "interval", "attempt", "delay_ms"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"Fault.{name} must be >= 0, got {getattr(self, name)}")
 
 
 class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -99,8 +69,9 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     ``consensus_timeout_s`` for one consensus request.
 
     ``seed`` drives the run's random choices (the order mints go out in);
-    ``faults`` arms fault points (tests); ``verify`` reads the shard back after
-    a run and compares it with the workload's expected collection.
+    ``verify`` reads the shard back after a run and compares it with the
+    workload's expected collection. Faults are armed apart, through
+    ``shardsink.faults``.
     """
 
     groups: int = 2
@@ -126,7 +97,6 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     consensus_timeout_s: float = 5.0
     max_restarts: int = 20
     verify: bool = True
-    faults: tuple[Fault, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("groups", "workers", "interval_ms", "blob_target_bytes"):
@@ -161,12 +131,6 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
                 raise ValueError(
                     f"consensus_bind {self.consensus_bind!r} is for the cluster's own consensus "
                     f"process, but consensus {self.consensus!r} names a running server"
-                )
-        for fault in self.faults:
-            if fault.group >= self.groups or fault.worker >= self.workers:
-                raise ValueError(
-                    f"fault {fault} names worker g{fault.group}/w{fault.worker}, which a "
-                    f"{self.groups}x{self.workers} cluster does not have"
                 )
 
     def workload_spec(self):

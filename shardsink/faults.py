@@ -1,7 +1,7 @@
 """Named fault points: kill, pause or fail a process at a precise moment, by seed.
 
 Code marks the moments that matter with ``faults.point("builder.after_upload")``.
-A point is armed by a spec ``NAME:ACTION[:PROB[:TIMES]]``:
+A point is armed by a spec ``NAME:ACTION[:PROB[:TIMES]][@ROLE]``:
 
 - ``ACTION``: ``kill`` (SIGKILL of this process), ``pause`` (sleep
   ``SHARDSINK_FAULT_PAUSE_S`` seconds, default 1), ``determinate`` (raise
@@ -11,6 +11,14 @@ A point is armed by a spec ``NAME:ACTION[:PROB[:TIMES]]``:
 - ``TIMES``: how often it may fire in all (default 1; 0 means no limit). With a
   fault directory the budget is shared by every process of a run (a restarted
   process does not die at the same point again); without one it is per process.
+- ``ROLE``: only the process of that role is armed (``worker g0/w3``,
+  ``builder g1``, ``consensus``, ``up``; the role a process arms itself as).
+
+A point may be armed with several actions; they act in the order given, so
+``worker.before_finish:pause@worker g0/w3`` followed by
+``worker.last_finisher:kill@worker g0/w3`` makes worker 3 of group 0 finish
+last (the others are done during its pause) and kills it once it holds the
+shared batch.
 
 Whether a hit fires is drawn from a generator seeded by (seed, point, role), so
 the same seed and the same sequence of hits replay the same faults. Processes
@@ -45,6 +53,7 @@ from .storage.errors import DeterminateError, IndeterminateError
 #: Every fault point, with the moment it marks.
 POINTS: dict[str, str] = {
     "worker.after_encode": "a worker encoded its slice of the interval",
+    "worker.before_finish": "a worker is about to send the part that finishes its handle",
     "worker.after_push": "a worker pushed its part to the builder",
     "worker.before_report": "a worker finished its interval but has not reported it",
     "worker.last_finisher": "a worker received its group's shared batch as the last finisher",
@@ -74,17 +83,20 @@ class FaultSpec(msgspec.Struct, frozen=True):
     action: str
     prob: float = 1.0
     times: int = 1
+    role: str = ""
 
     def __str__(self) -> str:
-        return f"{self.point}:{self.action}:{self.prob:g}:{self.times}"
+        where = f"@{self.role}" if self.role else ""
+        return f"{self.point}:{self.action}:{self.prob:g}:{self.times}{where}"
 
 
 def parse(spec: str) -> FaultSpec:
-    """Parse ``NAME:ACTION[:PROB[:TIMES]]``; ``ValueError`` naming what is wrong
-    (with the known points or actions)."""
-    fields = spec.strip().split(":")
+    """Parse ``NAME:ACTION[:PROB[:TIMES]][@ROLE]``; ``ValueError`` naming what
+    is wrong (with the known points or actions)."""
+    text, _, role = spec.strip().partition("@")
+    fields = text.split(":")
     if len(fields) < 2 or len(fields) > 4:
-        raise ValueError(f"fault spec {spec!r}: expected NAME:ACTION[:PROB[:TIMES]]")
+        raise ValueError(f"fault spec {spec!r}: expected NAME:ACTION[:PROB[:TIMES]][@ROLE]")
     name, action = fields[0], fields[1]
     if name not in POINTS:
         raise ValueError(f"fault spec {spec!r}: unknown point {name!r}; known: {', '.join(POINTS)}")
@@ -103,7 +115,7 @@ def parse(spec: str) -> FaultSpec:
         raise ValueError(
             f"fault spec {spec!r}: {name} takes determinate or indeterminate, not {action!r}"
         )
-    return FaultSpec(name, action, prob, times)
+    return FaultSpec(name, action, prob, times, role.strip())
 
 
 class _Armed:
@@ -125,11 +137,13 @@ def arm(
     role: str = "",
     pause_s: float | None = None,
 ) -> None:
-    """Arm ``specs`` in this process (replacing what was armed). A point may be
-    armed with several actions; ``ValueError`` if one is armed twice.
+    """Arm ``specs`` in this process, whose role is ``role`` (replacing what
+    was armed); a spec for another role is left out. ``ValueError`` if a point
+    is armed twice with the same action.
     ``pause_s`` (default: ``SHARDSINK_FAULT_PAUSE_S``, else 1) is how long a
     ``pause`` lasts."""
     parsed = [s if isinstance(s, FaultSpec) else parse(s) for s in specs]
+    parsed = [s for s in parsed if s.role in ("", role)]
     pairs = [(s.point, s.action) for s in parsed]
     if len(set(pairs)) != len(pairs):
         raise ValueError(f"a point is armed twice with the same action in {specs}")
@@ -253,7 +267,8 @@ def slot_name(spec: FaultSpec, n: int) -> str:
     """The file in the fault directory whose exclusive creation is firing
     ``n`` of ``spec``'s budget. A file created in advance holds the firing
     back until it is removed (how ``shardsink chaos`` times point faults)."""
-    return f"{spec.point}.{spec.action}.{n}"
+    role = "".join(c if c.isalnum() else "_" for c in spec.role)
+    return f"{spec.point}.{spec.action}.{role + '.' if role else ''}{n}"
 
 
 def _record(spec: FaultSpec) -> None:

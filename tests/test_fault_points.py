@@ -168,3 +168,16 @@ def test_the_command_line_arms_a_point_in_every_process_it_starts(tmp_path) -> N
         timeout=60,
     )
     assert bad.returncode == 2 and "unknown action 'boom'" in bad.stderr
+
+
+def test_a_role_arms_one_process_only(tmp_path) -> None:
+    spec = faults.parse("worker.before_finish:determinate:1:2@worker g0/w3")
+    assert spec.role == "worker g0/w3" and faults.parse(str(spec)) == spec
+    faults.arm([spec], fault_dir=tmp_path, role="worker g0/w2")
+    faults.point("worker.before_finish")  # another worker: not armed
+    faults.arm([spec], fault_dir=tmp_path, role="worker g0/w3")
+    with pytest.raises(DeterminateError):
+        faults.point("worker.before_finish")
+    assert faults.slot_name(spec, 1) == "worker.before_finish.determinate.worker_g0_w3.1"
+    with pytest.raises(ValueError, match=r"NAME:ACTION\[:PROB\[:TIMES\]\]\[@ROLE\]"):
+        faults.parse("worker.before_finish@worker g0/w3")

@@ -4,7 +4,7 @@
 c.run(); c.stats()``); ``shardsink up`` is its command line.
 """
 
-from ..config import ClusterConfig, Fault
+from ..config import ClusterConfig
 from .cluster import (
     Cluster,
     ClusterError,
@@ -21,7 +21,6 @@ __all__ = [
     "ClusterConfig",
     "ClusterError",
     "ClusterStats",
-    "Fault",
     "IntervalRecord",
     "ProcessInfo",
     "Supervision",

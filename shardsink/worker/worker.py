@@ -22,8 +22,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
-import time
 
 import msgspec
 import pyarrow as pa
@@ -32,7 +30,6 @@ import zmq
 from .. import faults
 from ..cluster import messages as M
 from ..cluster.workloads import SCHEMA
-from ..config import Fault
 from ..persist import parts as P
 from ..persist.batches import build_batch
 from ..persist.errors import PersistError
@@ -69,7 +66,6 @@ class Worker:
         self.global_index = spec.group * config.workers + spec.index
         self.workload = config.workload_spec()
         self.blob = blob
-        self.faults = [f for f in config.faults if (f.group, f.worker) == (self.group, self.index)]
         self.coord = ctx.socket(zmq.DEALER)
         self.coord.setsockopt(zmq.IDENTITY, f"g{self.group}/w{self.index}".encode())
         self.coord.setsockopt(zmq.LINGER, 1000)
@@ -152,7 +148,6 @@ class Worker:
             error = error or answer.error
             if answer.shared is not None:
                 faults.point("worker.last_finisher")
-        self._fault("after_finish", mint)
         return M.Report(
             interval=mint.interval,
             attempt=mint.attempt,
@@ -183,9 +178,7 @@ class Worker:
 
     def _finish(self, mint: M.Mint, batch: pa.RecordBatch) -> None:
         """Send the part that finishes this worker's handle (fault points around it)."""
-        for fault in self._faults(mint):
-            time.sleep(fault.delay_ms / 1000)
-        self._fault("before_finish", mint)
+        faults.point("worker.before_finish")
         self._send(mint, batch, last=True)
         faults.point("worker.after_push")
 
@@ -243,14 +236,6 @@ class Worker:
         except msgspec.DecodeError as exc:
             log.warning("worker g%d/w%d: malformed message: %s", self.group, self.index, exc)
             return None
-
-    def _faults(self, mint: M.Mint) -> list[Fault]:
-        return [f for f in self.faults if (f.interval, f.attempt) == (mint.interval, mint.attempt)]
-
-    def _fault(self, point: str, mint: M.Mint) -> None:
-        if any(f.point == point for f in self._faults(mint)):
-            log.warning("fault point %s of interval %d reached: SIGKILL", point, mint.interval)
-            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def run_worker(spec: M.ChildSpec) -> int:

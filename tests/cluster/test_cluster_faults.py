@@ -13,7 +13,7 @@ import pytest
 from cluster_helpers import assert_nothing_left, run_cluster
 
 from shardsink import faults
-from shardsink.cluster import Cluster, ClusterConfig, Fault
+from shardsink.cluster import Cluster, ClusterConfig
 from shardsink.cluster.workloads import SCHEMA
 from shardsink.persist import open_shard
 
@@ -22,27 +22,34 @@ ROWS = 400
 
 
 @pytest.mark.parametrize("mode", ["barrier", "best-effort"])
-@pytest.mark.parametrize("point", ["before_finish", "after_finish"])
-def test_last_finisher_killed_around_its_finish(tmp_path, mode, point):
-    """Worker 3 finishes last (it waits for the others) and is SIGKILLed just
-    before its finish, or just after the builder handed it the shared batch but
-    before it reports. Its group is restarted, interval 2 is not appended until
-    attempt 1 rewrites it, and the shard equals the expected collection."""
-    fault = Fault(point, group=0, worker=3, interval=2, delay_ms=300)
-    run = run_cluster(
-        tmp_path, 4, groups=1, workers=4, mode=mode, rows_per_interval=ROWS, faults=(fault,)
-    )
+@pytest.mark.parametrize("point", ["worker.before_finish", "worker.last_finisher"])
+def test_last_finisher_killed_around_its_finish(tmp_path, monkeypatch, mode, point):
+    """Worker 3 finishes last (it pauses before its finish while the others
+    finish) and is SIGKILLed just before its finish, or once the builder
+    handed it the shared batch but before it reports. Its group is
+    restarted, interval 0 is not appended until attempt 1 rewrites it, and
+    the shard equals the expected collection."""
+    specs = ["worker.before_finish:pause@worker g0/w3", f"{point}:kill@worker g0/w3"]
+    for name, value in faults.environ(specs, seed=1, fault_dir=tmp_path / "f").items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv(faults.ENV_PAUSE, "0.3")
+    run = run_cluster(tmp_path / "d", 4, groups=1, workers=4, mode=mode, rows_per_interval=ROWS)
+    fired = [(f["point"], f["action"], f["role"]) for f in faults.fired(tmp_path / "f")]
+    assert fired == [
+        ("worker.before_finish", "pause", "worker g0/w3"),
+        (point, "kill", "worker g0/w3"),
+    ]
     stats = run.stats
     assert stats.verified is True, stats.verify_detail
     assert stats.restarts == 1 and stats.abandoned_attempts == 1
-    assert [(r.interval, r.attempt) for r in run.records] == [(0, 0), (1, 0), (2, 1), (3, 0)]
-    config = ClusterConfig(data_dir=str(tmp_path))
+    assert [(r.interval, r.attempt) for r in run.records] == [(0, 1), (1, 0), (2, 0), (3, 0)]
+    config = ClusterConfig(data_dir=str(tmp_path / "d"))
     with open_shard(
         "default", blob=config.blob_uri, consensus=config.consensus_uri, schema=SCHEMA
     ) as shard:
         leaked = shard.sweep_leaked_blobs(grace_ms=0)
         assert shard.snapshot().num_rows == 4 * ROWS  # the sweep took nothing appended
-    if point == "after_finish":
+    if point == "worker.last_finisher":
         # the batch handed to the dead finisher was written and never reported
         assert len(leaked) == 1
     else:
@@ -119,6 +126,7 @@ def test_builder_killed_at_a_random_moment(tmp_path):
         "worker.before_report",
         "builder.after_upload",
         "builder.before_handoff",
+        "worker.before_finish",
         "worker.last_finisher",
     ],
 )

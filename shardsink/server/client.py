@@ -19,7 +19,6 @@ import msgspec
 
 from ..persist.commands import Command, Result
 from ..persist.config import ShardConfig
-from ..persist.errors import Contended, CorruptState, ShardNotFound
 from ..persist.state import ShardState
 from ..persist.stats import MachineStats
 from ..storage.errors import DeterminateError, IndeterminateError
@@ -42,18 +41,8 @@ from .wire import (
     StatsReply,
     TruncateBelow,
     WaitForUpper,
+    error_class,
 )
-
-_ERRORS: dict[str, type[Exception]] = {
-    "bad_request": ValueError,
-    "not_found": ShardNotFound,
-    "determinate": DeterminateError,
-    "indeterminate": IndeterminateError,
-    "corrupt": CorruptState,
-    "contended": Contended,
-    # a server-side bug: whether the request took effect is unknown
-    "internal": IndeterminateError,
-}
 
 #: Longest single long poll; a longer wait is several polls.
 _POLL_SLICE_S = 10.0
@@ -89,9 +78,7 @@ class ServerClient:
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise IndeterminateError(f"malformed reply from {self.address}: {exc}") from None
         if isinstance(reply, ErrorReply):
-            raise _ERRORS.get(reply.kind, IndeterminateError)(
-                f"consensus server {self.address}: {reply.message}"
-            )
+            raise error_class(reply.kind)(f"consensus server {self.address}: {reply.message}")
         return reply
 
     def ping(self, timeout_s: float) -> int:

@@ -26,12 +26,10 @@ import zmq
 
 from .. import faults
 from ..persist.config import ShardConfig
-from ..persist.errors import Contended, CorruptState, ShardNotFound
 from ..persist.gc import collect_garbage, sweep_leaked_blobs
 from ..persist.machine import LocalMachine, wall_clock_ms
 from ..persist.stats import MachineStats
 from ..storage.contracts import Blob, Consensus
-from ..storage.errors import DeterminateError, IndeterminateError
 from .rpc import RpcServer
 from .wire import (
     ENCODER,
@@ -52,6 +50,7 @@ from .wire import (
     StatsReply,
     TruncateBelow,
     WaitForUpper,
+    error_kind,
 )
 
 log = logging.getLogger(__name__)
@@ -149,7 +148,7 @@ class ConsensusServer:
             return self._dispatch(peer, request_id, request)
         except Exception as exc:
             self.errors += 1
-            kind = _error_kind(exc)
+            kind = error_kind(exc)
             if kind == "internal":
                 log.exception("request %s failed", type(request).__name__)
             else:
@@ -302,19 +301,3 @@ def _delta(before: MachineStats, after: MachineStats) -> MachineStats:
     out = {k: a[k] - b[k] for k in a}
     out["last_diff_bytes"] = a["last_diff_bytes"]
     return MachineStats(**out)
-
-
-def _error_kind(exc: Exception) -> str:
-    if isinstance(exc, ShardNotFound):
-        return "not_found"
-    if isinstance(exc, ValueError):
-        return "bad_request"
-    if isinstance(exc, IndeterminateError):
-        return "indeterminate"
-    if isinstance(exc, DeterminateError):
-        return "determinate"
-    if isinstance(exc, CorruptState):
-        return "corrupt"
-    if isinstance(exc, Contended):
-        return "contended"
-    return "internal"

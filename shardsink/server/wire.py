@@ -12,8 +12,10 @@ import msgspec
 
 from ..persist.commands import Command, Result
 from ..persist.config import ShardConfig
+from ..persist.errors import Contended, CorruptState, ShardNotFound
 from ..persist.state import ShardState
 from ..persist.stats import MachineStats
+from ..storage.errors import DeterminateError, IndeterminateError
 
 _OPTS = {"frozen": True, "forbid_unknown_fields": True}
 
@@ -120,16 +122,40 @@ class StatsReply(msgspec.Struct, tag="stats", **_OPTS):
 
 
 class ErrorReply(msgspec.Struct, tag="error", **_OPTS):
-    """The request failed. ``kind`` says how the client should raise it:
-    ``bad_request`` (ValueError: malformed or invalid, nothing happened),
-    ``not_found``, ``determinate``, ``indeterminate`` (storage outcomes),
-    ``corrupt``, ``contended``, ``internal``."""
+    """The request failed. ``kind`` (one of :data:`ERROR_KINDS`, or
+    ``internal``) says how the client should raise it; ``bad_request`` means
+    malformed or invalid, nothing happened."""
 
     kind: str
     message: str
 
 
 Reply = Pong | StateReply | RunReply | CountReply | StatsReply | ErrorReply
+
+#: The error kinds of an :class:`ErrorReply` and the exception each stands
+#: for, most specific first: the server sends the first kind whose class the
+#: error is an instance of (else ``internal``), the client raises that class
+#: (``internal``, or an unknown kind: ``IndeterminateError``, since whether the
+#: request took effect is unknown).
+ERROR_KINDS: tuple[tuple[str, type[Exception]], ...] = (
+    ("not_found", ShardNotFound),
+    ("bad_request", ValueError),
+    ("indeterminate", IndeterminateError),
+    ("determinate", DeterminateError),
+    ("corrupt", CorruptState),
+    ("contended", Contended),
+)
+
+
+def error_kind(exc: Exception) -> str:
+    """The :data:`ERROR_KINDS` kind of ``exc``, or ``internal``."""
+    return next((kind for kind, cls in ERROR_KINDS if isinstance(exc, cls)), "internal")
+
+
+def error_class(kind: str) -> type[Exception]:
+    """The exception a client raises for an :class:`ErrorReply` of ``kind``."""
+    return dict(ERROR_KINDS).get(kind, IndeterminateError)
+
 
 REQUEST_DECODER = msgspec.msgpack.Decoder(Request)
 REPLY_DECODER = msgspec.msgpack.Decoder(Reply)

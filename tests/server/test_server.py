@@ -242,3 +242,15 @@ def test_kills_and_restarts_lose_and_double_nothing(tmp_path) -> None:
             assert got.equals(WORKLOAD.expected(len(acked)))
         finally:
             shard.close()
+
+
+def test_error_kinds_map_both_ways() -> None:
+    from shardsink.persist.errors import SchemaMismatch
+    from shardsink.server.wire import ERROR_KINDS, error_class, error_kind
+
+    for kind, cls in ERROR_KINDS:
+        assert error_kind(cls("x")) == kind and error_class(kind) is cls
+    assert error_kind(SchemaMismatch("x")) == "bad_request"  # a ValueError
+    assert error_kind(RuntimeError("bug")) == "internal"
+    assert error_class("internal") is IndeterminateError  # the outcome is unknown
+    assert error_class("from a newer server") is IndeterminateError

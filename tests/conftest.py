@@ -1,8 +1,12 @@
 """Suite-wide fixtures: leak checks after every test, and real services.
 
-Every test is followed by a check that it left no child process and no
-``/dev/shm`` segment of shardsink behind. Servers started by session fixtures
-are registered in ``_SERVICE_PIDS`` and exempt.
+Every test is followed by a check that it left no process and no
+``/dev/shm`` segment of shardsink behind. A process counts as the test's if
+it descends from the test run or carries the test's mark in its environment
+(``SHARDSINK_TEST_MARK``, set for each test and inherited by everything it
+starts), so a grandchild orphaned by a dead ``shardsink up`` is still seen.
+Servers started by session fixtures (and their descendants) are registered
+in ``_SERVICE_PIDS`` and exempt.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import psutil
 import pytest
 
 SHM_DIR = Path("/dev/shm")
+MARK = "SHARDSINK_TEST_MARK"
 SHM_PREFIX = "shardsink"
 _SERVICE_PIDS: set[int] = set()
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -47,31 +52,39 @@ def _alive(pid: int | None) -> bool:
         return False
 
 
-def _own_children() -> dict[int, str]:
+def _own_processes(mark: str) -> dict[int, str]:
+    """Live processes of this test: descendants of the run, or marked with ``mark``."""
     me = psutil.Process()
-    out: dict[int, str] = {}
-    for child in me.children(recursive=True):
-        if child.pid in _SERVICE_PIDS:
+    candidates = {c.pid: c for c in me.children(recursive=True)}
+    for process in psutil.process_iter():
+        if process.pid == me.pid or process.pid in candidates:
             continue
+        with contextlib.suppress(psutil.Error):
+            if process.environ().get(MARK) == mark:
+                candidates[process.pid] = process
+    out: dict[int, str] = {}
+    for pid, process in candidates.items():
         try:
-            if any(p.pid in _SERVICE_PIDS for p in child.parents()):
+            if pid in _SERVICE_PIDS or any(p.pid in _SERVICE_PIDS for p in process.parents()):
                 continue
-            if child.status() == psutil.STATUS_ZOMBIE:
+            if process.status() == psutil.STATUS_ZOMBIE:
                 continue
-            out[child.pid] = " ".join(child.cmdline()) or child.name()
+            out[pid] = " ".join(process.cmdline()) or process.name()
         except psutil.NoSuchProcess:
             continue
     return out
 
 
 @pytest.fixture(autouse=True)
-def no_leaks():
-    """Fail a test that leaves a child process or a shardsink shm segment behind."""
+def no_leaks(request, monkeypatch):
+    """Fail a test that leaves a process or a shardsink shm segment behind."""
+    mark = f"{os.getpid()}:{request.node.nodeid}"
+    monkeypatch.setenv(MARK, mark)
     shm_before = _shm_segments()
     yield
     deadline = time.monotonic() + 5.0
     while True:
-        procs = _own_children()
+        procs = _own_processes(mark)
         shm = _shm_segments() - shm_before
         if (not procs and not shm) or time.monotonic() > deadline:
             break
@@ -84,6 +97,12 @@ def no_leaks():
             (SHM_DIR / name).unlink()
     assert not procs, f"test left processes running: {procs}"
     assert not shm, f"test left shared-memory segments: {sorted(shm)}"
+
+
+@pytest.fixture
+def own_processes(request):
+    """What the leak check will see of this test's processes, as a function."""
+    return lambda: _own_processes(f"{os.getpid()}:{request.node.nodeid}")
 
 
 def _service(request, factory, what: str):

@@ -24,11 +24,12 @@ import contextlib
 import logging
 import os
 import shutil
+import signal
 import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -68,7 +69,8 @@ def run_chaos(config: ChaosConfig, on_tick: Callable[[dict], None] | None = None
     run = RunContext(config, work)
     try:
         _check_fresh(run)
-        report = _run(run, on_tick)
+        with _first_sigint_sets() as interrupt:
+            report = _run(run, interrupt, on_tick)
     finally:
         shutil.rmtree(run.sock_dir, ignore_errors=True)
     if report.ok and not config.data_dir:
@@ -92,7 +94,36 @@ def _check_fresh(run: RunContext) -> None:
     )
 
 
-def _run(run: RunContext, on_tick: Callable[[dict], None] | None) -> ChaosReport:
+@contextlib.contextmanager
+def _first_sigint_sets() -> Iterator[threading.Event]:
+    """While open, the first SIGINT sets the yielded event (stop early, but
+    still stop the cluster and check what was done); a second one raises
+    ``KeyboardInterrupt`` as usual. A no-op outside the main thread.
+
+    A flag rather than catching ``KeyboardInterrupt`` around a sleep: the
+    exception can land anywhere in the loop, and escaping it that way skips
+    the checks and the report."""
+    interrupt = threading.Event()
+
+    def on_sigint(signum, frame) -> None:
+        if interrupt.is_set():
+            raise KeyboardInterrupt
+        log.warning("interrupted: stopping the cluster, then checking the shard")
+        interrupt.set()
+
+    if threading.current_thread() is not threading.main_thread():
+        yield interrupt
+        return
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield interrupt
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _run(
+    run: RunContext, interrupt: threading.Event, on_tick: Callable[[dict], None] | None
+) -> ChaosReport:
     config = run.config
     events = schedule(
         config.seed,
@@ -124,7 +155,6 @@ def _run(run: RunContext, on_tick: Callable[[dict], None] | None) -> ChaosReport
     )
     exits: Counter[str] = Counter()
     starts = 0
-    interrupted = False
     try:
         _start_coordinator(run, env)
         starts += 1
@@ -132,12 +162,8 @@ def _run(run: RunContext, on_tick: Callable[[dict], None] | None) -> ChaosReport
         for thread in threads:
             thread.start()
         last_appends, last_progress, next_tick = 0, time.monotonic(), 0.0
-        while time.monotonic() - start < config.duration_s and not interrupted:
-            try:
-                time.sleep(0.2)
-            except KeyboardInterrupt:  # stop early, but still check what was done
-                log.warning("interrupted: stopping the cluster, then checking the shard")
-                interrupted = True
+        while time.monotonic() - start < config.duration_s and not interrupt.is_set():
+            interrupt.wait(0.2)
             run.note_processes()
             child = run.coordinator
             assert child is not None
@@ -176,7 +202,7 @@ def _run(run: RunContext, on_tick: Callable[[dict], None] | None) -> ChaosReport
         run.violation(f"the nemesis failed: {nemesis.error!r}")
     report = final_checks(run, events, nemesis, starts, exits)
     report.ran_s = round(ran_s, 1)
-    report.interrupted = interrupted
+    report.interrupted = interrupt.is_set()
     return report
 
 

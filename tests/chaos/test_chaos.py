@@ -80,6 +80,23 @@ def test_ctrl_c_stops_early_and_still_checks(tmp_path) -> None:
     assert report["ran_s"] < 300 and report["intervals"] > 0
 
 
+def test_an_interrupt_anywhere_in_the_loop_still_checks(tmp_path) -> None:
+    """SIGINT while the loop is busy (here in the progress callback, not its
+    sleep) stops early and still reports; it used to escape and skip both."""
+    sent = []
+
+    def tick(status: dict) -> None:
+        if status["intervals"] > 20 and not sent:
+            sent.append(status["intervals"])
+            signal.raise_signal(signal.SIGINT)  # handled before this returns
+
+    config = ChaosConfig(duration_s=120, seed=6, data_dir=str(tmp_path / "run"), workers=2)
+    report = run_chaos(config, on_tick=tick)
+    assert sent and report.interrupted and report.ran_s < 60
+    assert report.violations == [] and report.intervals >= sent[0]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_bad_arguments_are_named(tmp_path) -> None:
     argv = [sys.executable, "-m", "shardsink.cli", "chaos", "--faults", "kill-worker,nope"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)

@@ -20,8 +20,11 @@ A point may be armed with several actions; they act in the order given, so
 last (the others are done during its pause) and kills it once it holds the
 shared batch.
 
-Whether a hit fires is drawn from a generator seeded by (seed, point, role), so
-the same seed and the same sequence of hits replay the same faults. Processes
+Whether a hit fires is drawn from a generator seeded by (seed, point, role,
+incarnation), so the same seed and the same sequence of hits replay the same
+faults. The incarnation counts the processes of a role armed with the same
+fault directory (0 without one): a process restarted in its role draws afresh
+instead of repeating the draws that ended its predecessor. Processes
 inherit armed points through the environment (:func:`environ`, then
 :func:`arm_from_env` at start-up). Each firing is appended to
 ``<fault dir>/fired.jsonl`` before it acts.
@@ -119,9 +122,11 @@ def parse(spec: str) -> FaultSpec:
 
 
 class _Armed:
-    def __init__(self, spec: FaultSpec, seed: int, role: str) -> None:
+    def __init__(self, spec: FaultSpec, seed: int, role: str, incarnation: int) -> None:
         self.spec = spec
-        self.rng = random.Random(f"{seed}:{spec.point}:{role}")
+        # the first incarnation keeps the seed string of runs without a fault dir
+        suffix = f":{incarnation}" if incarnation else ""
+        self.rng = random.Random(f"{seed}:{spec.point}:{role}{suffix}")
         self.fired = 0
 
 
@@ -147,14 +152,18 @@ def arm(
     pairs = [(s.point, s.action) for s in parsed]
     if len(set(pairs)) != len(pairs):
         raise ValueError(f"a point is armed twice with the same action in {specs}")
+    directory = Path(fault_dir) if fault_dir is not None else None
+    incarnation = 0
+    if directory is not None:
+        directory.mkdir(parents=True, exist_ok=True)
+        if parsed:
+            incarnation = _claim_next(directory, f"incarnation.{_file_safe(role)}")
     _ARMED.clear()
     for spec in parsed:
-        _ARMED.setdefault(spec.point, []).append(_Armed(spec, seed, role))
-    _STATE["dir"] = Path(fault_dir) if fault_dir is not None else None
+        _ARMED.setdefault(spec.point, []).append(_Armed(spec, seed, role, incarnation))
+    _STATE["dir"] = directory
     _STATE["role"] = role
     _STATE["pause_s"] = pause_s
-    if _STATE["dir"] is not None:
-        _STATE["dir"].mkdir(parents=True, exist_ok=True)
 
 
 def disarm() -> None:
@@ -253,22 +262,41 @@ def _claim(armed: _Armed) -> bool:
             return False
         armed.fired += 1
         return True
-    for n in range(times):
+    return _claim_next(directory, _slot_prefix(armed.spec), limit=times) is not None
+
+
+def _claim_next(directory: Path, prefix: str, limit: int | None = None) -> int | None:
+    """The lowest ``n`` (below ``limit``) whose file ``<prefix>.<n>`` this
+    call created exclusively; None if all are taken. Exclusive creation is
+    what makes the claim safe between processes."""
+    n = 0
+    while limit is None or n < limit:
         try:
-            fd = os.open(directory / slot_name(armed.spec, n), os.O_CREAT | os.O_EXCL, 0o600)
+            fd = os.open(directory / f"{prefix}.{n}", os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
+            n += 1
             continue
         os.close(fd)
-        return True
-    return False
+        return n
+    return None
+
+
+def _slot_prefix(spec: FaultSpec) -> str:
+    """Files ``<prefix>.<n>`` in the fault directory are the firings of
+    ``spec``'s budget: creating one exclusively is firing ``n``. A file
+    created in advance holds the firing back until it is removed (how
+    ``shardsink chaos`` times point faults)."""
+    role = _file_safe(spec.role)
+    return f"{spec.point}.{spec.action}{'.' + role if role else ''}"
 
 
 def slot_name(spec: FaultSpec, n: int) -> str:
-    """The file in the fault directory whose exclusive creation is firing
-    ``n`` of ``spec``'s budget. A file created in advance holds the firing
-    back until it is removed (how ``shardsink chaos`` times point faults)."""
-    role = "".join(c if c.isalnum() else "_" for c in spec.role)
-    return f"{spec.point}.{spec.action}.{role + '.' if role else ''}{n}"
+    """The file that is firing ``n`` of ``spec``'s budget (see :func:`slot_prefix`)."""
+    return f"{_slot_prefix(spec)}.{n}"
+
+
+def _file_safe(text: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in text)
 
 
 def _record(spec: FaultSpec) -> None:

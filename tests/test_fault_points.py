@@ -33,8 +33,10 @@ def test_specs_parse_with_clear_errors() -> None:
         faults.parse("append.before_cas")
 
 
-def _firings(seed: int, hits: int) -> list[int]:
-    faults.arm(["append.before_cas:determinate:0.3:0"], seed=seed, role="coordinator")
+def _firings(seed: int, hits: int, fault_dir=None) -> list[int]:
+    faults.arm(
+        ["append.before_cas:determinate:0.3:0"], seed=seed, role="coordinator", fault_dir=fault_dir
+    )
     out = []
     for i in range(hits):
         try:
@@ -49,6 +51,13 @@ def test_the_seed_replays_the_same_faults() -> None:
     assert first == _firings(7, 200)
     assert first != _firings(8, 200)
     assert 30 < len(first) < 90  # about 30% of 200
+
+
+def test_a_restarted_role_draws_afresh_and_a_fresh_fault_dir_replays(tmp_path) -> None:
+    first, again = _firings(7, 200, tmp_path / "a"), _firings(7, 200, tmp_path / "a")
+    assert first == _firings(7, 200)  # incarnation 0 draws as without a fault dir
+    assert again != first  # the restarted coordinator does not repeat its predecessor
+    assert [first, again] == [_firings(7, 200, tmp_path / "b") for _ in range(2)]
 
 
 def test_disarmed_and_other_points_do_nothing() -> None:

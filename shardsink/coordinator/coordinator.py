@@ -24,6 +24,7 @@ import logging
 import os
 import random
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -530,37 +531,26 @@ class Coordinator:
         self._current = None  # reports of it that arrive later are discarded too
 
     def _compare_and_append(self, accepted: Accepted, lower: int, upper: int) -> AppendCost:
-        """Append ``accepted`` once; retried (same token) through consensus restarts."""
+        """Append ``accepted`` once; retried through consensus restarts with one
+        idempotency token, so a try whose answer was lost makes the next one
+        ``AlreadyAppended`` rather than an append twice or an ``UpperMismatch``."""
         before = self.shard.stats()
         deadline = time.monotonic() + APPEND_RETRY_S
         self._check_consensus()
-        retried = False
+        token = uuid.uuid4().hex
         while True:
             try:
                 faults.point("append.before_cas")
-                self.writer.compare_and_append(list(accepted.batches), lower, upper)
+                self.writer.compare_and_append(list(accepted.batches), lower, upper, token=token)
                 faults.point("append.after_cas")
                 break
-            except UpperMismatch:
-                # A retry whose first try took effect but failed after it (so
-                # the writer's token was not kept) finds its own append.
-                if retried and self._appended(accepted, upper):
-                    break
-                raise
             except (StorageError, PersistError) as exc:
                 if time.monotonic() > deadline:
                     raise
                 log.warning("append of [%d, %d) failed, retrying: %s", lower, upper, exc)
-                retried = True
                 self._poll(POLL_MS)
         after = self.shard.stats()
         return AppendCost(*(getattr(after, f) - getattr(before, f) for f in AppendCost._fields))
-
-    def _appended(self, accepted: Accepted, upper: int) -> bool:
-        """Whether the shard holds ``accepted``'s batches up to ``upper``."""
-        state = self.shard.state(refresh=True)
-        ids = [b.id for b in accepted.batches if b.parts]
-        return state.upper >= upper and all(i in state.batches for i in ids)
 
     def _upper(self) -> int:
         deadline = time.monotonic() + APPEND_RETRY_S

@@ -127,7 +127,9 @@ class _Armed:
         # the first incarnation keeps the seed string of runs without a fault dir
         suffix = f":{incarnation}" if incarnation else ""
         self.rng = random.Random(f"{seed}:{spec.point}:{role}{suffix}")
-        self.fired = 0
+        self.prefix = _slot_prefix(spec)
+        #: the lowest firing of the budget not known to be taken (taken is for good)
+        self.next = 0
 
 
 _ARMED: dict[str, list[_Armed]] = {}
@@ -147,17 +149,15 @@ def arm(
     is armed twice with the same action.
     ``pause_s`` (default: ``SHARDSINK_FAULT_PAUSE_S``, else 1) is how long a
     ``pause`` lasts."""
-    parsed = [s if isinstance(s, FaultSpec) else parse(s) for s in specs]
+    parsed = _checked(specs)
     parsed = [s for s in parsed if s.role in ("", role)]
-    pairs = [(s.point, s.action) for s in parsed]
-    if len(set(pairs)) != len(pairs):
-        raise ValueError(f"a point is armed twice with the same action in {specs}")
     directory = Path(fault_dir) if fault_dir is not None else None
     incarnation = 0
     if directory is not None:
         directory.mkdir(parents=True, exist_ok=True)
         if parsed:
-            incarnation = _claim_next(directory, f"incarnation.{_file_safe(role)}")
+            while not _create(directory / f"incarnation.{_file_safe(role)}.{incarnation}"):
+                incarnation += 1
     _ARMED.clear()
     for spec in parsed:
         _ARMED.setdefault(spec.point, []).append(_Armed(spec, seed, role, incarnation))
@@ -174,8 +174,7 @@ def environ(
     specs: list[str], *, seed: int = 0, fault_dir: str | Path | None = None
 ) -> dict[str, str]:
     """Environment variables that arm ``specs`` in child processes (validated now)."""
-    for spec in specs:
-        parse(spec)
+    _checked(specs)
     env = {ENV_FAULTS: ",".join(specs), ENV_SEED: str(seed)}
     if fault_dir is not None:
         env[ENV_DIR] = str(fault_dir)
@@ -197,8 +196,8 @@ def arm_from_env(role: str) -> None:
 def point(name: str) -> None:
     """A fault point. Does nothing unless ``name`` is armed; then may kill this
     process, pause it, or raise a storage error, as armed."""
-    if _ARMED and name in _ARMED:
-        for armed in _ARMED[name]:
+    if _ARMED and (armed_here := _ARMED.get(name)):  # .get: a thread may disarm meanwhile
+        for armed in armed_here:
             _hit(armed)
 
 
@@ -208,12 +207,12 @@ def wrap_store(name: str, store: S) -> S:
     :class:`~shardsink.storage.faults.FaultyBlob` or ``FaultyConsensus``
     injecting the armed actions at their probabilities, within their budgets,
     each firing recorded like any other."""
-    from .storage.faults import FaultyBlob, FaultyConsensus
-
     if name not in STORE_POINTS:
         raise ValueError(f"{name!r} is not a store point; known: {', '.join(STORE_POINTS)}")
     if not _ARMED or name not in _ARMED:
         return store
+    from .storage.faults import FaultyBlob, FaultyConsensus
+
     by_action = {armed.spec.action: armed for armed in _ARMED[name]}
     rates = {action: armed.spec.prob for action, armed in by_action.items()}
 
@@ -234,6 +233,21 @@ def wrap_store(name: str, store: S) -> S:
     )
 
 
+def _checked(specs: list[str] | list[FaultSpec]) -> list[FaultSpec]:
+    """``specs`` parsed; ``ValueError`` if one process would have a point
+    armed twice with the same action (same role, or one of them for all)."""
+    parsed = [s if isinstance(s, FaultSpec) else parse(s) for s in specs]
+    for i, a in enumerate(parsed):
+        for b in parsed[:i]:
+            if (a.point, a.action) == (b.point, b.action) and (
+                a.role == b.role or not a.role or not b.role
+            ):
+                raise ValueError(
+                    f"{a.point} is armed twice with {a.action} for one process: {a}, {b}"
+                )
+    return parsed
+
+
 def _hit(armed: _Armed) -> None:
     spec = armed.spec
     if armed.rng.random() >= spec.prob or not _claim(armed):
@@ -252,47 +266,61 @@ def _hit(armed: _Armed) -> None:
 
 def _claim(armed: _Armed) -> bool:
     """Take one firing from the budget: shared through the fault directory
-    (an exclusive create per firing), else counted in this process."""
+    (an exclusive create per firing), else counted in this process.
+
+    A held firing (see :func:`hold`) stops the claim: firings are released in
+    order, so the ones after it are held too. Each call costs one ``stat``
+    while held and nothing once the budget is spent."""
     times = armed.spec.times
     if times == 0:
         return True
     directory = _STATE["dir"]
-    if directory is None:
-        if armed.fired >= times:
+    while armed.next < times:
+        n = armed.next
+        if directory is not None and (directory / f"{armed.prefix}.{n}{_HELD}").exists():
             return False
-        armed.fired += 1
-        return True
-    return _claim_next(directory, _slot_prefix(armed.spec), limit=times) is not None
+        armed.next += 1
+        if directory is None or _create(directory / f"{armed.prefix}.{n}"):
+            return True
+    return False
 
 
-def _claim_next(directory: Path, prefix: str, limit: int | None = None) -> int | None:
-    """The lowest ``n`` (below ``limit``) whose file ``<prefix>.<n>`` this
-    call created exclusively; None if all are taken. Exclusive creation is
-    what makes the claim safe between processes."""
-    n = 0
-    while limit is None or n < limit:
-        try:
-            fd = os.open(directory / f"{prefix}.{n}", os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            n += 1
-            continue
-        os.close(fd)
-        return n
-    return None
+def _create(path: Path) -> bool:
+    """Whether this call created ``path``: exclusive creation is what makes a
+    claim safe between processes."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return False
+    os.close(fd)
+    return True
 
 
 def _slot_prefix(spec: FaultSpec) -> str:
-    """Files ``<prefix>.<n>`` in the fault directory are the firings of
-    ``spec``'s budget: creating one exclusively is firing ``n``. A file
-    created in advance holds the firing back until it is removed (how
-    ``shardsink chaos`` times point faults)."""
     role = _file_safe(spec.role)
     return f"{spec.point}.{spec.action}{'.' + role if role else ''}"
 
 
 def slot_name(spec: FaultSpec, n: int) -> str:
-    """The file that is firing ``n`` of ``spec``'s budget (see :func:`slot_prefix`)."""
+    """The file in the fault directory whose exclusive creation is firing
+    ``n`` of ``spec``'s budget."""
     return f"{_slot_prefix(spec)}.{n}"
+
+
+_HELD = ".held"
+
+
+def hold(fault_dir: str | Path, spec: FaultSpec, n: int) -> None:
+    """Hold firing ``n`` of ``spec``'s budget back until :func:`release`
+    (how ``shardsink chaos`` times point faults). Release in order of ``n``:
+    a held firing holds back the ones after it."""
+    (Path(fault_dir) / (slot_name(spec, n) + _HELD)).touch(mode=0o600)
+
+
+def release(fault_dir: str | Path, spec: FaultSpec, n: int) -> None:
+    """Let firing ``n`` of ``spec`` go to the next process that hits the point
+    (a no-op if it was not held)."""
+    (Path(fault_dir) / (slot_name(spec, n) + _HELD)).unlink(missing_ok=True)
 
 
 def _file_safe(text: str) -> str:

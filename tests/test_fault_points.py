@@ -115,14 +115,31 @@ def test_store_points_take_only_storage_errors() -> None:
         faults.wrap_store("gc.before_delete", object())
 
 
-def test_a_held_slot_keeps_a_point_dormant_until_it_is_removed(tmp_path) -> None:
-    spec = faults.parse("append.before_cas:determinate:1:1")
-    (tmp_path / faults.slot_name(spec, 0)).touch()
+def test_held_firings_keep_a_point_dormant_until_released_in_order(tmp_path) -> None:
+    spec = faults.parse("append.before_cas:determinate:1:3")
+    for n in range(3):
+        faults.hold(tmp_path, spec, n)
     faults.arm([spec], fault_dir=tmp_path)
     faults.point("append.before_cas")  # held: nothing fires
-    (tmp_path / faults.slot_name(spec, 0)).unlink()
+    faults.release(tmp_path, spec, 0)
     with pytest.raises(DeterminateError):
         faults.point("append.before_cas")
+    faults.point("append.before_cas")  # firing 1 is still held
+    faults.release(tmp_path, spec, 1)
+    faults.release(tmp_path, spec, 2)
+    faults.arm([spec], fault_dir=tmp_path)  # a restarted process takes what is left
+    for _ in range(2):
+        with pytest.raises(DeterminateError):
+            faults.point("append.before_cas")
+    faults.point("append.before_cas")  # the budget (3) is spent
+    assert len(faults.fired(tmp_path)) == 3
+
+
+def test_a_point_armed_twice_for_one_process_is_refused_up_front() -> None:
+    with pytest.raises(ValueError, match="armed twice with kill for one process"):
+        faults.environ(["worker.after_push:kill", "worker.after_push:kill:1:2@worker g0/w3"])
+    env = faults.environ(["worker.after_push:kill@worker g0/w1", "worker.after_push:kill@up"])
+    assert env[faults.ENV_FAULTS].count("worker.after_push") == 2  # different processes
     faults.point("append.before_cas")  # the one firing is spent
 
 

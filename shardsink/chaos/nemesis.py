@@ -56,8 +56,8 @@ class Nemesis:
     ``time.monotonic()`` value) in a thread, against the coordinator whose pid
     ``coordinator()`` returns (``None`` while there is none).
 
-    ``fault_dir`` holds the point budgets: :meth:`hold_points` creates every
-    slot in advance; a point event removes the next one. By kind,
+    ``fault_dir`` holds the point budgets: :meth:`hold_points` holds every
+    firing back in advance; a point event releases the next one. By kind,
     ``signalled`` counts the signals sent, ``released`` the point firings
     released (the firings themselves are recorded by the processes that
     fire), ``missed`` the signal events that found no process to hit (the
@@ -88,7 +88,7 @@ class Nemesis:
         self.fault_dir.mkdir(parents=True, exist_ok=True)
         for spec in specs:
             for n in range(spec.times):
-                (self.fault_dir / faults.slot_name(spec, n)).touch(mode=0o600)
+                faults.hold(self.fault_dir, spec, n)
 
     def begin(self) -> None:
         self._thread.start()
@@ -115,10 +115,8 @@ class Nemesis:
         name, action = event.point.split(":")
         spec = faults.FaultSpec(name, action)
         for _ in range(event.count):
-            n = self._slots[event.point]
+            faults.release(self.fault_dir, spec, self._slots[event.point])
             self._slots[event.point] += 1
-            with contextlib.suppress(FileNotFoundError):
-                (self.fault_dir / faults.slot_name(spec, n)).unlink()
         self.released[event.kind] += event.count
 
     def _signal(self, event: Event) -> None:

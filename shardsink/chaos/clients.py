@@ -8,7 +8,7 @@ import subprocess
 
 from ..cluster.processes import kill_all, reap, spawn
 from ..cluster.verify import difference
-from ..persist.errors import NotReadable, PartMissing, ShardNotFound
+from ..persist.errors import Contended, NotReadable, PartMissing, ShardNotFound
 from ..storage.errors import StorageError
 from .config import INTERVAL_MS, MAINTENANCE_TIMEOUT_S, SHARD, SINCE_LAG, SWEEP_GRACE_MS
 from .context import RunContext, client_shard, exit_reason
@@ -77,6 +77,10 @@ def maintenance_loop(run: RunContext, env: dict[str, str]) -> None:
                 shard.close()
             shard = None
             continue
+        except Contended:  # lost every compare-and-set to the appends: next round
+            run.count("maintenance: since contended")
+        except Exception as exc:  # anything else is a finding, and must not end the loop
+            run.violation(f"maintenance failed: {type(exc).__name__}: {exc}")
         for command in (
             ["shard", "compact"],
             ["shard", "gc", "--sweep-grace-ms", str(SWEEP_GRACE_MS)],

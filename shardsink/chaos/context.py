@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import tempfile
@@ -10,13 +9,13 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-import psutil
-
+from ..cluster.cluster import Supervision
 from ..cluster.processes import Child
 from ..cluster.workloads import SCHEMA
 from ..config import ClusterConfig
 from ..persist.config import ShardConfig
 from ..persist.shard import Shard, open_shard
+from ..shm.sweep import process_start
 from .config import SHARD, ChaosConfig
 from .nemesis import cluster_processes
 
@@ -50,8 +49,9 @@ class RunContext:
         self.lock = threading.Lock()
         self.violations: list[str] = []
         self.coordinator: Child | None = None
-        # every process of the cluster seen so far: pid -> (create time, name)
-        self.seen: dict[int, tuple[float, str]] = {}
+        # every process of the cluster seen so far: pid -> (start, name), the
+        # start as ``sweep.process_start`` gives it (a reused pid is a new entry)
+        self.seen: dict[int, tuple[int, str]] = {}
         self.counts: Counter[str] = Counter()
 
     def violation(self, what: str) -> None:
@@ -72,11 +72,19 @@ class RunContext:
         pid = self.coordinator_pid()
         if pid is None:
             return
-        for process in cluster_processes(pid):
-            if process.pid not in self.seen:
-                with contextlib.suppress(psutil.Error):
-                    created = psutil.Process(process.pid).create_time()
-                    self.seen[process.pid] = (created, f"{process.kind} {process.name}")
+        for target in cluster_processes(pid):
+            self.note(target.pid, f"{target.kind} {target.name}")
+
+    def note(self, pid: int, name: str) -> None:
+        start = process_start(pid)
+        if start is not None and self.seen.get(pid, (None,))[0] != start:
+            self.seen[pid] = (start, name)
+
+    def alive(self) -> list[tuple[int, str]]:
+        """The processes seen that still run (zombies do not)."""
+        return [
+            (pid, name) for pid, (start, name) in self.seen.items() if process_start(pid) == start
+        ]
 
     def shard_config(self) -> ShardConfig:
         return ShardConfig(server_timeout_s=2.0, server_retry_for_s=10.0)
@@ -115,7 +123,7 @@ class AppendLog:
             self.count += 1
             self.redone += event["attempt"] > 0
             self.supervision[event["coordinator"]] = {
-                k: event[k] for k in ("restarts", "consensus_restarts", "abandoned_attempts")
+                k: event[k] for k in Supervision.__struct_fields__
             }
         return self.count
 
@@ -133,10 +141,3 @@ def client_shard(run: RunContext) -> Shard:
 
 def exit_reason(code: int) -> str:
     return f"signal {-code}" if code < 0 else f"exit {code}"
-
-
-def created(pid: int) -> float:
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.NoSuchProcess:
-        return 0.0

@@ -2,8 +2,9 @@
 
 Only processes of the cluster that ``shardsink chaos`` started are signalled:
 the coordinator (its own child) and that coordinator's descendants, found
-by their names in ``ps`` (``shardsink worker g0/w2`` ...). A group kill uses
-``killpg`` on the builder's group while the builder is alive.
+by their names in ``ps`` (``shardsink worker g0/w2`` ...), each signalled
+only while its pid still names it. A group kill uses ``killpg`` on the
+builder's group right after checking that the builder is alive.
 """
 
 from __future__ import annotations
@@ -28,26 +29,33 @@ _TITLE = re.compile(r"^shardsink (consensus|builder|worker)\b ?(\S*)")
 
 
 class Target(NamedTuple):
-    """A process of the cluster: ``kind`` coordinator, consensus, builder or worker."""
+    """A process of the cluster: ``kind`` coordinator, consensus, builder or
+    worker. Signals go through ``process``, which checks that the pid still
+    names the process that was listed (pids of dead children are reused)."""
 
     kind: str
     name: str
-    pid: int
+    process: psutil.Process
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
 
 
 def cluster_processes(coordinator: int) -> list[Target]:
     """The coordinator ``coordinator`` and its live named descendants, by name."""
     try:
-        children = psutil.Process(coordinator).children(recursive=True)
+        parent = psutil.Process(coordinator)
+        children = parent.children(recursive=True)
     except psutil.NoSuchProcess:
         return []
-    out = [Target("coordinator", "coordinator", coordinator)]
+    out = [Target("coordinator", "coordinator", parent)]
     for child in children:
         with contextlib.suppress(psutil.Error):
             match = _TITLE.match(" ".join(child.cmdline()))
             if match and child.status() != psutil.STATUS_ZOMBIE:
                 kind, name = match.groups()
-                out.append(Target(kind, name or kind, child.pid))
+                out.append(Target(kind, name or kind, child))
     return sorted(out, key=lambda t: (t.kind, t.name))
 
 
@@ -129,18 +137,22 @@ class Nemesis:
             self.missed[event.kind] += 1
             return
         victim = pool[event.pick % len(pool)]
+        process = victim.process
         try:
             if event.kind == "pause":
-                os.kill(victim.pid, signal.SIGSTOP)
+                process.suspend()
                 try:
                     time.sleep(event.pause_s)
                 finally:
-                    os.kill(victim.pid, signal.SIGCONT)
+                    with contextlib.suppress(psutil.NoSuchProcess):  # restarted meanwhile
+                        process.resume()
             elif target == "group":
-                os.killpg(victim.pid, signal.SIGKILL)
+                if not process.is_running():
+                    raise psutil.NoSuchProcess(process.pid)
+                os.killpg(process.pid, signal.SIGKILL)
             else:
-                os.kill(victim.pid, signal.SIGKILL)
-        except ProcessLookupError:  # it died between the listing and the signal
+                process.kill()
+        except (psutil.NoSuchProcess, ProcessLookupError):  # died since the listing
             self.missed[event.kind] += 1
             return
         self.signalled[event.kind] += 1

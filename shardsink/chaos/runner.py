@@ -32,8 +32,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import psutil
-
 from .. import faults
 from ..cluster.processes import kill_all, reap, spawn
 from ..persist.errors import ShardNotFound
@@ -47,7 +45,7 @@ from .config import (
     ChaosConfig,
     ChaosReport,
 )
-from .context import RunContext, created, exit_reason
+from .context import RunContext, exit_reason
 from .nemesis import Nemesis
 from .schedule import point_specs, schedule
 
@@ -194,10 +192,13 @@ def _run(
         ran_s = time.monotonic() - start
         nemesis.stop()
         run.stop.set()
-        for thread in threads:
-            thread.join(MAINTENANCE_TIMEOUT_S)
-        _stop_coordinator(run)
-        faults.disarm()
+        try:
+            for thread in threads:
+                if thread.ident is not None:  # a start that failed leaves some unstarted
+                    thread.join(MAINTENANCE_TIMEOUT_S)
+        finally:
+            _stop_coordinator(run)
+            faults.disarm()
     if nemesis.error is not None:
         run.violation(f"the nemesis failed: {nemesis.error!r}")
     report = final_checks(run, events, nemesis, starts, exits)
@@ -250,7 +251,7 @@ def _start_coordinator(run: RunContext, env: dict[str, str]) -> None:
         run.coordinator = spawn(
             "coordinator", "up", args, run_dir=run.logs, stdout=out.fileno(), env=env
         )
-    run.seen[run.coordinator.pid] = (created(run.coordinator.pid), "coordinator")
+    run.note(run.coordinator.pid, "coordinator")
 
 
 def _stop_coordinator(run: RunContext) -> None:
@@ -279,7 +280,7 @@ def _wait_gone(run: RunContext, timeout_s: float = 15.0) -> None:
     coordinator); a straggler is a violation, and is SIGKILLed."""
     deadline = time.monotonic() + timeout_s
     while True:
-        alive = _alive(run)
+        alive = run.alive()
         if not alive:
             return
         if time.monotonic() > deadline:
@@ -290,13 +291,3 @@ def _wait_gone(run: RunContext, timeout_s: float = 15.0) -> None:
                     os.kill(pid, 9)
             return
         time.sleep(0.1)
-
-
-def _alive(run: RunContext) -> list[tuple[int, str]]:
-    alive = []
-    for pid, (started, name) in run.seen.items():
-        with contextlib.suppress(psutil.NoSuchProcess):
-            process = psutil.Process(pid)
-            if process.create_time() == started and process.status() != psutil.STATUS_ZOMBIE:
-                alive.append((pid, name))
-    return alive

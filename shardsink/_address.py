@@ -14,6 +14,10 @@ import stat
 from pathlib import Path
 from urllib.parse import urlsplit
 
+#: The schemes of a ZeroMQ address; as a consensus URI, they name a running
+#: consensus server rather than a store.
+REMOTE_SCHEMES = ("tcp", "ipc")
+
 
 def check_address(addr: str, *, for_bind: bool) -> str:
     """Validate a ZeroMQ address; return it unchanged.

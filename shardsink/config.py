@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from ._address import REMOTE_SCHEMES
 from .persist.state import check_shard_name
 
 MIB = 1 << 20
@@ -24,7 +25,6 @@ Pace = Literal["realtime", "max"]
 
 BLOB_SCHEMES = ("file", "s3")
 STORE_SCHEMES = ("sqlite", "postgresql", "postgres")
-SERVER_SCHEMES = ("tcp", "ipc")
 
 
 class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -124,9 +124,9 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         if self.blob is not None:
             _check_uri("blob", self.blob, BLOB_SCHEMES)
         if self.consensus is not None:
-            _check_uri("consensus", self.consensus, STORE_SCHEMES + SERVER_SCHEMES)
+            _check_uri("consensus", self.consensus, STORE_SCHEMES + REMOTE_SCHEMES)
         if self.consensus_bind is not None:
-            _check_uri("consensus_bind", self.consensus_bind, SERVER_SCHEMES)
+            _check_uri("consensus_bind", self.consensus_bind, REMOTE_SCHEMES)
             if self.external_server:
                 raise ValueError(
                     f"consensus_bind {self.consensus_bind!r} is for the cluster's own consensus "
@@ -161,7 +161,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     @property
     def external_server(self) -> bool:
         """Whether ``consensus`` names a running server (not a store to serve)."""
-        return urlsplit(self.consensus_uri).scheme.lower() in SERVER_SCHEMES
+        return urlsplit(self.consensus_uri).scheme.lower() in REMOTE_SCHEMES
 
 
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:

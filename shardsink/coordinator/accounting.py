@@ -11,7 +11,7 @@ doubled data. Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import msgspec
 
@@ -132,11 +132,11 @@ def _check_description(batch: Batch, lower: int, upper: int, who: str) -> None:
         raise AccountingError(f"{who}'s batch says {batch.rows} rows, its parts hold {rows}")
 
 
-def batches_of(reports: Mapping[tuple[int, int], Report]) -> list[Batch]:
+def batches_of(reports: Iterable[Report]) -> list[Batch]:
     """Every batch the reports carry (to delete their blobs when the attempt
     is abandoned: none of them was appended)."""
     out = []
-    for r in reports.values():
+    for r in reports:
         if r.own is not None:
             out.append(r.own)
         if r.received is not None:

@@ -14,13 +14,15 @@ import subprocess
 import time
 from pathlib import Path
 
+from .._address import check_address
 from ..cluster.processes import Child, kill_all, reap, spawn
 from .errors import ClusterError
 
 
 class ConsensusProcess:
     """The consensus server child of one cluster, bound to ``bind`` (default
-    ``ipc://RUN_DIR/consensus``). ``start`` and ``restart`` wait (bounded) for
+    ``ipc://RUN_DIR/consensus``; ``ValueError`` naming it if the address
+    policy refuses it). ``start`` and ``restart`` wait (bounded) for
     its "listening on" line; ``stop`` is idempotent."""
 
     def __init__(
@@ -30,7 +32,8 @@ class ConsensusProcess:
         self.blob = blob
         self.run_dir = run_dir
         self.timeout_s = timeout_s
-        self.bind = bind or f"ipc://{run_dir / 'consensus'}"
+        # checked here, so a bad address is named before a child fails to bind it
+        self.bind = check_address(bind or f"ipc://{run_dir / 'consensus'}", for_bind=True)
         self.address: str | None = None
         self.child: Child | None = None
         self.restarts = 0

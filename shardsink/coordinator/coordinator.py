@@ -25,7 +25,7 @@ import os
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -37,7 +37,6 @@ from .. import faults
 from ..cluster import messages as M
 from ..cluster.processes import Child, kill_all, peak_rss, reap, spawn
 from ..config import ClusterConfig
-from ..persist.batches import discard
 from ..persist.errors import PersistError, UpperMismatch
 from ..persist.shard import Shard, Writer
 from ..shm import sweep
@@ -375,16 +374,12 @@ class Coordinator:
                     return group, child
         return None
 
-    def _discard(self, reports: list[M.Report], why: str) -> None:
+    def _discard(self, reports: Iterable[M.Report], why: str) -> None:
         """Delete the blobs of batches that will never be appended."""
-        batches = batches_of({(i, 0): r for i, r in enumerate(reports)})
-        keys = [k for b in batches for k in b.blob_keys()]
-        if keys:
-            log.info("deleting %d blobs of %s", len(keys), why)
-            try:
-                discard(self.shard.blob, batches)
-            except StorageError as exc:
-                log.warning("could not delete blobs (the leaked-blob sweep will): %s", exc)
+        batches = batches_of(reports)
+        if any(b.blob_keys() for b in batches):
+            log.info("deleting the blobs of %s", why)
+            self.writer.discard(batches)
 
     # --- intervals --------------------------------------------------------------------
 
@@ -454,7 +449,7 @@ class Coordinator:
             try:
                 cost = self._compare_and_append(accepted, lower, upper)
             except UpperMismatch as exc:
-                self._discard(list(reports.values()), f"interval {interval}: {exc}")
+                self._discard(reports.values(), f"interval {interval}: {exc}")
                 return None
             latency_ms = (time.monotonic() - (close if close is not None else minted)) * 1000
             return IntervalRecord(
@@ -526,7 +521,7 @@ class Coordinator:
         for group in self.groups.values():
             for child in group.members:
                 self._send(child, abandon)
-        self._discard(list(self._reports.values()), f"abandoned attempt {attempt}")
+        self._discard(self._reports.values(), f"abandoned attempt {attempt}")
         self._reports = {}
         self._current = None  # reports of it that arrive later are discarded too
 

@@ -7,16 +7,20 @@ the shard's ``inline_max_bytes`` stays inline in the batch.
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 import msgspec
 import pyarrow as pa
 
 from ..storage.contracts import Blob
+from ..storage.errors import StorageError
 from . import parts as P
 from .errors import CorruptState
 from .state import Batch, BlobPart, InlinePart, Part
 from .stats import ShardStats
+
+log = logging.getLogger(__name__)
 
 
 def part_key(shard: str) -> str:
@@ -82,10 +86,20 @@ def load_part(blob: Blob, shard: str, part: Part, schema: pa.Schema) -> pa.Table
 
 
 def discard(blob: Blob, batches: list[Batch]) -> None:
-    """Delete the blob parts of ``batches``, which must never have been appended."""
-    for batch in batches:
-        for key in batch.blob_keys():
+    """Delete the blob parts of ``batches``, which must never have been appended
+    (best effort, see :func:`delete_unreferenced`)."""
+    delete_unreferenced(blob, [key for batch in batches for key in batch.blob_keys()])
+
+
+def delete_unreferenced(blob: Blob, keys: list[str]) -> None:
+    """Delete ``keys``, which no state references. Best effort: a key whose
+    delete fails is logged and left to the leaked-blob sweep, so cleaning up
+    after a failure never raises over it."""
+    for key in keys:
+        try:
             blob.delete(key)
+        except StorageError as exc:
+            log.warning("could not delete %s (the leaked-blob sweep will): %s", key, exc)
 
 
 class BatchBuilder:
@@ -172,8 +186,7 @@ class BatchBuilder:
         self._done = True
         self._held, self._held_bytes = [], 0
         keys = [p.key for p in self._parts if isinstance(p, BlobPart)]
-        for key in keys:
-            self.blob.delete(key)
+        delete_unreferenced(self.blob, keys)
         return keys
 
     def _take(self) -> pa.Table:

@@ -21,6 +21,7 @@ import msgspec
 import pyarrow as pa
 
 from .. import faults
+from .._address import REMOTE_SCHEMES
 from ..storage.contracts import Blob, Consensus
 from ..storage.errors import StorageError
 from ..storage.uri import open_blob, open_consensus
@@ -54,8 +55,6 @@ from .stats import ShardStats
 
 log = logging.getLogger(__name__)
 
-#: Consensus URI schemes that will name a remote shard machine (a consensus server).
-REMOTE_SCHEMES = ("tcp", "ipc")
 #: How many times a read restarts from refreshed state after a part went missing.
 PART_RETRIES = 2
 

@@ -253,14 +253,17 @@ class GroupBuilder:
         gen = self._generations.pop((bid, decision.generation), None)
         if gen is None:
             return None
-        self._ack(*gen.held)
-        if gen.error is not None:
-            raise ValueError(f"writing the shared batch failed: {gen.error}")
         try:
-            batch = gen.builder.finish()
-        except BaseException:
-            gen.builder.abort()
-            raise
+            if gen.error is not None:
+                raise ValueError(f"writing the shared batch failed: {gen.error}")
+            try:
+                batch = gen.builder.finish()
+            except BaseException:
+                gen.builder.abort()
+                raise
+        finally:
+            # the held parts are views into the workers' arenas: released once read
+            self._ack(*gen.held)
         if batch.blob_keys():
             faults.point("builder.after_upload")
         return M.SharedBatch(

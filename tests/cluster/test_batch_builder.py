@@ -12,6 +12,7 @@ from shardsink.persist import parts as P
 from shardsink.persist.batches import BatchBuilder, load_part
 from shardsink.persist.state import BlobPart, InlinePart
 from shardsink.persist.stats import ShardStats
+from shardsink.storage.errors import DeterminateError
 from shardsink.storage.memory import MemoryBlob
 
 WORKLOAD = Workload("trickle", rows_per_interval=400, interval_ms=1000)
@@ -135,3 +136,19 @@ def test_rows_outside_the_interval_are_refused():
         builder.finish()
     with pytest.raises(ValueError, match="lower < upper"):
         BatchBuilder(_blob(), "s", 5, 5, inline_max_bytes=0, target_bytes=1, stats=ShardStats())
+
+
+def test_an_abort_whose_delete_fails_leaves_the_blob_to_the_sweep(caplog):
+    """Aborting is cleanup after a failure: a failed delete is logged, never
+    raised over the failure that caused the abort."""
+    blob = _blob()
+    builder = _builder(blob, target=1, inline=0)
+    builder.add(_slices(1)[0])
+
+    def refuse(key: str) -> None:
+        raise DeterminateError(f"injected: delete {key}")
+
+    blob.delete = refuse
+    keys = builder.abort()
+    assert len(keys) == 1 and list(blob.list("s/")) == keys
+    assert f"could not delete {keys[0]} (the leaked-blob sweep will)" in caplog.text

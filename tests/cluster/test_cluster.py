@@ -3,10 +3,11 @@ and the part counts each mode promises."""
 
 from __future__ import annotations
 
+import psutil
 import pytest
 from cluster_helpers import run_cluster, workers_with_rows
 
-from shardsink.cluster import Workload
+from shardsink.cluster import Cluster, ClusterConfig, Workload
 from shardsink.testing.consensus import ServerProcess
 
 #: Small but with every feature: churn retracts from interval 2 on; hydrate's
@@ -85,6 +86,20 @@ def test_a_running_consensus_server_is_used_and_left_running(tmp_path):
         assert "consensus" not in run.stats.peak_rss  # not the cluster's process
         assert server.proc.poll() is None
     assert not (tmp_path / "d" / "consensus.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("bind", "problem"),
+    [
+        ("tcp://0.0.0.0:5555", "only loopback addresses may be bound"),
+        ("ipc://relative/consensus", "ipc path must be absolute"),
+    ],
+)
+def test_a_bad_consensus_bind_is_named_before_any_process_starts(tmp_path, bind, problem):
+    config = ClusterConfig(data_dir=str(tmp_path), consensus_bind=bind)
+    with pytest.raises(ValueError, match=problem):
+        Cluster(config).start()
+    assert not [c for c in psutil.Process().children() if c.name() == "shardsink consensus"]
 
 
 @pytest.mark.postgres

@@ -146,18 +146,19 @@ class BatchBuilder:
         """In-memory bytes of the batches added and not yet written."""
         return self._held_bytes
 
-    def add(self, batch: pa.RecordBatch) -> bool:
+    def add(self, batch: pa.RecordBatch, *, write: bool = False) -> bool:
         """Add ``batch``; return whether every batch added so far is now written
-        (the caller may then release their memory). ``ValueError`` if the
-        builder is finished or aborted, or, when a part is written, if a row's
-        ts is outside ``[lower, upper)``."""
+        (the caller may then release their memory): at ``target_bytes``, or
+        now if ``write`` (the caller needs the memory back sooner).
+        ``ValueError`` if the builder is finished or aborted, or, when a part
+        is written, if a row's ts is outside ``[lower, upper)``."""
         self._check_open()
         if batch.num_rows == 0:
             return False
         self._held.append(batch)
         self._held_bytes += batch.nbytes
         self.rows += batch.num_rows
-        if self._held_bytes < self.target_bytes:
+        if self._held_bytes < self.target_bytes and not write:
             return False
         self._parts.append(put_blob_part(self.blob, self.shard, self._take(), self.stats))
         return True

@@ -26,6 +26,7 @@ import contextlib
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -37,7 +38,7 @@ from ..cluster import messages as M
 from ..persist.batches import BatchBuilder
 from ..persist.errors import PersistError
 from ..persist.stats import ShardStats
-from ..shm import PartReceiver, Received
+from ..shm import DEFAULT_CAPACITY, PartReceiver, Received
 from ..storage.contracts import Blob
 from ..storage.errors import StorageError
 from .shared_batch import (
@@ -55,6 +56,12 @@ log = logging.getLogger(__name__)
 
 #: How long the builder waits for a part before it looks at its other sockets.
 POLL_S = 0.05
+#: Held parts of one sender past which a part is written, so that the sender
+#: gets its arena back. A sender's parts stay in its arena until acknowledged,
+#: and its 4 MiB parts fit one per 8 MiB segment, so the arena holds about half
+#: its capacity of them: waiting for ``blob_target_bytes`` would leave a worker
+#: sharing more than that waiting for acknowledgements that never come.
+HELD_PER_SENDER_MAX = DEFAULT_CAPACITY // 4
 
 
 @dataclass
@@ -62,6 +69,7 @@ class _Generation:
     builder: BatchBuilder
     stats: ShardStats
     held: list[Received] = field(default_factory=list)
+    held_bytes: Counter[bytes] = field(default_factory=Counter)  # by sender
     error: str | None = None  # writing a part failed: nobody may receive this batch
 
 
@@ -225,8 +233,11 @@ class GroupBuilder:
             self._ack(part)
             return
         gen.held.append(part)
+        gen.held_bytes[part.sender] += part.batch.nbytes
         try:
-            written = gen.builder.add(part.batch)
+            written = gen.builder.add(
+                part.batch, write=gen.held_bytes[part.sender] >= HELD_PER_SENDER_MAX
+            )
         except (ValueError, PersistError, StorageError) as exc:
             gen.error = f"{type(exc).__name__}: {exc}"
             gen.builder.abort()
@@ -234,6 +245,7 @@ class GroupBuilder:
         if written:
             self._ack(*gen.held)
             gen.held.clear()
+            gen.held_bytes.clear()
             if gen.error is None:
                 faults.point("builder.after_upload")
 

@@ -152,3 +152,15 @@ def test_an_abort_whose_delete_fails_leaves_the_blob_to_the_sweep(caplog):
     keys = builder.abort()
     assert len(keys) == 1 and list(blob.list("s/")) == keys
     assert f"could not delete {keys[0]} (the leaked-blob sweep will)" in caplog.text
+
+
+def test_write_cuts_a_part_before_the_target():
+    blob = _blob()
+    builder = _builder(blob)  # a target of 1 GiB is never reached here
+    slices = _slices(3)
+    assert builder.add(slices[0]) is False and builder.held_bytes > 0
+    assert builder.add(slices[1], write=True) is True and builder.held_bytes == 0
+    assert builder.add(slices[2]) is False
+    batch = builder.finish()
+    assert len(batch.parts) == 2 and isinstance(batch.parts[0], BlobPart)
+    assert _rows(blob, batch).num_rows == sum(s.num_rows for s in slices)

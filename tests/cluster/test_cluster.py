@@ -9,6 +9,7 @@ from cluster_helpers import run_cluster, workers_with_rows
 
 from shardsink.cluster import Cluster, ClusterConfig, Workload
 from shardsink.testing.consensus import ServerProcess
+from shardsink.worker.builder import HELD_PER_SENDER_MAX
 
 #: Small but with every feature: churn retracts from interval 2 on; hydrate's
 #: interval 0 (1,500 rows per worker, ~90 KB) exceeds the 64 KiB threshold, so
@@ -65,6 +66,29 @@ def test_idle_intervals_write_nothing(tmp_path, mode):
     assert run.stats.blob_puts == 0
     assert all(r.data_parts == r.inline_parts == 0 for r in run.records)
     assert not list((tmp_path / "blob").rglob("*.parquet"))
+
+
+def test_a_worker_sharing_more_than_its_arena_holds_gets_its_space_back(tmp_path):
+    """90 MB from one worker through the shared batch: its parts stay in its
+    64 MiB arena until acknowledged, so the builder writes a part every
+    HELD_PER_SENDER_MAX instead of waiting for blob_target_bytes (128 MiB);
+    it used to leave the worker waiting until the group was restarted."""
+    run = run_cluster(
+        tmp_path,
+        1,
+        groups=1,
+        workers=1,
+        mode="barrier",
+        workload="hydrate",
+        rows_per_interval=100,
+        snapshot_rows=1_500_000,
+        shared_max_bytes=1 << 40,
+        max_restarts=0,
+    )
+    assert run.stats.verified is True and run.stats.restarts == 0
+    record = run.records[0]
+    assert record.shared_batches == {0: 1} and record.own_batches == 0
+    assert 2 <= record.data_parts <= 90_000_000 // HELD_PER_SENDER_MAX + 1  # not 1 part
 
 
 def test_a_rerun_continues_from_the_shards_upper(tmp_path):

@@ -121,11 +121,14 @@ def in_times(table: pa.Table, lower: int, upper: int) -> pa.Table:
 
 def ts_outside(table: pa.Table, lower: int, upper: int) -> tuple[int, int | None]:
     """How many rows have ``ts`` outside ``[lower, upper)``, and one such ``ts``."""
-    outside = table.num_rows - in_times(table, lower, upper).num_rows
-    if not outside:
+    if table.num_rows == 0:
         return 0, None
-    lo, hi = pc.min_max(table["ts"]).values()
-    return outside, lo.as_py() if lo.as_py() < lower else hi.as_py()
+    # the usual answer (none) from a min/max scan, without copying the table
+    lo, hi = (s.as_py() for s in pc.min_max(table["ts"]).values())
+    if lower <= lo and hi < upper:
+        return 0, None
+    outside = table.num_rows - in_times(table, lower, upper).num_rows
+    return outside, lo if lo < lower else hi
 
 
 def split(table: pa.Table, target_bytes: int) -> list[pa.Table]:

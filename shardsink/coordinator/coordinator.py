@@ -163,6 +163,8 @@ class Coordinator:
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a restarted child reuses its id
         self._sock.setsockopt(zmq.LINGER, 0)
+        # an unroutable send raises (and is logged) instead of vanishing
+        self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.address = f"ipc://{run_dir / 'coord'}"
         self._sock.bind(self.address)
         self._current: tuple[int, int] | None = None
@@ -319,8 +321,8 @@ class Coordinator:
         identity = child.name.encode()
         try:
             self._sock.send_multipart([identity, M.encode(msg)], zmq.NOBLOCK)
-        except zmq.Again:
-            log.warning("could not send %s to %s", type(msg).__name__, child.name)
+        except zmq.ZMQError as exc:  # not connected (dead, or not yet up), or its queue full
+            log.warning("could not send %s to %s: %s", type(msg).__name__, child.name, exc)
 
     def _poll(self, timeout_ms: int) -> None:
         """Handle every message that arrives within ``timeout_ms``; run the

@@ -9,7 +9,7 @@ malformed URI is a ``ValueError`` naming the field before any process starts.
 from __future__ import annotations
 
 import os
-from typing import Literal
+from typing import Literal, get_args
 from urllib.parse import urlsplit
 
 import msgspec
@@ -18,10 +18,10 @@ from ._address import REMOTE_SCHEMES
 from .persist.state import check_shard_name
 
 MIB = 1 << 20
-MODES = ("off", "best-effort", "barrier")
-PACES = ("realtime", "max")
 Mode = Literal["off", "best-effort", "barrier"]
 Pace = Literal["realtime", "max"]
+MODES: tuple[str, ...] = get_args(Mode)
+PACES: tuple[str, ...] = get_args(Pace)
 
 BLOB_SCHEMES = ("file", "s3")
 STORE_SCHEMES = ("sqlite", "postgresql", "postgres")

@@ -27,7 +27,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from ..config import ClusterConfig
+from ..config import ClusterConfig, Mode
 from ..persist.state import Batch
 
 _OPTS = {"frozen": True, "forbid_unknown_fields": True}
@@ -63,7 +63,7 @@ class Mint(msgspec.Struct, tag="mint", **_OPTS):
     attempt: Count
     lower: Count
     upper: Count
-    mode: Literal["off", "best-effort", "barrier"]
+    mode: Mode
     shared_max_bytes: Count
 
 
@@ -107,7 +107,7 @@ class Report(msgspec.Struct, tag="report", **_OPTS):
     it added to a shared batch, if anything. ``received``: the shared batch it
     received as the last finisher, if it was. ``blob_puts``/``blob_put_bytes``:
     its own writes. ``error``: why it could not do its part (then nothing of
-    this report is appended). ``peak_rss``: its peak resident bytes so far.
+    this report is appended).
     """
 
     interval: Count
@@ -121,7 +121,6 @@ class Report(msgspec.Struct, tag="report", **_OPTS):
     blob_puts: Count = 0
     blob_put_bytes: Count = 0
     error: str | None = None
-    peak_rss: Count = 0
 
 
 class Failure(msgspec.Struct, tag="failure", **_OPTS):
@@ -186,17 +185,14 @@ class Handoff(msgspec.Struct, tag="handoff", **_OPTS):
 
 
 class ChildSpec(msgspec.Struct, **_OPTS):
-    """Everything a builder or worker process needs to start.
-
-    ``parent``: the coordinator's pid (the child exits if its parent is
-    already gone). ``coordinator``/``parts``/``handoff``: socket addresses.
+    """Everything a builder or worker process needs to start (its role and
+    parent come in its argv, as for every child). ``coordinator``/``parts``/
+    ``handoff``: socket addresses.
     ``inline_max_bytes``: the shard's inline threshold.
     """
 
-    role: Role
     group: Count
     index: Count
-    parent: Count
     cluster_id: str
     coordinator: str
     parts: str

@@ -189,13 +189,11 @@ class Coordinator:
         return out
 
     def _spawn_group(self, g: int) -> Group:
-        def spec(role: str, index: int) -> bytes:
+        def spec(index: int) -> bytes:
             return M.encode_spec(
                 M.ChildSpec(
-                    role=role,
                     group=g,
                     index=index,
-                    parent=os.getpid(),
                     cluster_id=self.cluster_id,
                     coordinator=self.address,
                     parts=f"ipc://{self.run_dir / f'g{g}.parts'}",
@@ -205,9 +203,7 @@ class Coordinator:
                 )
             )
 
-        builder = spawn(
-            "builder", f"g{g}/b", ["builder"], run_dir=self.run_dir, stdin=spec("builder", 0)
-        )
+        builder = spawn("builder", f"g{g}/b", ["builder"], run_dir=self.run_dir, stdin=spec(0))
         workers = []
         try:
             for w in range(self.config.workers):
@@ -217,7 +213,7 @@ class Coordinator:
                         f"g{g}/w{w}",
                         ["worker"],
                         run_dir=self.run_dir,
-                        stdin=spec("worker", w),
+                        stdin=spec(w),
                         process_group=builder.pid,
                     )
                 )

@@ -67,7 +67,6 @@ HELD_PER_SENDER_MAX = DEFAULT_CAPACITY // 4
 @dataclass
 class _Generation:
     builder: BatchBuilder
-    stats: ShardStats
     held: list[Received] = field(default_factory=list)
     held_bytes: Counter[bytes] = field(default_factory=Counter)  # by sender
     error: str | None = None  # writing a part failed: nobody may receive this batch
@@ -218,7 +217,6 @@ class GroupBuilder:
             return
         gen = self._generations.get((bid, generation))
         if gen is None:
-            stats = ShardStats()
             builder = BatchBuilder(
                 self.blob,
                 self.shard,
@@ -226,9 +224,9 @@ class GroupBuilder:
                 c.upper,
                 inline_max_bytes=self.inline_max_bytes,
                 target_bytes=self.target_bytes,
-                stats=stats,
+                stats=ShardStats(),
             )
-            gen = self._generations[(bid, generation)] = _Generation(builder, stats)
+            gen = self._generations[(bid, generation)] = _Generation(builder)
         if gen.error is not None:
             self._ack(part)
             return
@@ -283,8 +281,8 @@ class GroupBuilder:
             generation=decision.generation,
             batch=batch,
             contributors=decision.contributors,
-            blob_puts=gen.stats.blob_puts,
-            blob_put_bytes=gen.stats.blob_put_bytes,
+            blob_puts=gen.builder.stats.blob_puts,
+            blob_put_bytes=gen.builder.stats.blob_put_bytes,
         )
 
     def _orphan(self, orphaned: list[Orphaned]) -> None:

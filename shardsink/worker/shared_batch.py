@@ -171,15 +171,14 @@ class SharedBatches:
         entry.joined.add(worker)
         return gen.number
 
-    def push(self, bid: BatchId, worker: int, rows: int) -> int:
-        """Record that ``worker`` added ``rows`` rows through its open handle;
-        return the generation they went to."""
+    def push(self, bid: BatchId, worker: int, rows: int) -> None:
+        """Record that ``worker`` added ``rows`` rows through its open handle
+        (to the generation :meth:`join` returned)."""
         if rows < 0:
             raise ProtocolError(f"worker {worker} pushed {rows} rows")
         gen = self._open_generation(bid, worker)
         if rows:
             gen.contributors[worker] = gen.contributors.get(worker, 0) + rows
-        return gen.number
 
     def finish(self, bid: BatchId, worker: int, now: float = 0.0) -> NotLast | Last | Deferred:
         """Close ``worker``'s handle at time ``now``. :class:`Last` for the

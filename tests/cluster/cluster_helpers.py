@@ -110,10 +110,8 @@ class BuilderHarness:
         coordinator = f"ipc://{self.dir / 'coord'}"
         self.coord.bind(coordinator)
         spec = M.ChildSpec(
-            role="builder",
             group=0,
             index=0,
-            parent=os.getpid(),
             cluster_id=self.cluster_id,
             coordinator=coordinator,
             parts=self.parts,

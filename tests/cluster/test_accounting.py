@@ -122,8 +122,7 @@ def test_wire_messages_decode_strictly():
     for bad in ({**meta, "rows": "10"}, {**meta, "extra": 1}, {**meta, "last": 2}):
         with pytest.raises(msgspec.ValidationError):
             M.decode_contribute(bad)
-    spec = M.ChildSpec("worker", 0, 1, 42, "c1", "ipc:///a", "ipc:///b", "ipc:///c", 4096,
-                       ClusterConfig())  # fmt: skip
+    spec = M.ChildSpec(0, 1, "c1", "ipc:///a", "ipc:///b", "ipc:///c", 4096, ClusterConfig())
     assert M.decode_spec(M.encode_spec(spec)) == spec
     with pytest.raises(msgspec.ValidationError, match="groups must be >= 1"):
         M.decode_spec(M.encode_spec(spec).replace(b'"groups":2', b'"groups":0'))

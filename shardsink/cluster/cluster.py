@@ -202,8 +202,10 @@ class Cluster:
         with _sigint_ignored():
             try:
                 if self.coordinator is not None:
-                    self.coordinator.close()
-                    self._final = self._stats()
+                    try:
+                        self.coordinator.close()
+                    finally:
+                        self._final = self._stats()
             finally:
                 unlink_cluster(self.cluster_id)
                 if self.shard is not None:

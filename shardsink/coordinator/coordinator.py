@@ -34,6 +34,7 @@ import msgspec
 import zmq
 
 from .. import faults
+from .._address import check_address
 from ..cluster import messages as M
 from ..cluster.processes import Child, kill_all, peak_rss, reap, spawn
 from ..config import ClusterConfig
@@ -166,7 +167,7 @@ class Coordinator:
         # an unroutable send raises (and is logged) instead of vanishing
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.address = f"ipc://{run_dir / 'coord'}"
-        self._sock.bind(self.address)
+        self._sock.bind(check_address(self.address, for_bind=True))
         self._current: tuple[int, int] | None = None
         self._reports: dict[tuple[int, int], M.Report] = {}
         self._failed: dict[int, str] = {}
@@ -569,13 +570,15 @@ class Coordinator:
             if child.alive():
                 self._send(child, M.Shutdown())
         try:
-            reap(members, timeout_s)
-        except TimeoutError as exc:
-            log.warning("%s; killing them", exc)
-        kill_all(members)
-        try:
-            self.writer.close()
-        except (StorageError, PersistError) as exc:
-            log.warning("could not expire the writer: %s", exc)
-        self._sock.close()
-        self._ctx.term()
+            try:
+                reap(members, timeout_s)
+            except TimeoutError as exc:
+                log.warning("%s; killing them", exc)
+            kill_all(members)  # TimeoutError if one is stuck even past SIGKILL
+        finally:
+            try:
+                self.writer.close()
+            except (StorageError, PersistError) as exc:
+                log.warning("could not expire the writer: %s", exc)
+            self._sock.close()
+            self._ctx.term()

@@ -34,6 +34,7 @@ import msgspec
 import zmq
 
 from .. import faults
+from .._address import check_address
 from ..cluster import messages as M
 from ..persist.batches import BatchBuilder
 from ..persist.errors import PersistError
@@ -313,7 +314,7 @@ def run_builder(spec: M.ChildSpec) -> int:
     blob = open_blob(config.blob_uri)
     try:
         coord.connect(spec.coordinator)
-        handoff.bind(spec.handoff)
+        handoff.bind(check_address(spec.handoff, for_bind=True))
         coord.send(M.encode(M.Hello("builder", spec.group, 0, os.getpid())))
         members = _wait_members(coord, handoff, config.start_timeout_s)
         if members is None:

@@ -78,7 +78,7 @@ def _own_processes(mark: str) -> dict[int, str]:
 @pytest.fixture(autouse=True)
 def no_leaks(request, monkeypatch):
     """Fail a test that leaves a process or a shardsink shm segment behind."""
-    mark = f"{os.getpid()}:{request.node.nodeid}"
+    mark = _mark(request)
     monkeypatch.setenv(MARK, mark)
     shm_before = _shm_segments()
     yield
@@ -89,9 +89,15 @@ def no_leaks(request, monkeypatch):
         if (not procs and not shm) or time.monotonic() > deadline:
             break
         time.sleep(0.05)
-    for pid in procs:  # clean up so one leak does not fail every later test
-        with contextlib.suppress(psutil.NoSuchProcess):
-            psutil.Process(pid).kill()
+    if procs:  # clean up so one leak does not fail every later test
+        killed = []
+        for pid in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                killed.append(psutil.Process(pid))
+                killed[-1].kill()
+        psutil.wait_procs(killed, timeout=5)
+        # segments of a live orphan were not counted; with it dead they are ours
+        shm = _shm_segments() - shm_before
     for name in shm:
         with contextlib.suppress(FileNotFoundError):
             (SHM_DIR / name).unlink()
@@ -102,7 +108,11 @@ def no_leaks(request, monkeypatch):
 @pytest.fixture
 def own_processes(request):
     """What the leak check will see of this test's processes, as a function."""
-    return lambda: _own_processes(f"{os.getpid()}:{request.node.nodeid}")
+    return lambda: _own_processes(_mark(request))
+
+
+def _mark(request) -> str:
+    return f"{os.getpid()}:{request.node.nodeid}"
 
 
 def _service(request, factory, what: str):

@@ -27,8 +27,8 @@ def _assert_clean(report) -> None:
     assert report.snapshots_checked > 0
     assert report.segments_swept == 0
     assert set(report.supervision) == {"restarts", "consensus_restarts", "abandoned_attempts"}
-    signal_events = sum(report.scheduled.values())
-    assert sum(report.injected.values()) + sum(report.missed.values()) >= signal_events // 2
+    events = sum(report.scheduled.values())  # signals and released points
+    assert sum(report.injected.values()) + sum(report.missed.values()) >= events // 2
     ended = sum(report.coordinator_exits.values())
     assert report.coordinator_starts == ended + 1
 
@@ -44,7 +44,7 @@ def test_a_short_run_with_every_fault_kind_loses_nothing(tmp_path) -> None:
     )
     report = run_chaos(config)
     _assert_clean(report)
-    assert len(report.scheduled) >= 6  # 20 s at one fault a second: most kinds
+    assert len(report.scheduled) >= 6  # 25 s at one fault a second: most kinds
 
 
 def test_the_command_line_runs_best_effort_and_prints_json(tmp_path) -> None:

@@ -182,16 +182,21 @@ class Run(NamedTuple):
     cluster_id: str
 
 
+def child_pids(cluster: Cluster) -> list[int]:
+    """The pids of the cluster's processes now, its coordinator (us) aside."""
+    return [p.pid for p in cluster.processes() if p.kind != "coordinator"]
+
+
 def run_cluster(data_dir: Path, intervals: int | None = None, **overrides) -> Run:
     """Run a small cluster to the end under ``data_dir``, then check that no
     process and no shared-memory segment of it is left."""
     settings = {"start_timeout_s": 60.0, "interval_timeout_s": 30.0, **overrides}
     config = ClusterConfig(data_dir=str(data_dir), **settings)
     with Cluster(config) as cluster:
-        pids = [p.pid for p in cluster.processes() if p.kind != "coordinator"]
+        pids = child_pids(cluster)
         stats = cluster.run(intervals)
         records = cluster.records
-        pids += [p.pid for p in cluster.processes() if p.kind != "coordinator"]
+        pids += child_pids(cluster)
     assert_nothing_left(pids, cluster.cluster_id)
     return Run(stats, records, pids, cluster.cluster_id)
 

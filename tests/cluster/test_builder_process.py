@@ -44,6 +44,8 @@ def test_two_handles_race_finish_5000_times(both_push):
             t.start()
         for t in threads:
             t.join(300)
+        if any(t.is_alive() for t in threads):
+            pytest.fail("a worker thread is stuck" + h.builder.log_tail())
         if errors:
             pytest.fail(
                 "\n".join(f"{type(e).__name__}: {e}" for e in errors) + h.builder.log_tail()

@@ -51,14 +51,18 @@ def test_bare_up_runs_the_default_and_verifies(tmp_path):
 def test_ctrl_c_stops_cleanly_and_a_rerun_continues(tmp_path):
     data = str(tmp_path / "d")
     args = ("--data-dir", data, "--groups", "1", "--workers", "2", "--interval-ms", "200", "--json")
-    proc = _up(tmp_path, *args, "--pace", "realtime", "--intervals", "500")
+    events = tmp_path / "events.jsonl"
+    proc = _up(tmp_path, *args, "--pace", "realtime", "--intervals", "500", "--events", str(events))
     try:
         first = proc.stderr.readline()  # "cluster <id>: ..." once every process is up
         assert first.startswith("cluster "), first + proc.stderr.read()
         cluster_id = first.split()[1].rstrip(":")
         children = psutil.Process(proc.pid).children(recursive=True)
         assert {c.name() for c in children} >= {"shardsink consensus"}
-        time.sleep(1.5)
+        deadline = time.monotonic() + 60
+        while not (events.exists() and len(events.read_text().splitlines()) >= 3):
+            assert time.monotonic() < deadline, "fewer than 3 appends in 60 s"
+            time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -69,7 +73,8 @@ def test_ctrl_c_stops_cleanly_and_a_rerun_continues(tmp_path):
     stats = json.loads(out)
     assert stats["verified"] is True and stats["appends"] >= 3
     assert "interrupted" in err
-    assert not [c.pid for c in children if c.is_running() and c.status() != "zombie"]
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
     assert list_segments(cluster_id) == []
     rerun = _up(tmp_path, *args, "--intervals", "2")
     out, err = rerun.communicate(timeout=120)
@@ -161,7 +166,7 @@ def test_a_killed_coordinator_takes_its_children_along_and_the_next_start_cleans
         proc.stderr.close()
     _, alive = psutil.wait_procs(children, timeout=10)
     assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
-    assert list_segments(cluster_id), "the dead workers' segments are still there"
+    assert list_segments(cluster_id), "expected the dead workers' segments to remain"
     config = ClusterConfig(data_dir=str(tmp_path / "e"), groups=1, workers=1, intervals=1)
     with Cluster(config) as cluster:
         assert list_segments(cluster_id) == []

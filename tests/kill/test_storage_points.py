@@ -103,7 +103,7 @@ def test_consensus_killed_after_store_before_reply(tmp_path) -> None:
 
 def test_reader_paused_before_fetch_while_compaction_and_gc_run(tmp_path, monkeypatch) -> None:
     blob, consensus = _stores(tmp_path)
-    monkeypatch.setenv(faults.ENV_PAUSE, "1.5")
+    monkeypatch.setenv(faults.ENV_PAUSE, "4")  # outlasts compaction and GC on a busy machine
     with open_shard("k", blob=blob, consensus=consensus, config=BLOB_PARTS) as shard:
         _append(shard, 0, 6)
         reader = shard.reader()
@@ -119,7 +119,9 @@ def test_reader_paused_before_fetch_while_compaction_and_gc_run(tmp_path, monkey
             # the reader has selected its batches; compaction retires them and GC runs
             assert shard.compact().applied >= 1
             shard.collect_garbage()
+            assert thread.is_alive(), "the reader's pause ended before GC: the race was not run"
             thread.join(30)
+            assert not thread.is_alive(), "the reader is stuck"
         finally:
             faults.disarm()
         assert got["t"].equals(WORKLOAD.expected(6))

@@ -302,7 +302,6 @@ def test_two_handles_race_finish_5000_times(both_push):
         received = [d for d in decisions if isinstance(d, Last)]
         assert len(received) == 1, decisions
         assert received[0].contributors == ({0: 1, 1: 1} if both_push else {0: 1})
-        assert sum(received[0].contributors.values()) == (2 if both_push else 1)
 
 
 _OPS = st.lists(
@@ -353,6 +352,18 @@ def test_every_generation_is_received_once_or_orphaned_once(n, barrier, linger, 
         decided(decision)
         collect()
 
+    def advance(w: int) -> None:
+        """Worker ``w``'s next step: join, push, finish."""
+        if state[w] == 0:
+            gen_of[w] = m.join(bid, desc, w)
+        elif state[w] == 1:
+            m.push(bid, w, rows[w])
+            if rows[w]:
+                pushed.setdefault(gen_of[w], {})[w] = rows[w]
+        else:
+            finish(w)
+        state[w] += 1
+
     m.join((1, 0), desc, 0)  # another id, for the sweeps to remove
     for op, arg in ops:
         w = arg % n
@@ -373,29 +384,12 @@ def test_every_generation_is_received_once_or_orphaned_once(n, barrier, linger, 
             if result is not None:
                 ends.setdefault(result.generation, []).append(result)
             collect()
-        elif state[w] == 0:
-            gen_of[w] = m.join(bid, desc, w)
-            state[w] = 1
-        elif state[w] == 1:
-            m.push(bid, w, rows[w])
-            if rows[w]:
-                pushed.setdefault(gen_of[w], {})[w] = rows[w]
-            state[w] = 2
-        elif state[w] == 2:
-            finish(w)
-            state[w] = 3
+        elif state[w] < 3:
+            advance(w)
     # let everyone still in flight finish
     for w in range(n):
-        if state[w] == 0:
-            gen_of[w] = m.join(bid, desc, w)
-            state[w] = 1
-        if state[w] == 1:
-            m.push(bid, w, rows[w])
-            if rows[w]:
-                pushed.setdefault(gen_of[w], {})[w] = rows[w]
-            state[w] = 2
-        if state[w] == 2:
-            finish(w)
+        while state[w] < 3:
+            advance(w)
     m.expire(now + linger)
     collect()
     assert not deferred and m.next_deadline() is None

@@ -27,7 +27,7 @@ import zmq
 
 from .._address import check_address
 from .arena import DEFAULT_CAPACITY, DEFAULT_SEGMENT_SIZE, Arena, size_bound, write_stream
-from .errors import CorruptPart, SchemaMismatch, ShmError, TransportError, TransportTimeout
+from .errors import ShmError, TransportError, TransportTimeout
 from .messages import (
     Ack,
     Error,
@@ -40,7 +40,7 @@ from .messages import (
     decode_to_worker,
     encode,
 )
-from .reader import SegmentReader, decode_unplaced, placed
+from .reader import SegmentReader, decode_part
 
 _log = logging.getLogger(__name__)
 
@@ -370,13 +370,12 @@ class PartReceiver:
             if ref is not None:
                 batch = self.reader.read(ref, self.schema)
             else:
-                try:
-                    batch = decode_unplaced(
-                        pa.py_buffer(msg.data), None, self.schema, self.reader.full_validation
-                    )
-                except (CorruptPart, SchemaMismatch) as exc:
-                    place = f"inline part ({_where(msg, sender)})"
-                    raise placed(exc, place) from exc.__cause__
+                batch = decode_part(
+                    pa.py_buffer(msg.data),
+                    lambda: f"inline part ({_where(msg, sender)})",
+                    schema=self.schema,
+                    full_validation=self.reader.full_validation,
+                )
         except ShmError as exc:
             self._sock.send_multipart([sender, encode(Error(msg.seq, str(exc)))])
             raise

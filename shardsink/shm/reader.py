@@ -38,7 +38,7 @@ import mmap
 import os
 import stat
 import struct
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 import posix_ipc
 import pyarrow as pa
@@ -55,7 +55,7 @@ _EOS = pa.py_buffer(b"\xff\xff\xff\xff\x00\x00\x00\x00")  # continuation, length
 
 def decode_part(
     buf: pa.Buffer,
-    where: str,
+    where: str | Callable[[], str],
     *,
     part_id: int | None = None,
     schema: pa.Schema | None = None,
@@ -63,27 +63,22 @@ def decode_part(
 ) -> pa.RecordBatch:
     """Decode ``buf`` as one Arrow IPC stream with one record batch, zero-copy.
 
-    ``where`` names the part in errors. If ``part_id`` is given the batch must
-    carry that stamp; if ``schema`` is given the batch must have it. Raises
+    ``where`` names the part in errors; on the transport's hot path it is a
+    function, called only on failure (formatting a name for every part costs
+    a microsecond). If ``part_id`` is given the batch must carry that stamp;
+    if ``schema`` is given the batch must have it. Raises
     :class:`CorruptPart` or :class:`SchemaMismatch`.
     """
     try:
-        return decode_unplaced(buf, part_id, schema, full_validation)
+        return _decode(buf, part_id, schema, full_validation)
     except (CorruptPart, SchemaMismatch) as exc:
-        raise placed(exc, where) from exc.__cause__
+        place = where if isinstance(where, str) else where()
+        raise type(exc)(f"{place}: {exc}") from exc.__cause__
 
 
-def placed(exc: CorruptPart | SchemaMismatch, where: str) -> CorruptPart | SchemaMismatch:
-    """``exc`` (raised by :func:`decode_unplaced`, which does not know the part's name)
-    again, its message prefixed with ``where``."""
-    return type(exc)(f"{where}: {exc}")
-
-
-def decode_unplaced(
+def _decode(
     buf: pa.Buffer, part_id: int | None, schema: pa.Schema | None, full_validation: bool
 ) -> pa.RecordBatch:
-    """:func:`decode_part` for the transport's hot path: its errors do not name
-    the part (see :func:`placed`), which saves formatting a name for every part."""
     batch = _read_usual(buf, part_id)
     if batch is None:
         batch = _read_any(buf, part_id)
@@ -240,13 +235,13 @@ class SegmentReader:
             raise PartOutOfBounds(
                 f"{_where(ref)}: reaches past the segment's end ({buffer.size} bytes)"
             )
-        try:
-            return decode_unplaced(
-                buffer.slice(offset, length), ref.id, schema, self.full_validation
-            )
-        except (CorruptPart, SchemaMismatch) as exc:
-            # Named only on failure: formatting it for every part costs a microsecond.
-            raise placed(exc, _where(ref)) from exc.__cause__
+        return decode_part(
+            buffer.slice(offset, length),
+            lambda: _where(ref),
+            part_id=ref.id,
+            schema=schema,
+            full_validation=self.full_validation,
+        )
 
     def mapping(self, segment: str) -> pa.Buffer | None:
         """The reader's mapping of ``segment`` (all of it, read-only), or ``None``

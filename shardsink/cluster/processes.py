@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
+from ..shm.sweep import process_start
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +44,8 @@ def make_run_dir(cluster_id: str) -> Path:
     this process as its owner; directories of dead owners are removed first."""
     remove_dead_run_dirs()
     path = Path(tempfile.mkdtemp(prefix=f"{_RUN_PREFIX}{cluster_id}-"))
-    me = psutil.Process()
-    (path / _OWNER).write_text(f"{me.pid} {me.create_time()}")
+    pid = os.getpid()
+    (path / _OWNER).write_text(f"{pid} {process_start(pid)}")
     return path
 
 
@@ -65,12 +65,12 @@ def remove_dead_run_dirs() -> list[Path]:
 
 def _owner_alive(path: Path) -> bool:
     try:
-        pid, created = (path / _OWNER).read_text().split()
-        return psutil.Process(int(pid)).create_time() == float(created)
+        pid, start = (path / _OWNER).read_text().split()
+        return str(process_start(int(pid))) == start  # a zombie or reused pid: gone
     except FileNotFoundError:
         # mkdtemp ran but the owner file is not written yet: a coordinator starting
         return time.time() - path.stat().st_mtime < 60
-    except (ValueError, psutil.NoSuchProcess):
+    except ValueError:
         return False
 
 

@@ -48,10 +48,9 @@ def build_batch(
 ) -> Batch:
     """A batch ``[lower, upper)`` of ``table`` (shard schema, already
     consolidated), in parts of about ``target_bytes``; inline where small."""
-    parts: list[Part] = []
-    for piece in P.split(table, target_bytes):
-        inline = P.inline_part(piece, inline_max_bytes)
-        parts.append(inline or put_blob_part(blob, shard, piece, stats))
+    parts = [
+        _part(blob, shard, piece, inline_max_bytes, stats) for piece in P.split(table, target_bytes)
+    ]
     return Batch(
         id=uuid.uuid4().hex, lower=lower, upper=upper, parts=tuple(parts), rows=table.num_rows
     )
@@ -83,6 +82,30 @@ def load_part(blob: Blob, shard: str, part: Part, schema: pa.Schema) -> pa.Table
     except ValueError as exc:
         where = part.key if isinstance(part, BlobPart) else "inline"
         raise CorruptState(f"shard {shard!r}: part {where}: {exc}") from None
+
+
+def _part(
+    blob: Blob, shard: str, table: pa.Table, inline_max_bytes: int, stats: ShardStats
+) -> Part:
+    """``table`` as an inline part if it encodes small enough, else a blob part."""
+    return P.inline_part(table, inline_max_bytes) or put_blob_part(blob, shard, table, stats)
+
+
+def check_interval(lower: int, upper: int) -> None:
+    """``ValueError`` unless ``[lower, upper)`` can be a batch's interval."""
+    if not 0 <= lower < upper:
+        raise ValueError(f"batch interval [{lower}, {upper}) must satisfy 0 <= lower < upper")
+
+
+def check_ts(table: pa.Table, shard: str, lower: int, upper: int) -> None:
+    """``ValueError`` naming how many rows of ``table`` (and one example) have
+    ``ts`` outside the batch interval ``[lower, upper)``."""
+    outside, example = P.ts_outside(table, lower, upper)
+    if outside:
+        raise ValueError(
+            f"shard {shard!r}: {outside} of {table.num_rows} rows have ts outside the "
+            f"batch interval [{lower}, {upper}), e.g. ts={example}"
+        )
 
 
 def discard(blob: Blob, batches: list[Batch]) -> None:
@@ -126,8 +149,7 @@ class BatchBuilder:
         target_bytes: int,
         stats: ShardStats,
     ) -> None:
-        if not 0 <= lower < upper:
-            raise ValueError(f"batch interval [{lower}, {upper}) must satisfy 0 <= lower < upper")
+        check_interval(lower, upper)
         self.blob = blob
         self.shard = shard
         self.lower = lower
@@ -168,8 +190,9 @@ class BatchBuilder:
         self._check_open()
         if self._held:
             table = self._take()
-            inline = P.inline_part(table, self.inline_max_bytes)
-            self._parts.append(inline or put_blob_part(self.blob, self.shard, table, self.stats))
+            self._parts.append(
+                _part(self.blob, self.shard, table, self.inline_max_bytes, self.stats)
+            )
         self._done = True
         return Batch(
             id=uuid.uuid4().hex,
@@ -193,12 +216,7 @@ class BatchBuilder:
     def _take(self) -> pa.Table:
         table = pa.Table.from_batches(self._held)
         self._held, self._held_bytes = [], 0
-        outside, example = P.ts_outside(table, self.lower, self.upper)
-        if outside:
-            raise ValueError(
-                f"shard {self.shard!r}: {outside} of {table.num_rows} rows have ts outside the "
-                f"batch interval [{self.lower}, {self.upper}), e.g. ts={example}"
-            )
+        check_ts(table, self.shard, self.lower, self.upper)
         return table
 
     def _check_open(self) -> None:

@@ -26,7 +26,7 @@ from ..storage.contracts import Blob, Consensus
 from ..storage.errors import StorageError
 from ..storage.uri import open_blob, open_consensus
 from . import parts as P
-from .batches import build_batch, discard, flush_inline, load_part
+from .batches import build_batch, check_interval, check_ts, discard, flush_inline, load_part
 from .commands import (
     AdvanceSince,
     AlreadyAppended,
@@ -335,16 +335,10 @@ class Writer:
         small parts inline. ``ValueError`` if ``lower < upper`` does not hold,
         a column is missing or does not cast, or a row's ts is outside
         ``[lower, upper)``."""
-        if not 0 <= lower < upper:
-            raise ValueError(f"batch interval [{lower}, {upper}) must satisfy 0 <= lower < upper")
+        check_interval(lower, upper)
         shard = self.shard
         table = P.conform(updates, shard.schema)
-        outside, example = P.ts_outside(table, lower, upper)
-        if outside:
-            raise ValueError(
-                f"shard {shard.name!r}: {outside} of {table.num_rows} rows have ts outside the "
-                f"batch interval [{lower}, {upper}), e.g. ts={example}"
-            )
+        check_ts(table, shard.name, lower, upper)
         return build_batch(
             shard.blob,
             shard.name,

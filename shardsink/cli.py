@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         "determinate, indeterminate; see shardsink.faults.POINTS",
     )
     parser.add_argument(
-        "--fault-seed", type=int, default=0, metavar="X", help="seed of the fault draws"
+        "--fault-seed", type=int, metavar="X", help="seed of the fault draws (default 0)"
     )
     parser.add_argument(
         "--fault-dir",
@@ -69,10 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.fault:
         try:  # through the environment, so that the processes it starts inherit them
             os.environ.update(
-                faults.environ(args.fault, seed=args.fault_seed, fault_dir=args.fault_dir)
+                faults.environ(args.fault, seed=args.fault_seed or 0, fault_dir=args.fault_dir)
             )
         except ValueError as exc:
             parser.error(str(exc))
+    elif args.fault_seed is not None or args.fault_dir is not None:
+        parser.error("--fault-seed and --fault-dir go with --fault")
     faults.arm_from_env(role=args.command)
     try:
         return int(args.func(args) or 0)

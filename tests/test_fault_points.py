@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from shardsink import faults
+from shardsink.cli import main as cli_main
 from shardsink.storage.errors import DeterminateError, IndeterminateError
 
 
@@ -194,6 +195,13 @@ def test_the_command_line_arms_a_point_in_every_process_it_starts(tmp_path) -> N
         timeout=60,
     )
     assert bad.returncode == 2 and "unknown action 'boom'" in bad.stderr
+
+
+def test_fault_seed_or_dir_without_a_fault_is_refused(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(["--fault-seed", "3", "shard", "inspect"])
+    assert exit_.value.code == 2
+    assert "--fault-seed and --fault-dir go with --fault" in capsys.readouterr().err
 
 
 def test_a_role_arms_one_process_only(tmp_path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import select
 import sys
 
 # One line per area; each module defines ``register(commands, bench)``.
@@ -84,10 +85,25 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
+        if not _stdout_gone():
+            raise  # another pipe (a child's, say): a real failure
         # the reader of our output went away (`shardsink read | head`): not an error;
         # point stdout at /dev/null so the interpreter's final flush does not complain
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
         return 0
+
+
+def _stdout_gone() -> bool:
+    """Whether stdout is a pipe or socket whose reader has gone (POLLERR)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError):  # not a file (captured, say): not a broken pipe
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
 
 
 if __name__ == "__main__":

@@ -5,12 +5,15 @@ from __future__ import annotations
 import csv
 import io
 import json
+import subprocess
+import sys
 
 import pyarrow.parquet as pq
 import pytest
 from persist_helpers import interval_rows
 
 from shardsink.cli import main
+from shardsink.persist import _cli as persist_cli
 from shardsink.persist import open_shard
 
 
@@ -97,3 +100,21 @@ def test_errors_are_one_line(capsys, data_dir, tmp_path):
     assert code == 2 and "not below the upper 2" in err
     code, _, err = run(capsys, "read")
     assert code == 2 and "--data-dir" in err
+
+
+def test_a_reader_that_goes_away_is_not_an_error(data_dir):
+    """``shardsink read | head``: stdout's reader closes early; exit 0, quietly."""
+    argv = [sys.executable, "-m", "shardsink.cli", "read", "--data-dir", str(data_dir)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # before the command writes: its first write breaks the pipe
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and b"Traceback" not in err, err
+
+
+def test_another_broken_pipe_is_a_failure(capsys, data_dir, monkeypatch):
+    def broken(args) -> int:
+        raise BrokenPipeError("a child's stdin")
+
+    monkeypatch.setattr(persist_cli, "_read", broken)
+    with pytest.raises(BrokenPipeError, match="a child's stdin"):
+        main(["read", "--data-dir", str(data_dir)])

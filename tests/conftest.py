@@ -19,6 +19,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from shardsink.cluster.processes import marked
+
 SHM_DIR = Path("/dev/shm")
 MARK = "SHARDSINK_TEST_MARK"
 SHM_PREFIX = "shardsink"
@@ -54,17 +56,13 @@ def _alive(pid: int | None) -> bool:
 
 def _own_processes(mark: str) -> dict[int, str]:
     """Live processes of this test: descendants of the run, or marked with ``mark``."""
-    me = psutil.Process()
-    candidates = {c.pid: c for c in me.children(recursive=True)}
-    for process in psutil.process_iter():
-        if process.pid == me.pid or process.pid in candidates:
-            continue
-        with contextlib.suppress(psutil.Error):
-            if process.environ().get(MARK) == mark:
-                candidates[process.pid] = process
+    candidates = {c.pid for c in psutil.Process().children(recursive=True)}
+    candidates.update(marked(MARK, mark))
+    candidates.discard(os.getpid())  # the test run itself carries the mark
     out: dict[int, str] = {}
-    for pid, process in candidates.items():
+    for pid in candidates:
         try:
+            process = psutil.Process(pid)
             if pid in _SERVICE_PIDS or any(p.pid in _SERVICE_PIDS for p in process.parents()):
                 continue
             if process.status() == psutil.STATUS_ZOMBIE:

@@ -19,6 +19,8 @@ SINCE_LAG = 20
 SWEEP_GRACE_MS = 60_000
 #: Bound on one maintenance command.
 MAINTENANCE_TIMEOUT_S = 120.0
+#: Environment variable that marks every process a run starts.
+RUN_MARK = "SHARDSINK_CHAOS_RUN"
 
 
 class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import tempfile
 import threading
+import uuid
 from collections import Counter
 from pathlib import Path
 
 from ..cluster.cluster import Supervision
-from ..cluster.processes import Child
+from ..cluster.processes import Child, marked
 from ..cluster.workloads import SCHEMA
 from ..config import ClusterConfig
 from ..persist.config import ShardConfig
 from ..persist.shard import Shard, open_shard
 from ..shm.sweep import process_start
-from .config import SHARD, ChaosConfig
+from .config import RUN_MARK, SHARD, ChaosConfig
 from .nemesis import cluster_processes
 
 log = logging.getLogger(__name__)
@@ -39,6 +41,7 @@ class RunContext:
         # ipc paths are short-lived and length-limited: a 0700 directory in /tmp
         self.sock_dir = Path(tempfile.mkdtemp(prefix="shardsink-chaos-"))
         self.bind = f"ipc://{self.sock_dir / 'consensus'}"
+        self.mark = f"{os.getpid()}.{uuid.uuid4().hex[:12]}"
         self.cluster = ClusterConfig(
             data_dir=str(self.data),
             blob=config.blob,
@@ -80,11 +83,18 @@ class RunContext:
         if start is not None and self.seen.get(pid, (None,))[0] != start:
             self.seen[pid] = (start, name)
 
-    def alive(self) -> list[tuple[int, str]]:
-        """The processes seen that still run (zombies do not)."""
-        return [
-            (pid, name) for pid, (start, name) in self.seen.items() if process_start(pid) == start
-        ]
+    def env(self, *, maintenance: bool = False) -> dict[str, str]:
+        """The run's mark, for the environment of the processes it starts
+        (those of maintenance apart: they may outlive a coordinator)."""
+        return {RUN_MARK: self.mark + ("/maintenance" if maintenance else "")}
+
+    def left_running(self, *, maintenance: bool = False) -> dict[int, str]:
+        """Processes of the run still running, found by their mark, so a
+        descendant orphaned between two looks at the tree is found too."""
+        left = marked(RUN_MARK, self.mark)
+        if maintenance:
+            left.update(marked(RUN_MARK, self.mark + "/maintenance"))
+        return left
 
     def shard_config(self) -> ShardConfig:
         return ShardConfig(server_timeout_s=2.0, server_retry_for_s=10.0)

@@ -136,6 +136,7 @@ def _run(
     nemesis.hold_points(specs)
     env = faults.environ([str(s) for s in specs], seed=config.seed, fault_dir=run.fault_dir)
     env[faults.ENV_PAUSE] = str(config.pause_max_s)
+    env.update(run.env())
     # readers live in this process: of the points, only theirs is armed here
     faults.arm(
         [s for s in specs if s.point == "reader.before_fetch"],
@@ -149,7 +150,12 @@ def _run(
         for i in range(config.readers)
     ]
     threads.append(
-        threading.Thread(target=maintenance_loop, args=(run, env), name="maintenance", daemon=True)
+        threading.Thread(
+            target=maintenance_loop,
+            args=(run, {**env, **run.env(maintenance=True)}),
+            name="maintenance",
+            daemon=True,
+        )
     )
     exits: Counter[str] = Counter()
     starts = 0
@@ -260,7 +266,7 @@ def _stop_coordinator(run: RunContext) -> None:
     if child is None:
         return
     if child.proc.poll() is None:
-        child.proc.send_signal(2)  # SIGINT
+        child.proc.send_signal(signal.SIGINT)
         try:
             reap([child], STOP_TIMEOUT_S)
         except TimeoutError:
@@ -272,22 +278,23 @@ def _stop_coordinator(run: RunContext) -> None:
                     f"the coordinator's clean stop exited {child.proc.returncode}:\n"
                     f"{child.log_tail()}"
                 )
-    _wait_gone(run)
+    _wait_gone(run, maintenance=True)  # the end: maintenance has stopped too
 
 
-def _wait_gone(run: RunContext, timeout_s: float = 15.0) -> None:
-    """Wait for every process of the cluster to be gone (they die with their
-    coordinator); a straggler is a violation, and is SIGKILLed."""
+def _wait_gone(run: RunContext, *, maintenance: bool = False, timeout_s: float = 15.0) -> None:
+    """Wait for every process of the cluster (and with ``maintenance``, of
+    maintenance) to be gone: they die with their coordinator. A straggler is
+    a violation, and is SIGKILLed."""
     deadline = time.monotonic() + timeout_s
     while True:
-        alive = run.alive()
-        if not alive:
+        left = run.left_running(maintenance=maintenance)
+        if not left:
             return
         if time.monotonic() > deadline:
-            names = ", ".join(f"{name} (pid {pid})" for pid, name in alive)
+            names = ", ".join(f"{name} (pid {pid})" for pid, name in left.items())
             run.violation(f"processes outlived their coordinator: {names}")
-            for pid, _ in alive:
+            for pid in left:
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, 9)
+                    os.kill(pid, signal.SIGKILL)  # marked with this run's mark: ours
             return
         time.sleep(0.1)

@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from ..shm.sweep import process_start
 
 log = logging.getLogger(__name__)
@@ -182,6 +184,19 @@ def reset_own_peak_rss() -> bool:
     except OSError:
         return False
     return True
+
+
+def marked(name: str, value: str) -> dict[int, str]:
+    """Live processes (zombies aside) whose environment holds ``name=value``,
+    by pid, with their command lines. A mark set in a child's environment is
+    inherited by everything it starts, so this finds its descendants even
+    after they were orphaned and re-parented."""
+    out = {}
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):  # gone, or not ours to read
+            if process.environ().get(name) == value and process.status() != psutil.STATUS_ZOMBIE:
+                out[process.pid] = " ".join(process.cmdline()) or process.name()
+    return out
 
 
 def peak_rss(pid: int) -> int | None:

@@ -5,18 +5,22 @@ suite's leak check runs on top."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
 import time
 
 import msgspec
+import psutil
 import pytest
 
 from shardsink.chaos import FAULT_KINDS, ChaosConfig, run_chaos
 from shardsink.chaos.checks import check_shard
 from shardsink.chaos.context import RunContext
+from shardsink.chaos.runner import _wait_gone
 from shardsink.cluster.workloads import SCHEMA
 from shardsink.persist import ShardConfig, open_shard
 
@@ -139,6 +143,33 @@ def test_the_final_check_finds_a_lost_part(tmp_path) -> None:
     assert any("referenced blobs are missing" in v for v in run.violations)
     assert any("cannot be read back: shard 'default': part" in v for v in run.violations)
     assert any("1 unreferenced blobs remain: ['default/part/stray" in v for v in run.violations)
+
+
+def test_an_orphan_of_the_run_is_found_by_its_mark_and_killed(tmp_path) -> None:
+    """A process the run started that nobody ever saw in the coordinator's
+    tree (orphaned at once) still counts as left running."""
+    run = RunContext(ChaosConfig(data_dir=str(tmp_path)), tmp_path)
+    env = {**os.environ, **run.env()}
+    out = subprocess.run(
+        ["sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    orphan = int(out.stdout)
+    try:
+        assert orphan in run.left_running()
+        other = RunContext(ChaosConfig(), tmp_path / "other")
+        other.sock_dir.rmdir()
+        assert orphan not in other.left_running()  # another run's mark
+        _wait_gone(run, timeout_s=0.5)
+        assert any(f"(pid {orphan})" in v for v in run.violations), run.violations
+        assert psutil.wait_procs([psutil.Process(orphan)], timeout=10)[1] == []
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(orphan, signal.SIGKILL)  # ours: started by this test
+        run.sock_dir.rmdir()
 
 
 @pytest.mark.slow

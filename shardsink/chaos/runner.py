@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .. import faults
-from ..cluster.processes import kill_all, reap, spawn
+from ..cluster.processes import spawn, stop
 from ..persist.errors import ShardNotFound
 from ..persist.shard import open_shard
 from .checks import final_checks
@@ -266,18 +266,12 @@ def _stop_coordinator(run: RunContext) -> None:
     if child is None:
         return
     if child.proc.poll() is None:
-        child.proc.send_signal(signal.SIGINT)
-        try:
-            reap([child], STOP_TIMEOUT_S)
-        except TimeoutError:
+        if not stop(child, signal.SIGINT, STOP_TIMEOUT_S):
             run.violation(f"the coordinator did not stop within {STOP_TIMEOUT_S:g}s of SIGINT")
-            kill_all([child])
-        else:
-            if child.proc.returncode not in (0, 130):
-                run.violation(
-                    f"the coordinator's clean stop exited {child.proc.returncode}:\n"
-                    f"{child.log_tail()}"
-                )
+        elif child.proc.returncode not in (0, 130):
+            run.violation(
+                f"the coordinator's clean stop exited {child.proc.returncode}:\n{child.log_tail()}"
+            )
     _wait_gone(run, maintenance=True)  # the end: maintenance has stopped too
 
 

@@ -158,6 +158,19 @@ def kill_all(children: list[Child], timeout_s: float = 10.0) -> None:
     reap(live, timeout_s)
 
 
+def stop(child: Child, sig: int, grace_s: float) -> bool:
+    """Send ``sig`` to ``child`` if it is alive and reap it; SIGKILL it after
+    ``grace_s``. Whether it exited by itself (a dead child: True)."""
+    if child.proc.poll() is None:
+        child.proc.send_signal(sig)
+    try:
+        reap([child], grace_s)
+    except TimeoutError:
+        kill_all([child])
+        return False
+    return True
+
+
 def reap(children: list[Child], timeout_s: float) -> None:
     """Wait for ``children`` to exit (``TimeoutError`` naming the stragglers)."""
     deadline = time.monotonic() + timeout_s

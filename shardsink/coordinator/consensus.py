@@ -10,12 +10,13 @@ state it serves is durable in the store.
 from __future__ import annotations
 
 import selectors
+import signal
 import subprocess
 import time
 from pathlib import Path
 
 from .._address import check_address
-from ..cluster.processes import Child, kill_all, reap, spawn
+from ..cluster.processes import Child, kill_all, spawn, stop
 from .errors import ClusterError
 
 
@@ -72,16 +73,8 @@ class ConsensusProcess:
     def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM, then SIGKILL after ``grace_s``; reaped either way."""
         child, self.child = self.child, None
-        if child is None:
-            return
-        if child.alive():
-            child.proc.terminate()
-            try:
-                reap([child], grace_s)
-            except TimeoutError:
-                kill_all([child])
-        else:
-            reap([child], grace_s)
+        if child is not None:
+            stop(child, signal.SIGTERM, grace_s)
 
     def _first_line(self) -> str:
         assert self.child is not None and self.child.proc.stdout is not None

@@ -93,9 +93,7 @@ def check_shard(run: RunContext, shard: Shard, when: str, *, swept: bool = False
             run.violation(f"{when}: the shard differs from the expected: {verification.detail}")
     state = shard.state()
     present = set(shard.blob.list(f"{SHARD}/"))
-    referenced = {k for b in state.batches.values() for k in b.blob_keys()}
-    referenced.update(r.key for r in state.rollups.values())
-    missing = sorted(referenced - present)
+    missing = sorted(state.live_keys() - present)
     if missing:
         run.violation(f"{when}: {len(missing)} referenced blobs are missing: {missing[:3]}")
     leaked = sorted(present - state.referenced_keys())

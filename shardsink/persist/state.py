@@ -154,10 +154,16 @@ class ShardState(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         """The newest rollup (every state has at least the one of version 0)."""
         return self.rollups[max(self.rollups)]
 
-    def referenced_keys(self) -> set[str]:
-        """Every blob key this version may still need: parts, rollups, retired."""
+    def live_keys(self) -> set[str]:
+        """The blob keys this version reads: its batches' parts and its rollups."""
         keys = {k for b in self.batches.values() for k in b.blob_keys()}
         keys.update(r.key for r in self.rollups.values())
+        return keys
+
+    def referenced_keys(self) -> set[str]:
+        """Every blob key this version may still need: live ones, and retired
+        ones that readers of older versions may hold."""
+        keys = self.live_keys()
         keys.update(k for ks in self.retired.values() for k in ks)
         return keys
 

@@ -86,13 +86,13 @@ class Nemesis:
         self.signalled: Counter[str] = Counter()
         self.released: Counter[str] = Counter()
         self.missed: Counter[str] = Counter()
-        self._slots: Counter[str] = Counter()
+        self._released_of: Counter[str] = Counter()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
         self.error: BaseException | None = None
 
     def hold_points(self, specs: list[faults.FaultSpec]) -> None:
-        """Create every budget slot of ``specs``, so that none fires until released."""
+        """Hold back every firing of ``specs``' budgets until it is released."""
         self.fault_dir.mkdir(parents=True, exist_ok=True)
         for spec in specs:
             for n in range(spec.times):
@@ -123,8 +123,8 @@ class Nemesis:
         name, action = event.point.split(":")
         spec = faults.FaultSpec(name, action)
         for _ in range(event.count):
-            faults.release(self.fault_dir, spec, self._slots[event.point])
-            self._slots[event.point] += 1
+            faults.release(self.fault_dir, spec, self._released_of[event.point])
+            self._released_of[event.point] += 1
         self.released[event.kind] += event.count
 
     def _signal(self, event: Event) -> None:

@@ -6,9 +6,10 @@ A fault kind is injected in one of two ways:
   SIGCONTs) one process of the kind's target, picked by ``pick`` among those
   alive, ordered by name;
 - through a *fault point* (``shardsink.faults``): every process of the run is
-  armed with the point at probability 1, but each firing's budget slot is
-  created in advance, so the point stays dormant; at the event's time the
-  nemesis removes one slot, and the next process to pass the point fires it.
+  armed with the point at probability 1, but each firing of its budget is
+  held back in advance (``faults.hold``), so the point stays dormant; at the
+  event's time the nemesis releases the next one, and the next process to
+  pass the point fires it.
 
 So the same seed gives the same events at the same times; what each one hits
 depends on what the cluster is doing then, as it must.

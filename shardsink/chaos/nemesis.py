@@ -86,7 +86,7 @@ class Nemesis:
         self.signalled: Counter[str] = Counter()
         self.released: Counter[str] = Counter()
         self.missed: Counter[str] = Counter()
-        self._released_of: Counter[str] = Counter()
+        self._released_of: Counter[str] = Counter()  # by point: the next firing to release
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
         self.error: BaseException | None = None

@@ -504,12 +504,14 @@ class Coordinator:
             self._poll(POLL_MS)
             failed = self._failed_groups()
             if not failed and time.monotonic() > deadline:
-                failed = {
-                    g: f"no report from worker {w} within {self.config.interval_timeout_s}s"
-                    for g in self.groups
-                    for w in range(self.config.workers)
-                    if (g, w) not in self._reports
-                }
+                for g in self.groups:
+                    late = [w for w in range(self.config.workers) if (g, w) not in self._reports]
+                    if late:
+                        workers = ", ".join(map(str, late))
+                        failed[g] = (
+                            f"no report from worker{'s' if len(late) > 1 else ''} {workers} "
+                            f"within {self.config.interval_timeout_s}s"
+                        )
             if failed:
                 raise GroupFailed(failed)
         return dict(self._reports)

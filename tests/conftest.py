@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -101,6 +102,26 @@ def no_leaks(request, monkeypatch):
             (SHM_DIR / name).unlink()
     assert not procs, f"test left processes running: {procs}"
     assert not shm, f"test left shared-memory segments: {sorted(shm)}"
+
+
+@pytest.fixture
+def popen():
+    """``subprocess.Popen`` for this test: at teardown whatever is still
+    running is killed, everything is reaped (bounded) and its pipes closed."""
+    started: list[subprocess.Popen] = []
+
+    def start(argv: list[str], **kwargs) -> subprocess.Popen:
+        started.append(subprocess.Popen(argv, **kwargs))
+        return started[-1]
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
 
 
 @pytest.fixture

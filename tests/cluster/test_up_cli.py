@@ -26,21 +26,19 @@ from shardsink.storage import DeterminateError
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _up(cwd: Path, *args: str, **popen) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen(
+def _up(popen, cwd: Path, *args: str) -> subprocess.Popen:
+    return popen(
         [sys.executable, "-m", "shardsink.cli", "up", *args],
         cwd=cwd,
-        env=env,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        **popen,
     )
 
 
-def test_bare_up_runs_the_default_and_verifies(tmp_path):
-    proc = _up(tmp_path)
+def test_bare_up_runs_the_default_and_verifies(tmp_path, popen):
+    proc = _up(popen, tmp_path)
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, err
     assert "verified" in out and "yes: equals the expected collection" in out
@@ -48,27 +46,24 @@ def test_bare_up_runs_the_default_and_verifies(tmp_path):
     assert (tmp_path / "shardsink-data" / "consensus.db").exists()
 
 
-def test_ctrl_c_stops_cleanly_and_a_rerun_continues(tmp_path):
+def test_ctrl_c_stops_cleanly_and_a_rerun_continues(tmp_path, popen):
     data = str(tmp_path / "d")
     args = ("--data-dir", data, "--groups", "1", "--workers", "2", "--interval-ms", "200", "--json")
     events = tmp_path / "events.jsonl"
-    proc = _up(tmp_path, *args, "--pace", "realtime", "--intervals", "500", "--events", str(events))
-    try:
-        first = proc.stderr.readline()  # "cluster <id>: ..." once every process is up
-        assert first.startswith("cluster "), first + proc.stderr.read()
-        cluster_id = first.split()[1].rstrip(":")
-        children = psutil.Process(proc.pid).children(recursive=True)
-        assert {c.name() for c in children} >= {"shardsink consensus"}
-        deadline = time.monotonic() + 60
-        while not (events.exists() and len(events.read_text().splitlines()) >= 3):
-            assert time.monotonic() < deadline, "fewer than 3 appends in 60 s"
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    proc = _up(
+        popen, tmp_path, *args, "--pace", "realtime", "--intervals", "500", "--events", str(events)
+    )
+    first = proc.stderr.readline()  # "cluster <id>: ..." once every process is up
+    assert first.startswith("cluster "), first + proc.stderr.read()
+    cluster_id = first.split()[1].rstrip(":")
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert {c.name() for c in children} >= {"shardsink consensus"}
+    deadline = time.monotonic() + 60
+    while not (events.exists() and len(events.read_text().splitlines()) >= 3):
+        assert time.monotonic() < deadline, "fewer than 3 appends in 60 s"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     stats = json.loads(out)
     assert stats["verified"] is True and stats["appends"] >= 3
@@ -76,7 +71,7 @@ def test_ctrl_c_stops_cleanly_and_a_rerun_continues(tmp_path):
     _, alive = psutil.wait_procs(children, timeout=10)
     assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
     assert list_segments(cluster_id) == []
-    rerun = _up(tmp_path, *args, "--intervals", "2")
+    rerun = _up(popen, tmp_path, *args, "--intervals", "2")
     out, err = rerun.communicate(timeout=120)
     assert rerun.returncode == 0, err
     again = json.loads(out)
@@ -135,35 +130,31 @@ def test_consensus_address_nobody_answers(tmp_path):
     assert _children() == before
 
 
-def test_a_killed_coordinator_takes_its_children_along_and_the_next_start_cleans_up(tmp_path):
+def test_a_killed_coordinator_takes_its_children_along_and_the_next_start_cleans_up(
+    tmp_path, popen
+):
     """SIGKILL the coordinator: every child dies with it (PDEATHSIG); the
     segments its workers left are removed by the next cluster's start, and so
     is its run directory."""
     proc = _up(
+        popen,
         tmp_path,
         *("--data-dir", str(tmp_path / "d"), "--groups", "1", "--workers", "2"),
         *("--rows-per-interval", "4000", "--pace", "realtime", "--interval-ms", "100"),
         *("--intervals", "500"),
     )
-    try:
-        first = proc.stderr.readline()
-        assert first.startswith("cluster "), first + proc.stderr.read()
-        cluster_id = first.split()[1].rstrip(":")
-        children = psutil.Process(proc.pid).children(recursive=True)
-        deadline = time.monotonic() + 30
-        while not list_segments(cluster_id):  # parts of 2,000 rows go through arenas
-            assert time.monotonic() < deadline, "no worker arena appeared"
-            time.sleep(0.05)
-        run_dirs = list(Path(tempfile.gettempdir()).glob(f"shardsink-run-{cluster_id}-*"))
-        assert len(run_dirs) == 1
-        proc.kill()
-        proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
+    first = proc.stderr.readline()
+    assert first.startswith("cluster "), first + proc.stderr.read()
+    cluster_id = first.split()[1].rstrip(":")
+    children = psutil.Process(proc.pid).children(recursive=True)
+    deadline = time.monotonic() + 30
+    while not list_segments(cluster_id):  # parts of 2,000 rows go through arenas
+        assert time.monotonic() < deadline, "no worker arena appeared"
+        time.sleep(0.05)
+    run_dirs = list(Path(tempfile.gettempdir()).glob(f"shardsink-run-{cluster_id}-*"))
+    assert len(run_dirs) == 1
+    proc.kill()
+    proc.wait(10)
     _, alive = psutil.wait_procs(children, timeout=10)
     assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
     assert list_segments(cluster_id), "expected the dead workers' segments to remain"

@@ -243,7 +243,7 @@ class LocalMachine:
             try:
                 head = self._consensus.head(self.shard)
                 if head is not None:
-                    self._state = self._rebuild(head)
+                    self._state = self._rebuild_latest(head)
                     return
                 if not create:
                     raise ShardNotFound(
@@ -342,7 +342,7 @@ class LocalMachine:
         if head.seqno > current.seqno:
             caught = self._catch_up(current)
             if caught is None or caught.seqno < head.seqno:
-                caught = self._rebuild(head)
+                caught = self._rebuild_latest(head)
             self._state = caught
         self._suspect = False
 
@@ -357,6 +357,26 @@ class LocalMachine:
                 return None
             for version in versions:
                 state = apply_diff(state, self._decode_diff(version))
+
+    def _rebuild_latest(self, head: VersionedData) -> ShardState:
+        """The state at ``head`` or a later head.
+
+        A GC may truncate versions, and delete the rollup, that a rebuild
+        from ``head`` needs, between the read of ``head`` and the rebuild;
+        it can only do so once the head has moved past them. So a rebuild
+        that fails re-reads the head and, if it moved, rebuilds from the new
+        one, at most ``max_attempts`` times in all; a failure at a head that
+        did not move is :class:`CorruptState`."""
+        attempts = 1
+        while True:
+            try:
+                return self._rebuild(head)
+            except CorruptState:
+                newer = self._consensus.head(self.shard)
+                moved = newer is not None and newer.seqno > head.seqno
+                if not moved or attempts >= self.config.max_attempts:
+                    raise
+                head, attempts = newer, attempts + 1
 
     def _rebuild(self, head: VersionedData) -> ShardState:
         """The state at ``head``: its latest rollup plus the diffs after it."""

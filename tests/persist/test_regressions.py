@@ -3,10 +3,12 @@ precisely timed hook instead of random faults."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from persist_helpers import interval_rows, memory_stores, rows_of
 
-from shardsink.persist import PartMissing, ShardConfig, UpperMismatch, open_shard
+from shardsink.persist import CorruptState, PartMissing, ShardConfig, UpperMismatch, open_shard
 from shardsink.storage import IndeterminateError, open_blob, open_consensus
 
 ALL_BLOB = ShardConfig(inline_max_bytes=0)  # every part in blob
@@ -53,6 +55,26 @@ class CommitThenFail:
         return getattr(self.inner, name)
 
 
+class HookAfterHead:
+    """A Consensus that runs ``hook()`` once, after its next ``head`` read and
+    before returning it: between a machine's head read and its rebuild."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.uri = inner.uri
+        self.hook = None
+
+    def head(self, shard):
+        head = self.inner.head(shard)
+        if self.hook is not None:
+            hook, self.hook = self.hook, None
+            hook()
+        return head
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
 @pytest.fixture
 def hooked(stores):
     """(hooked blob, blob URI, consensus URI); the blob is closed afterwards."""
@@ -62,9 +84,9 @@ def hooked(stores):
     blob.close()
 
 
-def fill(shard, n):
+def fill(shard, n, start=0):
     w = shard.writer()
-    for i in range(n):
+    for i in range(start, start + n):
         w.compare_and_append_table(interval_rows(i, [i]), i, i + 1)
     w.close()
 
@@ -235,3 +257,59 @@ def test_d_truncation_keeps_versions_a_reader_holds_rebuildable():
         report = shard.collect_garbage()
         assert report.seqno_hold == hold
         assert report.truncated_below <= hold and report.truncated_below in shard.state().rollups
+
+
+@pytest.mark.parametrize("gc_runs", [1, 2], ids=["versions-truncated", "rollup-deleted"])
+@pytest.mark.parametrize("path", ["open", "refresh"])
+def test_d_rebuild_rereads_the_head_when_gc_truncates_after_it_was_read(stores, path, gc_runs):
+    blob_uri, consensus_uri = stores
+    config = ShardConfig(rollup_threshold=4)
+    with contextlib.ExitStack() as stack:
+        consensus = HookAfterHead(open_consensus(consensus_uri))
+        stack.callback(consensus.close)
+        other = stack.enter_context(
+            open_shard("s", blob=blob_uri, consensus=consensus_uri, config=config)
+        )
+
+        def open_late():
+            return stack.enter_context(
+                open_shard("s", blob=blob_uri, consensus=consensus, config=config)
+            )
+
+        fill(other, 3)
+        late, rebuilds = None, 0
+        if path == "refresh":
+            late = open_late()
+            rebuilds = late.stats().rebuilds
+            fill(other, 2, start=other.upper)  # the head moves past the late handle's cache
+        stale = other.state()
+        reports = []
+
+        def advance_and_collect():
+            # the late handle has read the head; now rollups are written past it
+            # and GC truncates below the newest (a second run also deletes the
+            # rollup the stale head names)
+            fill(other, 10, start=other.upper)
+            reports.extend(other.collect_garbage() for _ in range(gc_runs))
+
+        consensus.hook = advance_and_collect
+        late = late or open_late()
+        assert late.state() == other.state()
+        # the race did happen, as the case says
+        assert reports[0].truncated_below > stale.seqno
+        deleted = {k for r in reports for k in r.blobs_deleted}
+        assert (stale.latest_rollup().key in deleted) == (gc_runs == 2)
+        # from the stale head, then from the new one
+        assert late.stats().rebuilds - rebuilds == 2
+        assert rows_of(late.reader().snapshot()) == rows_of(other.reader().snapshot())
+
+
+def test_d_rebuild_at_a_head_that_did_not_move_reports_corruption(stores):
+    blob_uri, consensus_uri = stores
+    config = ShardConfig(rollup_threshold=4)
+    with open_shard("s", blob=blob_uri, consensus=consensus_uri, config=config) as shard:
+        fill(shard, 6)
+        rollup = shard.state().latest_rollup()
+        shard.blob.delete(rollup.key)
+    with pytest.raises(CorruptState, match=f"rollup '{rollup.key}'.*missing"):
+        open_shard("s", blob=blob_uri, consensus=consensus_uri, config=config)

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import posix_ipc
 
+from .._pids import process_start
+
 SHM_DIR = Path("/dev/shm")
 PREFIX = "shardsink"
 _CLUSTER = r"[A-Za-z0-9_-]{1,40}"
@@ -72,20 +74,6 @@ class SegmentName:
         if start is None:  # only if /proc is missing, where shardsink cannot run
             raise RuntimeError(f"cannot read the start time of this process from /proc/{pid}")
         return cls(check_cluster_id(cluster), pid, start, next(_counter))
-
-
-def process_start(pid: int) -> int | None:
-    """Start time of process ``pid`` in clock ticks since boot; ``None`` if there
-    is no such process or it is a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    # The command name (field 2) may hold spaces and parentheses; fields after it do not.
-    fields = stat[stat.rindex(b")") + 2 :].split()
-    if fields[0] in (b"Z", b"X"):
-        return None
-    return int(fields[19])
 
 
 def creator_alive(name: SegmentName) -> bool:

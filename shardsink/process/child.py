@@ -1,0 +1,217 @@
+"""One lifecycle shape for every child process: start, pid, alive, stop, kill, restart.
+
+A :class:`Child` is a :class:`Launch` (what to run: a role of an entry module
+and its payload) plus a :class:`Starter` (how: a fresh interpreter, or a fork
+of a zygote; see :mod:`.spawn` and :mod:`.zygote`). The running process is a
+:class:`Running` whatever the starter, so supervisors, tests and chaos treat
+both alike.
+
+Only processes this module started are signalled. A process group is killed
+with ``killpg`` only while one of its members is unreaped (so its id cannot
+have been reused), and every member is reaped here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import IO, Protocol
+
+import msgspec
+import psutil
+
+
+class Launch(msgspec.Struct, frozen=True):
+    """What a child runs: ``role`` of its entry module, given ``payload``
+    (never in argv: it may hold secrets). ``kind`` groups children in
+    summaries (consensus, builder, worker, ...); ``name`` is unique in a run
+    and names its log file; ``env`` is added to its environment;
+    ``capture_stdout`` gives the parent a pipe from its stdout."""
+
+    kind: str
+    name: str
+    role: str
+    payload: bytes = b""
+    env: dict[str, str] = {}
+    capture_stdout: bool = False
+
+
+class Running(Protocol):
+    """A started process as ``subprocess.Popen`` shows it: ``poll`` and
+    ``wait`` reap it, ``returncode`` is ``None`` until then (``-N`` for a
+    signal), ``send_signal`` is a no-op once it is reaped."""
+
+    pid: int
+    returncode: int | None
+    stdout: IO[bytes] | None
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+
+class Starter(Protocol):
+    """Starts a :class:`Launch`: in process group ``pgid`` (0: a new group it
+    leads), stderr appended to ``log_path``; the process dies with the
+    cluster. ``name`` says which (``fork`` or ``spawn``)."""
+
+    name: str
+
+    def run(self, launch: Launch, *, log_path: Path, pgid: int) -> Running: ...
+
+
+class Child:
+    """A child process of one :class:`Launch`, started by ``starter`` in
+    ``run_dir`` (its log is ``run_dir/NAME.log``). With a ``leader``, it joins
+    the leader's process group (started first); without, it leads its own."""
+
+    def __init__(
+        self, launch: Launch, starter: Starter, run_dir: Path, leader: Child | None = None
+    ) -> None:
+        self.launch = launch
+        self.starter = starter
+        self.leader = leader
+        self.log_path = run_dir / f"{launch.name.replace('/', '-')}.log"
+        self.proc: Running | None = None
+        self.pgid = 0
+        self.started_at = 0.0
+        self.starts = 0
+
+    @property
+    def kind(self) -> str:
+        return self.launch.kind
+
+    @property
+    def name(self) -> str:
+        return self.launch.name
+
+    @property
+    def pid(self) -> int:
+        if self.proc is None:
+            raise RuntimeError(f"{self.name} was never started")
+        return self.proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self.proc is None else self.proc.returncode
+
+    def start(self) -> Child:
+        """Start it (again); ``RuntimeError`` if it is still running."""
+        if self.proc is not None and self.proc.poll() is None:
+            raise RuntimeError(f"{self.name} (pid {self.pid}) is still running")
+        pgid = 0 if self.leader is None else self.leader.pid
+        self.started_at = time.monotonic()
+        self.proc = self.starter.run(self.launch, log_path=self.log_path, pgid=pgid)
+        self.pgid = pgid or self.proc.pid
+        self.starts += 1
+        return self
+
+    def alive(self) -> bool:
+        """Whether it is running (reaps it if it exited)."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, grace_s: float, sig: int = signal.SIGTERM) -> bool:
+        """Send ``sig`` if it is alive and reap it; SIGKILL it after
+        ``grace_s``. Whether it exited by itself (an exited child: True)."""
+        if self.alive():
+            assert self.proc is not None
+            self.proc.send_signal(sig)
+        try:
+            reap([self], grace_s)
+        except TimeoutError:
+            kill_all([self])
+            return False
+        return True
+
+    def kill(self, timeout_s: float = 10.0) -> None:
+        """SIGKILL it (its process group too, if it leads one) and reap it."""
+        kill_all([self], timeout_s)
+
+    def restart(self) -> Child:
+        """Kill (if alive) and start it again from the same launch."""
+        self.kill()
+        return self.start()
+
+    def log_tail(self, limit: int = 2000) -> str:
+        try:
+            return self.log_path.read_bytes()[-limit:].decode(errors="replace")
+        except OSError:
+            return ""
+
+    def __repr__(self) -> str:
+        pid = self.proc.pid if self.proc is not None else None
+        return f"Child({self.name!r}, pid={pid}, {self.starter.name})"
+
+
+def kill_all(children: list[Child], timeout_s: float = 10.0) -> None:
+    """SIGKILL ``children`` (their process groups first) and reap them all."""
+    live = [c for c in children if c.proc is not None and c.proc.returncode is None]
+    # An unreaped member holds the group id, so killpg cannot hit a reused one.
+    for pgid in {c.pgid for c in live}:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+    for child in live:
+        assert child.proc is not None
+        child.proc.send_signal(signal.SIGKILL)
+    reap(live, timeout_s)
+
+
+def reap(children: list[Child], timeout_s: float) -> None:
+    """Wait for ``children`` to exit (``TimeoutError`` naming the stragglers)."""
+    deadline = time.monotonic() + timeout_s
+    stuck = []
+    for child in children:
+        if child.proc is None:
+            continue
+        try:
+            child.proc.wait(max(0.0, deadline - time.monotonic()))
+        except (TimeoutError, subprocess.TimeoutExpired):
+            stuck.append(f"{child.name} (pid {child.pid})")
+            continue
+        if child.proc.stdout is not None:
+            child.proc.stdout.close()
+    if stuck:
+        raise TimeoutError(f"processes did not exit within {timeout_s}s: {', '.join(stuck)}")
+
+
+def peak_rss(pid: int) -> int | None:
+    """Peak resident bytes of a live process (``VmHWM``), or ``None`` if gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (FileNotFoundError, ProcessLookupError, ValueError):
+        return None
+    return None
+
+
+def reset_own_peak_rss() -> bool:
+    """Restart this process's peak-RSS count (``VmHWM``) from its current
+    RSS, so that one phase can be measured apart; ``False`` if the kernel
+    does not allow it."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return True
+
+
+def marked(name: str, value: str) -> dict[int, str]:
+    """Live processes (zombies aside) whose environment holds ``name=value``,
+    by pid, with their command lines. A mark set in a child's environment is
+    inherited by everything it starts (forked or spawned), so this finds its
+    descendants even after they were orphaned and re-parented."""
+    out = {}
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):  # gone, or not ours to read
+            if process.environ().get(name) == value and process.status() != psutil.STATUS_ZOMBIE:
+                out[process.pid] = " ".join(process.cmdline()) or process.name()
+    return out

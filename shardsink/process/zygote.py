@@ -1,0 +1,484 @@
+"""A zygote: one process that has imported everything a child needs and forks
+children on request, so a child starts in milliseconds and shares the
+libraries' pages with its siblings.
+
+Start. :meth:`Zygote.start` forks the zygote from the calling process when
+that is safe (:func:`fork_is_safe`): no Python thread but the main one and no
+ZeroMQ context. Native threads of pyarrow's jemalloc and of OpenBLAS register
+``pthread_atfork`` handlers and are fork-safe; a ZeroMQ context's I/O threads
+are not, so a cluster starts its zygote before it creates one. Where forking
+is not safe (a library user's process that runs threads), the zygote is a
+fresh interpreter (``python -m ENTRY PARENT zygote FD``), which costs one
+import of the libraries, once. Either way the zygote closes every
+inherited descriptor but its control socket, leads its own process group
+(a Ctrl-C for the terminal does not reach it), ignores SIGINT, and dies with
+its parent; ``gc.freeze()`` keeps the imported objects' pages shared.
+
+Forks. The parent sends a :class:`Fork` over a ``SOCK_SEQPACKET`` socket pair
+(one msgspec message per packet, decoded strictly; descriptors, such as a
+stdout pipe, travel as ``SCM_RIGHTS``). The zygote forks; the child closes the
+control socket and every other inherited descriptor, joins or leads its
+process group (both sides call ``setpgid``, so no kill can race it), arms
+``PR_SET_PDEATHSIG`` against the zygote, points stdin at ``/dev/null`` and
+stderr (and stdout, unless a pipe was passed) at its log file, adds its
+environment, reseeds ``random`` and runs its role, leaving with ``os._exit``.
+The zygote answers :class:`Forked` with a pidfd of the child, opened while the
+child is unreaped, so the parent can watch and signal it without racing a
+reused pid. The zygote reaps a child only when asked (:class:`Reap`, after
+its pidfd said it exited), so a child's process group outlives it until its
+supervisor has killed the group.
+
+Why not ``multiprocess``'s forkserver: it passes the process object pickled
+over its socket (nothing crossing a socket is unpickled here), offers no
+process group or log file per child, and its children are reaped by the
+forkserver itself, so a supervisor learns exit statuses only through its own
+pipes. Measured on this machine (``shardsink bench startup``): see README.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import random
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO
+
+import msgspec
+
+from .child import Launch, Running
+from .entry import Roles, run_role
+from .parent import die_with_parent
+from .spawn import child_env, entry_argv
+
+#: Largest control message (a launch with its payload).
+MAX_MESSAGE = 1 << 20
+
+
+class Fork(msgspec.Struct, frozen=True, tag=True):
+    """Fork a child running ``launch``, stderr appended to ``log_path``, in
+    process group ``pgid`` (0: a new one it leads). With ``stdout_fd`` the
+    request carries one descriptor, the child's stdout."""
+
+    launch: Launch
+    log_path: str
+    pgid: int
+    stdout_fd: bool = False
+
+
+class Reap(msgspec.Struct, frozen=True, tag=True):
+    """Reap child ``pid`` if it has exited."""
+
+    pid: int
+
+
+class Forked(msgspec.Struct, frozen=True, tag=True):
+    """The child's pid; its pidfd travels with this message."""
+
+    pid: int
+
+
+class Reaped(msgspec.Struct, frozen=True, tag=True):
+    """``returncode`` of ``pid`` as ``Popen`` gives it; ``None`` if it has not
+    exited yet."""
+
+    pid: int
+    returncode: int | None
+
+
+class Refused(msgspec.Struct, frozen=True, tag=True):
+    """The zygote could not do it; ``reason`` says why."""
+
+    reason: str
+
+
+Request = Fork | Reap
+Reply = Forked | Reaped | Refused
+
+encode = msgspec.msgpack.Encoder().encode
+_requests = msgspec.msgpack.Decoder(Request)
+_replies = msgspec.msgpack.Decoder(Reply)
+
+
+class ZygoteError(Exception):
+    """The zygote is gone, hung, or refused a request; the message says which."""
+
+
+def fork_is_safe() -> bool:
+    """Whether this process may fork a zygote: only its main Python thread
+    runs, and no ZeroMQ context (whose I/O threads are named ``ZMQbg/...``)."""
+    if threading.active_count() != 1 or threading.current_thread() is not threading.main_thread():
+        return False
+    return not any(name.startswith("ZMQbg") for name in _thread_names())
+
+
+def _thread_names() -> list[str]:
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError):
+            names.append(Path(f"/proc/self/task/{task}/comm").read_text().strip())
+    return names
+
+
+class Zygote:
+    """A zygote serving ``entry``'s ``roles`` (see the module doc), a
+    :class:`~shardsink.process.child.Starter` named ``fork``. Its own
+    lifecycle has the children's shape: ``start``, ``pid``, ``alive``,
+    ``stop``, ``kill``, ``restart``. Requests wait at most ``timeout_s`` for
+    an answer (:class:`ZygoteError` after). ``how`` is ``fork`` or ``spawn``
+    once started: how the zygote itself came to be."""
+
+    name = "fork"
+
+    def __init__(self, entry: str, roles: Roles, run_dir: Path, *, timeout_s: float = 10.0):
+        self.entry = entry
+        self.roles = roles
+        self.log_path = run_dir / "zygote.log"
+        self.timeout_s = timeout_s
+        self.how: str | None = None
+        self._proc: Running | None = None
+        self._sock: socket.socket | None = None
+        self._stopped = False
+        self._lock = threading.Lock()
+
+    # --- the zygote itself ---------------------------------------------------------
+
+    def start(self) -> Zygote:
+        """Fork the zygote if :func:`fork_is_safe`, else exec it."""
+        if self.alive():
+            raise RuntimeError(f"the zygote (pid {self.pid}) is still running")
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            if fork_is_safe():
+                self._proc, self.how = _ForkedZygote(self, mine, theirs), "fork"
+            else:
+                self._proc, self.how = self._exec(theirs), "spawn"
+        except BaseException:
+            mine.close()
+            raise
+        finally:
+            theirs.close()
+        mine.settimeout(self.timeout_s)
+        self._sock = mine
+        self._stopped = False
+        return self
+
+    def _exec(self, theirs: socket.socket) -> subprocess.Popen:
+        with open(self.log_path, "ab") as log:
+            os.fchmod(log.fileno(), 0o600)
+            return subprocess.Popen(
+                entry_argv(self.entry, "zygote", str(theirs.fileno())),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                pass_fds=(theirs.fileno(),),
+                process_group=0,
+                env=child_env(),
+            )
+
+    @property
+    def pid(self) -> int:
+        if self._proc is None:
+            raise RuntimeError("the zygote was never started")
+        return self._proc.pid
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def stop(self, grace_s: float = 5.0) -> bool:
+        """Close the control socket (the zygote exits on it) and reap it;
+        SIGKILL after ``grace_s``. Its children die with it; forks are refused
+        until it is started again. Idempotent."""
+        self._stopped = True
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return True
+        try:
+            proc.wait(grace_s)
+            return True
+        except (TimeoutError, subprocess.TimeoutExpired):
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(grace_s)
+            return False
+
+    def kill(self) -> None:
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGKILL)
+        self.stop()
+
+    def restart(self) -> Zygote:
+        self.kill()
+        return self.start()
+
+    close = stop
+
+    # --- forking children (the Starter) ----------------------------------------------
+
+    def run(self, launch: Launch, *, log_path: Path, pgid: int) -> Running:
+        """Fork ``launch``; a zygote that died is restarted first (its children
+        died with it, and their supervisors will see that). :class:`ZygoteError`
+        if it was stopped, or does not answer."""
+        if self._stopped:
+            raise ZygoteError("the zygote is stopped")
+        if not self.alive():
+            self.restart()
+        read_end = write_end = None
+        if launch.capture_stdout:
+            read_end, write_end = os.pipe()
+        try:
+            request = Fork(launch, str(log_path), pgid, stdout_fd=write_end is not None)
+            reply, fds = self._ask(request, [] if write_end is None else [write_end])
+        except BaseException:
+            if read_end is not None:
+                os.close(read_end)
+            raise
+        finally:
+            if write_end is not None:
+                os.close(write_end)
+        if not isinstance(reply, Forked) or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            if read_end is not None:
+                os.close(read_end)
+            raise ZygoteError(f"the zygote did not fork {launch.name}: {reply}")
+        stdout = os.fdopen(read_end, "rb") if read_end is not None else None
+        return ForkedProcess(self, reply.pid, fds[0], stdout)
+
+    def reap(self, pid: int) -> int | None:
+        """The exit status of exited child ``pid`` (reaping it); ``None`` if it
+        still runs. A child of a zygote that is gone was killed with it."""
+        try:
+            reply, _ = self._ask(Reap(pid))
+        except ZygoteError:
+            return -signal.SIGKILL
+        if not isinstance(reply, Reaped):
+            raise ZygoteError(f"the zygote did not reap pid {pid}: {reply}")
+        return reply.returncode
+
+    def _ask(self, request: Request, fds: list[int] | None = None) -> tuple[Reply, list[int]]:
+        with self._lock:
+            if self._sock is None:
+                raise ZygoteError("the zygote is stopped")
+            try:
+                socket.send_fds(self._sock, [encode(request)], fds or [])
+                data, got, _, _ = socket.recv_fds(self._sock, MAX_MESSAGE, 1)
+            except TimeoutError as exc:
+                raise ZygoteError(f"the zygote did not answer within {self.timeout_s}s") from exc
+            except OSError as exc:
+                raise ZygoteError(f"the zygote is gone: {exc}") from exc
+        if not data:
+            raise ZygoteError("the zygote is gone (its socket closed)")
+        try:
+            return _replies.decode(data), got
+        except msgspec.DecodeError as exc:
+            for fd in got:
+                os.close(fd)
+            raise ZygoteError(f"a malformed answer from the zygote: {exc}") from exc
+
+
+class ForkedProcess:
+    """A child forked by a zygote, as ``Popen`` shows one (see
+    :class:`~shardsink.process.child.Running`): watched and signalled through
+    its pidfd, reaped through the zygote."""
+
+    def __init__(self, zygote: Zygote, pid: int, pidfd: int, stdout: IO[bytes] | None) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self.stdout = stdout
+        self._zygote = zygote
+        self._pidfd: int | None = pidfd
+
+    def poll(self) -> int | None:
+        pidfd = self._pidfd
+        if self.returncode is None and pidfd is not None and select.select([pidfd], [], [], 0)[0]:
+            self._reap()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None and self._pidfd is not None:
+            if not select.select([self._pidfd], [], [], timeout)[0]:
+                raise TimeoutError(f"pid {self.pid} still runs after {timeout}s")
+            self._reap()
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None and self._pidfd is not None:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._pidfd, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def _reap(self) -> None:
+        # the pidfd turned readable: it exited, so the zygote's waitpid returns at once
+        deadline = time.monotonic() + 1.0
+        while (code := self._zygote.reap(self.pid)) is None and time.monotonic() < deadline:
+            time.sleep(0.001)
+        self.returncode = code if code is not None else -signal.SIGKILL
+        assert self._pidfd is not None
+        os.close(self._pidfd)
+        self._pidfd = None
+
+    def __del__(self) -> None:
+        if self._pidfd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._pidfd)
+
+
+class _ForkedZygote:
+    """The zygote forked from this process: a direct child, so ``waitpid``
+    works as for any child."""
+
+    def __init__(self, zygote: Zygote, mine: socket.socket, theirs: socket.socket) -> None:
+        parent = os.getpid()
+        log = os.open(zygote.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        pid = os.fork()
+        if pid == 0:  # the zygote
+            status = 1
+            try:
+                mine.close()
+                os.setpgid(0, 0)
+                die_with_parent(parent)
+                _point_stdio(log, log)
+                os.dup2(theirs.fileno(), 3)
+                _close_fds_from(4)
+                serve(zygote.roles, socket.socket(fileno=3), parent=parent)
+                status = 0
+            finally:
+                os._exit(status)
+        os.close(log)
+        with contextlib.suppress(PermissionError, ProcessLookupError):
+            os.setpgid(pid, pid)
+        self.pid = pid
+        self.returncode: int | None = None
+        self.stdout = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"the zygote (pid {self.pid}) still runs after {timeout}s")
+            time.sleep(0.005)
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:  # unreaped, so the pid is still the zygote's
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+
+# --- the zygote's side ---------------------------------------------------------------
+
+
+def serve(roles: Roles, control: socket.socket, *, parent: int) -> None:
+    """Serve forks on ``control`` until it closes (see the module doc)."""
+    from setproctitle import setproctitle
+
+    setproctitle("shardsink zygote")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    gc.freeze()
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(control, MAX_MESSAGE, 1)
+        except OSError:
+            return
+        if not data:
+            return
+        try:
+            request = _requests.decode(data)
+        except msgspec.DecodeError as exc:
+            for fd in fds:
+                os.close(fd)
+            print(f"zygote: a malformed request: {exc}", file=sys.stderr, flush=True)
+            socket.send_fds(control, [encode(Refused(f"malformed request: {exc}"))], [])
+            continue
+        if isinstance(request, Reap):
+            socket.send_fds(control, [encode(Reaped(request.pid, _reap(request.pid)))], [])
+            continue
+        try:
+            pid = _fork(roles, request, fds, control)
+            pidfd = os.pidfd_open(pid)
+        except OSError as exc:
+            socket.send_fds(control, [encode(Refused(f"fork failed: {exc}"))], [])
+            continue
+        finally:
+            for fd in fds:
+                os.close(fd)
+        try:
+            socket.send_fds(control, [encode(Forked(pid))], [pidfd])
+        finally:
+            os.close(pidfd)
+
+
+def _reap(pid: int) -> int | None:
+    try:
+        got, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:  # not ours, or reaped already
+        return -signal.SIGKILL
+    return os.waitstatus_to_exitcode(status) if got else None
+
+
+def _fork(roles: Roles, request: Fork, fds: list[int], control: socket.socket) -> int:
+    log = os.open(request.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    stdout = fds[0] if request.stdout_fd and fds else log
+    zygote = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            control.close()
+            os.setpgid(0, request.pgid)
+            die_with_parent(zygote)
+            _point_stdio(stdout, log)
+            _close_fds_from(3)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.environ.update(request.launch.env)
+            random.seed()
+            status = run_role(roles, request.launch.role, request.launch.payload)
+        finally:
+            os._exit(status)
+    os.close(log)
+    with contextlib.suppress(PermissionError, ProcessLookupError):
+        os.setpgid(pid, request.pgid or pid)
+    return pid
+
+
+def _point_stdio(stdout: int, stderr: int) -> None:
+    """Descriptors 0-2 to /dev/null, ``stdout`` and ``stderr``, and Python's
+    streams onto them (the parent's may wrap other descriptors, a test
+    runner's capture files for one)."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(stdout, 1)
+    os.dup2(stderr, 2)
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115 (the process's own stream)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+
+
+def _close_fds_from(low: int) -> None:
+    os.closerange(low, os.sysconf("SC_OPEN_MAX"))

@@ -12,8 +12,8 @@ from .child import (
     reap,
     reset_own_peak_rss,
 )
-from .entry import Role, Roles, run_role
 from .parent import die_with_parent
+from .roles import Role, Roles, run_role
 from .spawn import SpawnStarter, child_env
 from .zygote import Zygote, ZygoteError, fork_is_safe
 

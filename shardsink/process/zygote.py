@@ -54,8 +54,8 @@ from typing import IO
 import msgspec
 
 from .child import Launch, Running
-from .entry import Roles, run_role
 from .parent import die_with_parent
+from .roles import Roles, run_role
 from .spawn import child_env, entry_argv
 
 #: Largest control message (a launch with its payload).

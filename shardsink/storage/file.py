@@ -10,6 +10,10 @@ Temporary files carry a ``~`` in their name, a character no key may contain, so
 they never collide with a key and are never listed; a writer that dies leaves
 one behind, which :meth:`FileBlob.sweep_temp` removes.
 
+Files are created 0600 and directories 0700 (the root too, if this creates
+it), like the shared-memory segments: a part is the shard's data, readable by
+its owner only.
+
 Empty directories left by ``delete`` are kept: removing them would race with a
 concurrent ``set`` creating its temporary file in the same directory, and there
 is at most one per distinct key prefix.
@@ -35,6 +39,8 @@ from .uri import bad_uri
 
 _TEMP_MARK = "~"
 _ABSENT = (errno.ENOENT, errno.ENOTDIR, errno.EISDIR)
+_FILE_MODE = 0o600
+_DIR_MODE = 0o700
 
 
 def _is_key_segment(name: str) -> bool:
@@ -97,7 +103,7 @@ class FileBlob:
     @staticmethod
     def _ensure_root(root: str) -> None:
         try:
-            os.mkdir(root)
+            os.mkdir(root, _DIR_MODE)
         except FileExistsError:
             pass
         except FileNotFoundError:
@@ -142,7 +148,7 @@ class FileBlob:
         temp = f"{path}{_TEMP_MARK}{os.getpid()}-{secrets.token_hex(6)}"
         try:
             self._make_parents(parent)
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, _FILE_MODE)
             try:
                 view = memoryview(data).cast("B")
                 while view:
@@ -172,7 +178,7 @@ class FileBlob:
             d = os.path.dirname(d)
         for d in reversed(missing):
             with contextlib.suppress(FileExistsError):
-                os.mkdir(d)
+                os.mkdir(d, _DIR_MODE)
             # also when another writer created it: its sync may not have happened yet
             _fsync_dir(os.path.dirname(d))
 

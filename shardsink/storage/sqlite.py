@@ -5,6 +5,9 @@ committed compare-and-set survives a power loss, and readers never wait for the
 writer. Writes run in ``BEGIN IMMEDIATE`` transactions: the write lock is taken
 up front, so two writers never both read the head and then both insert.
 
+A database this creates is 0600, and so are its ``-wal`` and ``-shm`` files:
+the shard's state is its owner's only.
+
 Several processes may open the same file, each with its own
 ``SqliteConsensus``; a writer waits up to ``busy_timeout`` seconds (default 5)
 for another process's write lock. One instance may be shared by threads (calls
@@ -14,6 +17,7 @@ each process.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -115,7 +119,19 @@ class SqliteConsensus:
         )
         return kind(f"sqlite consensus {self.path}: {what} failed: {detail}; {outcome}")
 
+    def _create_private(self) -> None:
+        """Create the database file 0600 if it is missing: SQLite would create
+        it 0644 (less the umask), and gives the ``-wal`` and ``-shm`` files the
+        database file's mode."""
+        try:
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise DeterminateError(f"sqlite consensus {self.path}: cannot create: {exc}") from exc
+
     def _open(self) -> sqlite3.Connection:
+        self._create_private()
         try:
             conn = sqlite3.connect(
                 self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False

@@ -11,6 +11,7 @@ from ..cluster.workloads import SCHEMA
 from ..persist.errors import PersistError, ShardNotFound
 from ..persist.shard import Shard, open_shard
 from ..shm.sweep import list_segments, unlink_segment
+from ..storage.contracts import temp_files
 from ..storage.errors import StorageError
 from .config import INTERVAL_MS, SHARD, ChaosReport
 from .context import RunContext
@@ -80,8 +81,8 @@ def final_checks(
 
 def check_shard(run: RunContext, shard: Shard, when: str, *, swept: bool = False) -> int:
     """The shard equals the expected collection at its upper, and every blob
-    its state references exists (and, once ``swept``, no other blob does);
-    returns the intervals it holds."""
+    its state references exists (and, once ``swept``, no other blob and no
+    temporary file of a killed writer does); returns the intervals it holds."""
     workload = run.config.workload()
     intervals = shard.upper // INTERVAL_MS
     try:
@@ -96,7 +97,11 @@ def check_shard(run: RunContext, shard: Shard, when: str, *, swept: bool = False
     missing = sorted(state.live_keys() - present)
     if missing:
         run.violation(f"{when}: {len(missing)} referenced blobs are missing: {missing[:3]}")
-    leaked = sorted(present - state.referenced_keys())
-    if swept and leaked:
-        run.violation(f"{when}: {len(leaked)} unreferenced blobs remain: {leaked[:3]}")
+    if swept:
+        leaked = sorted(present - state.referenced_keys())
+        if leaked:
+            run.violation(f"{when}: {len(leaked)} unreferenced blobs remain: {leaked[:3]}")
+        temps = sorted(t.name for t in temp_files(shard.blob, f"{SHARD}/"))
+        if temps:
+            run.violation(f"{when}: {len(temps)} temporary files remain: {temps[:3]}")
     return intervals

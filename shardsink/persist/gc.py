@@ -12,7 +12,7 @@ from __future__ import annotations
 import msgspec
 
 from .. import faults
-from ..storage.contracts import Blob
+from ..storage.contracts import Blob, temp_files
 from .commands import ExpireReaders, ForgetRetired, ForgetRollups
 from .machine import ShardMachine
 
@@ -70,21 +70,28 @@ def sweep_leaked_blobs(
     machine: ShardMachine, blob: Blob, grace_ms: int, now_ms: float
 ) -> list[str]:
     """Delete blobs under the shard's prefix that the latest state does not
-    reference (as a part, a rollup or a retired key) and that were last
+    reference (as a part, a rollup or a retired key), and the temporary files
+    that writers killed mid-``set`` left there (a ``blob`` that
+    :class:`~shardsink.storage.contracts.LeavesTempFiles`), each only if last
     modified at least ``grace_ms`` before ``now_ms`` (milliseconds since the
-    epoch); return their keys.
+    epoch). Returns the keys of the blobs, then the names of the temporary
+    files, removed.
 
     Blobs are listed before the state is read, so a blob appended meanwhile
     is seen as referenced; the grace period covers a blob whose append is
-    still in flight.
+    still in flight, and a temporary file whose ``set`` still writes it.
     """
+    prefix = f"{machine.shard}/"
     cutoff = (now_ms - grace_ms) / 1000.0
-    old = [m.key for m in blob.list_meta(f"{machine.shard}/") if m.modified <= cutoff]
-    if not old:
+    old = [m.key for m in blob.list_meta(prefix) if m.modified <= cutoff]
+    stale = [t.name for t in temp_files(blob, prefix) if t.modified <= cutoff]
+    if not (old or stale):
         return []
-    referenced = machine.state(refresh=True).referenced_keys()
+    referenced = machine.state(refresh=True).referenced_keys() if old else set()
     leaked = [key for key in old if key not in referenced]
     faults.point("gc.before_delete")
     for key in leaked:
         blob.delete(key)
-    return leaked
+    for name in stale:
+        blob.delete_temp(name)  # only a blob that LeavesTempFiles lists any
+    return leaked + stale

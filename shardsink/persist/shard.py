@@ -289,8 +289,10 @@ class Shard:
         return report
 
     def sweep_leaked_blobs(self, grace_ms: int | None = None) -> list[str]:
-        """Delete unreferenced blobs older than ``grace_ms`` (default
-        ``config.leaked_blob_grace_ms``); return their keys."""
+        """Delete unreferenced blobs, and temporary files of writers killed
+        mid-``set``, older than ``grace_ms`` (default
+        ``config.leaked_blob_grace_ms``); return their keys, then the
+        temporary files' names (see ``gc.sweep_leaked_blobs``)."""
         grace = self.config.leaked_blob_grace_ms if grace_ms is None else grace_ms
         leaked = sweep_leaked_blobs(self.machine, self.blob, grace, time.time() * 1000)
         self._counters.blobs_deleted += len(leaked)

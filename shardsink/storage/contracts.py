@@ -53,6 +53,16 @@ class BlobMeta(msgspec.Struct, frozen=True):
     modified: float
 
 
+class TempMeta(msgspec.Struct, frozen=True):
+    """A temporary file a ``set`` staged its value in and never renamed into
+    place: its name (``KEY~SUFFIX``, never a valid key), its size in bytes
+    and its modification time (seconds since the epoch)."""
+
+    name: str
+    size: int
+    modified: float
+
+
 @runtime_checkable
 class Blob(Protocol):
     """A durable key-value store of immutable byte values.
@@ -96,6 +106,32 @@ class Blob(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class LeavesTempFiles(Protocol):
+    """What a ``Blob`` also implements if its ``set`` stages the value in a
+    temporary file that a writer killed mid-``set`` leaves behind (``file://``;
+    an S3 PUT leaves no object). Such files are not keys: ``list_meta`` never
+    yields them and ``get`` never sees them; these two find and remove them.
+
+    - ``list_temp(prefix)`` yields every temporary file whose key starts with
+      ``prefix``, like ``list_meta``.
+    - ``delete_temp(name)`` removes the file a ``list_temp`` named; idempotent.
+      ``ValueError`` for a name that is not a temporary file's. Removing one
+      a live ``set`` still writes makes that ``set`` fail (determinately), so
+      callers remove only files older than any ``set`` can take.
+    """
+
+    def list_temp(self, prefix: str = "") -> Iterator[TempMeta]: ...
+
+    def delete_temp(self, name: str) -> None: ...
+
+
+def temp_files(blob: Blob, prefix: str = "") -> list[TempMeta]:
+    """The temporary files under ``prefix`` of a ``blob`` that leaves them
+    (:class:`LeavesTempFiles`); none for one that does not."""
+    return list(blob.list_temp(prefix)) if isinstance(blob, LeavesTempFiles) else []
 
 
 class VersionedData(msgspec.Struct, frozen=True):

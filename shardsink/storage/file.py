@@ -6,9 +6,11 @@ renames it over the target and fsyncs the directory, so a reader sees the old
 file or the whole new one, and the new one survives a machine crash once
 ``set`` returns.
 
-Temporary files carry a ``~`` in their name, a character no key may contain, so
-they never collide with a key and are never listed; a writer that dies leaves
-one behind, which :meth:`FileBlob.sweep_temp` removes.
+Temporary files are named ``KEY~PID-HEX``: ``~`` is a character no key may
+contain, so they never collide with a key and ``list_meta`` never yields them.
+A writer that dies mid-``set`` leaves one behind; :meth:`FileBlob.list_temp`
+finds them and :meth:`FileBlob.delete_temp` removes them (the leaked-blob sweep
+uses both, see :class:`~.contracts.LeavesTempFiles`).
 
 Files are created 0600 and directories 0700 (the root too, if this creates
 it), like the shared-memory segments: a part is the shard's data, readable by
@@ -27,28 +29,41 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import secrets
 import stat
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 from urllib.parse import unquote, urlsplit
 
-from .contracts import BlobMeta, check_key, check_prefix
+from .contracts import BlobMeta, TempMeta, check_key, check_prefix
 from .errors import DeterminateError, IndeterminateError
 from .uri import bad_uri
 
+_M = TypeVar("_M", BlobMeta, TempMeta)
+
 _TEMP_MARK = "~"
+_TEMP_SUFFIX_RE = re.compile(r"[0-9]+-[0-9a-f]+")
 _ABSENT = (errno.ENOENT, errno.ENOTDIR, errno.EISDIR)
 _FILE_MODE = 0o600
 _DIR_MODE = 0o700
 
 
-def _is_key_segment(name: str) -> bool:
+def _is_key(name: str) -> bool:
     try:
         check_key(name)
     except ValueError:
         return False
     return True
+
+
+def _temp_key(name: str) -> str | None:
+    """The key whose ``set`` made the temporary file ``name`` (``KEY~PID-HEX``),
+    or ``None`` if ``name`` is not one."""
+    key, mark, suffix = name.partition(_TEMP_MARK)
+    if mark and _is_key(key) and _TEMP_SUFFIX_RE.fullmatch(suffix):
+        return key
+    return None
 
 
 def _fsync_dir(path: str) -> None:
@@ -184,22 +199,47 @@ class FileBlob:
 
     def delete(self, key: str) -> None:
         """Remove ``key`` durably; no error if it is absent."""
-        path = self._path(key)
+        self._unlink(self._path(key), f"key {key!r}")
+
+    def delete_temp(self, name: str) -> None:
+        """Remove the temporary file ``name`` (as :meth:`list_temp` names it)
+        durably; no error if it is absent. ``ValueError`` if ``name`` is not
+        ``KEY~PID-HEX``."""
+        key = _temp_key(name)
+        if key is None:
+            raise ValueError(f"{name!r} is not the name of a temporary file (KEY~PID-HEX)")
+        self._unlink(self._path(key) + name[len(key) :], f"temporary file {name!r}")
+
+    def _unlink(self, path: str, what: str) -> None:
         try:
             os.unlink(path)
         except OSError as exc:
             if exc.errno in _ABSENT:
                 return
-            raise DeterminateError(f"{self.uri}: cannot delete key {key!r}: {exc}") from exc
+            raise DeterminateError(f"{self.uri}: cannot delete {what}: {exc}") from exc
         try:
             _fsync_dir(os.path.dirname(path))
         except OSError as exc:
             raise IndeterminateError(
-                f"{self.uri}: key {key!r} was removed but the directory sync failed: {exc}"
+                f"{self.uri}: {what} was removed but the directory sync failed: {exc}"
             ) from exc
 
     def list_meta(self, prefix: str = "") -> Iterator[BlobMeta]:
         """Every key starting with ``prefix``, with its size and mtime."""
+        return self._list(prefix, BlobMeta, _is_key)
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        """Every key starting with ``prefix``."""
+        return (m.key for m in self.list_meta(prefix))
+
+    def list_temp(self, prefix: str = "") -> Iterator[TempMeta]:
+        """Every temporary file left by a ``set`` of a key starting with
+        ``prefix``, with its size and mtime (see :class:`~.contracts.LeavesTempFiles`)."""
+        return self._list(prefix, TempMeta, lambda name: _temp_key(name) is not None)
+
+    def _list(self, prefix: str, meta: type[_M], wanted: Callable[[str], bool]) -> Iterator[_M]:
+        """``meta(name, size, mtime)`` of every file under ``prefix`` whose
+        own name is ``wanted``, found through directories that are key segments."""
         check_prefix(prefix)
         if prefix.startswith("/") or "//" in prefix:  # check_prefix lets "/", "a//" pass
             return
@@ -207,11 +247,18 @@ class FileBlob:
         start = os.path.join(self.root, *head.split("/")) if head else self.root
         key_base = f"{head}/" if head else ""
         try:
-            yield from self._walk(start, key_base, name_prefix)
+            yield from self._walk(start, key_base, name_prefix, meta, wanted)
         except OSError as exc:
             raise DeterminateError(f"{self.uri}: cannot list prefix {prefix!r}: {exc}") from exc
 
-    def _walk(self, directory: str, key_base: str, name_prefix: str) -> Iterator[BlobMeta]:
+    def _walk(
+        self,
+        directory: str,
+        key_base: str,
+        name_prefix: str,
+        meta: type[_M],
+        wanted: Callable[[str], bool],
+    ) -> Iterator[_M]:
         try:
             entries = list(os.scandir(directory))
         except OSError as exc:
@@ -220,39 +267,17 @@ class FileBlob:
             raise
         for entry in entries:
             name = entry.name
-            if not name.startswith(name_prefix) or not _is_key_segment(name):
+            if not name.startswith(name_prefix):
                 continue
             try:
                 if entry.is_dir(follow_symlinks=False):
-                    yield from self._walk(entry.path, f"{key_base}{name}/", "")
-                elif entry.is_file(follow_symlinks=False):
+                    if _is_key(name):
+                        yield from self._walk(entry.path, f"{key_base}{name}/", "", meta, wanted)
+                elif entry.is_file(follow_symlinks=False) and wanted(name):
                     st = entry.stat(follow_symlinks=False)
-                    yield BlobMeta(f"{key_base}{name}", st.st_size, st.st_mtime)
+                    yield meta(f"{key_base}{name}", st.st_size, st.st_mtime)
             except FileNotFoundError:  # deleted while listing
                 continue
-
-    def list(self, prefix: str = "") -> Iterator[str]:
-        """Every key starting with ``prefix``."""
-        return (m.key for m in self.list_meta(prefix))
-
-    def sweep_temp(self, older_than_s: float = 3600.0) -> int:
-        """Remove temporary files of writers that died, if not modified for
-        ``older_than_s`` seconds (younger ones may belong to a live ``set``).
-        Returns how many were removed."""
-        cutoff = time.time() - older_than_s
-        removed = 0
-        for dirpath, _dirs, files in os.walk(self.root):
-            for name in files:
-                if _TEMP_MARK not in name:
-                    continue
-                path = os.path.join(dirpath, name)
-                try:
-                    if os.stat(path, follow_symlinks=False).st_mtime < cutoff:
-                        os.unlink(path)
-                        removed += 1
-                except FileNotFoundError:
-                    continue
-        return removed
 
     def close(self) -> None:
         """Nothing to release; idempotent."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import os
+import time
 
 import pytest
 from persist_helpers import interval_rows, memory_stores, rows_of, updates
@@ -132,6 +134,27 @@ def test_leaked_blob_sweep_deletes_only_old_unreferenced_blobs(stores):
         assert shard.sweep_leaked_blobs(grace_ms=0) == orphan.blob_keys()
         assert rows_of(shard.reader().snapshot()) == [(1, format(1, "032x"), 0, 1)]
         assert shard.sweep_leaked_blobs(grace_ms=0) == []
+
+
+def test_leaked_blob_sweep_removes_temp_files_of_writers_killed_mid_set(tmp_path):
+    root = tmp_path / "blob"
+    consensus = f"sqlite://{tmp_path}/consensus.db"
+    with open_shard("s", blob=f"file://{root}", consensus=consensus, config=ALL_BLOB) as shard:
+        shard.writer().compare_and_append_table(interval_rows(0, [1]), 0, 1)
+        # what a writer killed mid-set leaves: KEY~PID-HEX beside where KEY would be
+        names = ["s/part/dead~4242-0123456789ab", "s/part/busy~4243-0123456789ab"]
+        others = "t/part/x~1-0a"  # another shard's
+        for name in [*names, others]:
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_bytes(b"partial")
+        past_grace = time.time() - ShardConfig().leaked_blob_grace_ms / 1000 - 60
+        for name in (names[0], others):
+            os.utime(root / name, (past_grace, past_grace))
+        assert shard.sweep_leaked_blobs() == names[:1]  # the other is younger than the grace
+        assert shard.sweep_leaked_blobs(grace_ms=0) == names[1:]
+        assert not any((root / name).exists() for name in names)
+        assert (root / others).exists()
+        assert rows_of(shard.reader().snapshot()) == [(1, format(1, "032x"), 0, 1)]
 
 
 def test_rollups_every_threshold_versions_and_old_ones_collected(stores):

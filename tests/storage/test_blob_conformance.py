@@ -22,6 +22,7 @@ import uuid
 import pytest
 
 from shardsink.storage import Blob, DeterminateError, IndeterminateError, open_blob
+from shardsink.storage.contracts import LeavesTempFiles
 from shardsink.storage.file import FileBlob
 from shardsink.storage.s3 import write_failure_is_determinate
 from shardsink.testing.s3 import S3Server
@@ -295,7 +296,11 @@ def test_set_is_atomic_under_sigkill(shared_blob_uri):
             assert _digest(got) in (acked, new[done % 2])
             last = _digest(got)
             if isinstance(store, FileBlob):
-                swept += store.sweep_temp(older_than_s=0)
+                temps = list(store.list_temp())
+                assert all(t.name.startswith(f"{key}~{proc.pid}-") for t in temps)
+                for temp in temps:
+                    store.delete_temp(temp.name)
+                swept += len(temps)
         if isinstance(store, FileBlob):
             # a killed writer leaves its temp file: proof that kills landed mid-write
             assert swept > 0
@@ -307,15 +312,27 @@ def test_set_is_atomic_under_sigkill(shared_blob_uri):
 # ---- file backend specifics -------------------------------------------------
 
 
-def test_file_temp_files_are_not_listed_and_are_swept(tmp_path):
+def test_file_temp_files_are_listed_apart_and_deleted_by_name(tmp_path):
     store = open_blob(f"file://{tmp_path}/blobs")
+    assert isinstance(store, LeavesTempFiles)
     store.set("d/k", b"v")
     (tmp_path / "blobs" / "d" / "k~123-abcdef").write_bytes(b"partial")
-    (tmp_path / "blobs" / "top~9-0").write_bytes(b"partial")
+    (tmp_path / "blobs" / "top~9-0").write_bytes(b"partial!")
+    (tmp_path / "blobs" / "d" / "odd~name").write_bytes(b"not a set's")
     assert sorted(store.list()) == ["d/k"]
-    assert store.sweep_temp(older_than_s=3600) == 0
-    assert store.sweep_temp(older_than_s=0) == 2
-    assert sorted(p.name for p in (tmp_path / "blobs").rglob("*") if p.is_file()) == ["k"]
+    temps = {t.name: t for t in store.list_temp()}
+    assert sorted(temps) == ["d/k~123-abcdef", "top~9-0"]
+    assert temps["top~9-0"].size == 8 and abs(temps["top~9-0"].modified - time.time()) < 60
+    assert [t.name for t in store.list_temp("d/")] == ["d/k~123-abcdef"]
+    assert [t.name for t in store.list_temp("to")] == ["top~9-0"]
+    assert list(store.list_temp("d/x")) == []
+    for bad in ("d/k", "d/odd~name", "../k~1-a", "d/k~1-a/../../x"):
+        with pytest.raises(ValueError, match="not the name of a temporary file"):
+            store.delete_temp(bad)
+    store.delete_temp("d/k~123-abcdef")
+    store.delete_temp("d/k~123-abcdef")  # idempotent
+    assert [t.name for t in store.list_temp()] == ["top~9-0"]
+    assert store.get("d/k") == b"v"
     store.close()
 
 

@@ -16,6 +16,7 @@ import msgspec
 
 from ._address import REMOTE_SCHEMES
 from .persist.state import check_shard_name
+from .storage.uri import redact
 
 MIB = 1 << 20
 Mode = Literal["off", "best-effort", "barrier"]
@@ -173,6 +174,6 @@ def _check_uri(name: str, uri: str, schemes: tuple[str, ...]) -> None:
     scheme = urlsplit(uri).scheme.lower() if isinstance(uri, str) and "://" in uri else ""
     if scheme not in schemes:
         raise ValueError(
-            f"invalid {name} URI {uri!r}: a cluster's processes share it, so it must be one "
-            f"of {', '.join(s + '://' for s in schemes)}"
+            f"invalid {name} URI {redact(uri)!r}: a cluster's processes share it, so it must be "
+            f"one of {', '.join(s + '://' for s in schemes)}"
         )

@@ -101,7 +101,7 @@ def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from ..storage._cli import _display
+    from ..storage.uri import redact
     from ..testing.consensus import ServerProcess
 
     racing.check_stores(args.store, args.seconds)
@@ -111,7 +111,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         blob = f"file://{scratch}/blob"
         for store in args.store:
-            shown = _display(store)
+            shown = redact(store)
             with ServerProcess(store, blob, f"ipc://{scratch}/sock/consensus") as server:
                 for n in args.clients:
                     for via, consensus in (("local", store), ("server", server.address)):

@@ -36,6 +36,7 @@ from .. import faults
 from ..cluster.processes import spawn, stop
 from ..persist.errors import ShardNotFound
 from ..persist.shard import open_shard
+from ..storage.uri import redact
 from .checks import final_checks
 from .clients import maintenance_loop, read_loop
 from .config import (
@@ -88,7 +89,7 @@ def _check_fresh(run: RunContext) -> None:
     except ShardNotFound:
         return
     raise ValueError(
-        f"shard {SHARD!r} exists in {run.cluster.consensus_uri}: chaos needs a fresh store"
+        f"shard {SHARD!r} exists in {redact(run.cluster.consensus_uri)}: chaos needs a fresh store"
     )
 
 

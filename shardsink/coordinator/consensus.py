@@ -1,10 +1,12 @@
 """The cluster's consensus process: started on a store, restarted on it.
 
-``shardsink consensus serve --store STORE --blob BLOB --bind ipc://RUN/consensus``
-runs as a child (``shardsink consensus`` in ``ps``) in its own process group,
-so a Ctrl-C meant for the coordinator does not stop it before the last append.
-A restart binds the same address, so clients reconnect by themselves; every
-state it serves is durable in the store.
+``shardsink consensus serve --bind ipc://RUN/consensus`` runs as a child
+(``shardsink consensus`` in ``ps``) in its own process group, so a Ctrl-C
+meant for the coordinator does not stop it before the last append. It gets
+its store and blob URIs in its environment, never on its command line, which
+any user can read (``ps``) and which may hold a password. A restart binds the
+same address, so clients reconnect by themselves; every state it serves is
+durable in the store.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from .._address import check_address
 from ..cluster.processes import Child, kill_all, spawn, stop
+from ..storage.uri import BLOB_ENV, STORE_ENV, redact
 from .errors import ClusterError
 
 
@@ -24,13 +27,14 @@ class ConsensusProcess:
     """The consensus server child of one cluster, bound to ``bind`` (default
     ``ipc://RUN_DIR/consensus``; ``ValueError`` naming it if the address
     policy refuses it). ``start`` and ``restart`` wait (bounded) for
-    its "listening on" line; ``stop`` is idempotent."""
+    its "listening on" line; ``stop`` is idempotent. ``store`` is the store
+    URI as it may be shown (redacted)."""
 
     def __init__(
         self, store: str, blob: str, run_dir: Path, *, timeout_s: float, bind: str | None = None
     ) -> None:
-        self.store = store
-        self.blob = blob
+        self.store = redact(store)
+        self._env = {STORE_ENV: store, BLOB_ENV: blob}
         self.run_dir = run_dir
         self.timeout_s = timeout_s
         # checked here, so a bad address is named before a child fails to bind it
@@ -42,13 +46,13 @@ class ConsensusProcess:
     def start(self) -> str:
         """Start the server; return its address. :class:`ClusterError` with its
         log if it does not come up within the timeout."""
-        args = ["consensus", "serve", "--store", self.store, "--blob", self.blob]
         self.child = spawn(
             "consensus",
             "consensus",
-            [*args, "--bind", self.bind],
+            ["consensus", "serve", "--bind", self.bind],
             run_dir=self.run_dir,
             stdout=subprocess.PIPE,
+            env=self._env,
         )
         line = self._first_line()
         if not line.startswith("listening on "):

@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import threading
 
 import msgspec
+
+from ..storage.uri import BLOB_ENV, STORE_ENV
 
 
 def register(commands, bench) -> None:
@@ -25,8 +28,18 @@ def register(commands, bench) -> None:
         description="Run a consensus server in the foreground until SIGTERM or Ctrl-C. "
         "Prints 'listening on ADDR' once it accepts requests.",
     )
-    serve.add_argument("--store", required=True, help="consensus store URI (sqlite:///..., ...)")
-    serve.add_argument("--blob", required=True, help="blob URI for rollups (file:///..., ...)")
+    # The environment, unlike the command line, is not shown to other users
+    # (`ps`), so a URI holding a password belongs there.
+    serve.add_argument(
+        "--store",
+        default=os.environ.get(STORE_ENV),
+        help=f"consensus store URI (sqlite:///..., ...); default ${STORE_ENV}",
+    )
+    serve.add_argument(
+        "--blob",
+        default=os.environ.get(BLOB_ENV),
+        help=f"blob URI for rollups (file:///..., ...); default ${BLOB_ENV}",
+    )
     serve.add_argument(
         "--bind",
         required=True,
@@ -49,6 +62,10 @@ def _serve(args: argparse.Namespace) -> int:
     from ..storage import open_blob, open_consensus
     from .server import ConsensusServer
 
+    if args.store is None or args.blob is None:
+        raise ValueError(
+            f"name the stores with --store and --blob (or ${STORE_ENV} and ${BLOB_ENV})"
+        )
     setproctitle("shardsink consensus")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     stop = threading.Event()

@@ -14,12 +14,11 @@ import argparse
 import json
 import sys
 import time
-from urllib.parse import urlsplit, urlunsplit
 
 from ..bench import clients as racing
 from .contracts import Committed, Consensus, VersionedData
 from .errors import StorageError
-from .uri import open_consensus
+from .uri import open_consensus, redact
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
@@ -35,15 +34,6 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         "--bytes", type=int, default=128, help="payload bytes per version (default 128)"
     )
     parser.set_defaults(func=_run)
-
-
-def _display(uri: str) -> str:
-    """``uri`` without a password."""
-    parts = urlsplit(uri)
-    if parts.password is None:
-        return uri
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _client(argv: list[str]) -> None:
@@ -101,7 +91,7 @@ def race(uri: str, shard: str, n_clients: int, seconds: float, payload_bytes: in
         "shardsink.storage._cli:_client",
         [[uri, shard, str(c), str(payload_bytes), str(seconds)] for c in range(n_clients)],
         seconds,
-        _display(uri),
+        redact(uri),
     )
     latencies = sorted(x for r in reports for x in r["latencies_us"])
     committed = sum(r["committed"] for r in reports)
@@ -109,7 +99,7 @@ def race(uri: str, shard: str, n_clients: int, seconds: float, payload_bytes: in
     errors = sum(r["errors"] for r in reports)
     attempts = len(latencies)
     return {
-        "store": _display(uri),
+        "store": redact(uri),
         "clients": n_clients,
         "seconds": seconds,
         "committed": committed,
@@ -136,7 +126,7 @@ def _run(args: argparse.Namespace) -> int:
     runs = []
     for uri in args.store:
         for clients in args.clients:
-            with console.status(f"{_display(uri)}: {clients} client(s), {args.seconds:g}s"):
+            with console.status(f"{redact(uri)}: {clients} client(s), {args.seconds:g}s"):
                 runs.append(race(uri, args.shard, clients, args.seconds, args.bytes))
     table = Table(title=f"compare-and-set on one shard, {args.seconds:g}s per run")
     for column in (

@@ -40,7 +40,7 @@ from .contracts import (
     check_truncate_args,
 )
 from .errors import DeterminateError, IndeterminateError, StorageError
-from .uri import bad_uri
+from .uri import bad_uri, redact
 
 T = TypeVar("T")
 
@@ -83,15 +83,15 @@ class PostgresConsensus:
     is an :class:`IndeterminateError`, during a read a :class:`DeterminateError`;
     any other server error is a :class:`DeterminateError` (an autocommitted
     statement that failed left nothing behind). Calls after ``close()`` raise
-    ``ValueError``.
+    ``ValueError``. No message, and not ``uri``, shows a password the URI holds.
     """
 
     def __init__(self, uri: str) -> None:
-        self.uri = uri
+        self.uri = redact(uri)
         try:
             params = conninfo_to_dict(uri)
         except psycopg.ProgrammingError as exc:
-            raise bad_uri(uri, "consensus", str(exc).strip()) from None
+            raise bad_uri(uri, "consensus", redact(str(exc).strip(), uri=uri)) from None
         params.setdefault("connect_timeout", 5)
         params.setdefault("options", "-c statement_timeout=10000")
         params.setdefault("application_name", "shardsink")

@@ -84,10 +84,6 @@ def _is_key(key: str) -> bool:
     return True
 
 
-def _redact(uri: str) -> str:
-    return re.sub(r"(secret_key=)[^&#]*", r"\1***", uri)
-
-
 class S3Blob:
     """A ``Blob`` stored as objects of one bucket, under an optional key prefix.
 
@@ -161,48 +157,47 @@ class S3Blob:
         query parameter, or missing credentials; :class:`DeterminateError` if
         the endpoint cannot be reached or the bucket does not exist.
         """
-        shown = _redact(uri)
         parts = urlsplit(uri)
         bucket = parts.netloc
         if not bucket:
-            raise bad_uri(shown, "blob", "missing bucket name (s3://bucket/...)")
+            raise bad_uri(uri, "blob", "missing bucket name (s3://bucket/...)")
         if not _BUCKET_RE.match(bucket) or ".." in bucket or _IPV4_RE.match(bucket):
             raise bad_uri(
-                shown,
+                uri,
                 "blob",
                 f"invalid bucket name {bucket!r}: 3-63 characters of a-z, 0-9, '.', '-', "
                 "starting and ending with a letter or digit",
             )
         if parts.fragment:
-            raise bad_uri(shown, "blob", "s3 URIs take no fragment")
+            raise bad_uri(uri, "blob", "s3 URIs take no fragment")
         prefix = parts.path.strip("/")
         if prefix:
             try:
                 check_key(prefix)
             except ValueError:
                 raise bad_uri(
-                    shown, "blob", f"invalid key prefix {prefix!r} (same rules as blob keys)"
+                    uri, "blob", f"invalid key prefix {prefix!r} (same rules as blob keys)"
                 ) from None
             prefix += "/"
         params = parse_qs(parts.query, keep_blank_values=True)
         unknown = sorted(set(params) - set(_QUERY_PARAMS))
         if unknown:
             raise bad_uri(
-                shown,
+                uri,
                 "blob",
                 f"unknown query parameter(s) {', '.join(unknown)} "
                 f"(accepted: {', '.join(_QUERY_PARAMS)})",
             )
         repeated = sorted(k for k, v in params.items() if len(v) > 1)
         if repeated:
-            raise bad_uri(shown, "blob", f"repeated query parameter(s) {', '.join(repeated)}")
+            raise bad_uri(uri, "blob", f"repeated query parameter(s) {', '.join(repeated)}")
         one = {k: v[0] for k, v in params.items()}
-        endpoint = cls._check_endpoint(shown, one.get("endpoint", ""))
+        endpoint = cls._check_endpoint(uri, one.get("endpoint", ""))
         access_key = one.get("access_key") or os.environ.get("AWS_ACCESS_KEY_ID", "")
         secret_key = one.get("secret_key") or os.environ.get("AWS_SECRET_ACCESS_KEY", "")
         if not access_key or not secret_key:
             raise bad_uri(
-                shown,
+                uri,
                 "blob",
                 "missing credentials: give access_key and secret_key in the URI or set "
                 "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
@@ -217,21 +212,19 @@ class S3Blob:
         )
 
     @staticmethod
-    def _check_endpoint(shown: str, endpoint: str) -> str:
+    def _check_endpoint(uri: str, endpoint: str) -> str:
         if not endpoint:
-            raise bad_uri(shown, "blob", "missing endpoint=http(s)://host:port")
+            raise bad_uri(uri, "blob", "missing endpoint=http(s)://host:port")
         ep = urlsplit(endpoint)
         if ep.scheme not in ("http", "https"):
-            raise bad_uri(
-                shown, "blob", f"endpoint {endpoint!r} must start with http:// or https://"
-            )
+            raise bad_uri(uri, "blob", f"endpoint {endpoint!r} must start with http:// or https://")
         try:
             port = ep.port
         except ValueError:
             port = None
         if not ep.hostname or port is None or ep.path not in ("", "/") or ep.query:
             raise bad_uri(
-                shown, "blob", f"endpoint {endpoint!r} must be exactly {ep.scheme}://host:port"
+                uri, "blob", f"endpoint {endpoint!r} must be exactly {ep.scheme}://host:port"
             )
         return f"{ep.scheme}://{ep.netloc}"
 

@@ -10,6 +10,8 @@ import sys
 import tempfile
 import time
 
+from ..storage.uri import BLOB_ENV, STORE_ENV
+
 
 class ServerProcess:
     """``shardsink consensus serve`` as a child process.
@@ -30,11 +32,17 @@ class ServerProcess:
         env: dict[str, str] | None = None,
     ) -> None:
         self.argv = [
-            sys.executable, "-m", "shardsink.cli", "consensus", "serve",
-            "--store", store, "--blob", blob, "--bind", bind, *extra,
+            sys.executable, "-m", "shardsink.cli", "consensus", "serve", "--bind", bind, *extra,
         ]  # fmt: skip
         self.startup_timeout_s = startup_timeout_s
-        self.env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+        # the URIs in the environment, not in argv, where a password would show in `ps`
+        self.env = {
+            **os.environ,
+            **(env or {}),
+            STORE_ENV: store,
+            BLOB_ENV: blob,
+            "PYTHONUNBUFFERED": "1",
+        }
         self.address: str | None = None
         self.proc: subprocess.Popen | None = None
         self.starts = 0

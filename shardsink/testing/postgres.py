@@ -2,7 +2,9 @@
 
 ``PostgresServer(base_dir).start()`` runs ``initdb`` and then ``postgres``
 directly (not ``pg_ctl``, so we hold the server's pid), listening on
-``127.0.0.1`` at a free port with trust authentication and no Unix socket.
+``127.0.0.1`` at a free port with no Unix socket. The superuser is trusted;
+any other role logs in with its password (:meth:`PostgresServer.new_user`), so
+tests can check what becomes of a password given in a URI.
 ``stop()`` shuts it down by pid; the server also dies if the process that
 started it dies (``PR_SET_PDEATHSIG``), so a crashed test run never leaks it.
 
@@ -25,6 +27,7 @@ import glob
 import itertools
 import os
 import pwd
+import secrets
 import shutil
 import signal
 import socket
@@ -34,6 +37,11 @@ import time
 from pathlib import Path
 
 SUPERUSER = "postgres"
+# TCP only: the superuser is trusted, every other role needs its password.
+_HBA = f"""\
+host all {SUPERUSER} 127.0.0.1/32 trust
+host all all 127.0.0.1/32 scram-sha-256
+"""
 _PR_SET_PDEATHSIG = 1
 _BIND_RETRIES = 3
 
@@ -163,6 +171,9 @@ class PostgresServer:
                     check=True,
                     **self._spawn_kwargs(user),
                 )
+            # rewritten in place, so the file keeps the owner initdb gave it
+            with open(Path(data) / "pg_hba.conf", "w") as hba:
+                hba.write(_HBA)
             for _ in range(_BIND_RETRIES):
                 if self._launch(bindir, data, user, log_path):
                     return self
@@ -230,6 +241,29 @@ class PostgresServer:
         with psycopg.connect(self.url, connect_timeout=5, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.url.rsplit("/", 1)[0] + f"/{name}"
+
+    def new_user(self) -> tuple[str, str]:
+        """A fresh role that logs in with a random password, owning a fresh
+        database: the database's URL (the password in it) and the password."""
+        import psycopg
+        from psycopg import sql
+
+        if self.url is None or self._proc is None:
+            raise RuntimeError("PostgresServer.new_user: the server is not running")
+        name = f"u{os.getpid()}_{next(self._db_counter)}"
+        password = secrets.token_hex(16)
+        with psycopg.connect(self.url, connect_timeout=5, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                    sql.Identifier(name), sql.Literal(password)
+                )
+            )
+            conn.execute(
+                sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                    sql.Identifier(name), sql.Identifier(name)
+                )
+            )
+        return f"postgresql://{name}:{password}@127.0.0.1:{self.port}/{name}", password
 
     def pids(self) -> list[int]:
         """The postmaster's pid (its backends are its children), if running."""

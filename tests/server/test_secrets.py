@@ -1,0 +1,185 @@
+"""A password given in a store URI shows in no command line, log line, error
+or output: not of the stores, not of a cluster and its consensus process
+(restarted included), not of the shard commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from shardsink.persist import ShardNotFound, open_shard
+from shardsink.storage import DeterminateError, open_consensus
+from shardsink.storage.uri import redact
+
+ROOT = Path(__file__).resolve().parents[2]
+PW = "Zq7-s3cr3t"
+
+
+@pytest.mark.parametrize(
+    ("uri", "shown"),
+    [
+        (f"postgresql://u:{PW}@h:5432/db", "postgresql://u:***@h:5432/db"),
+        (f"postgres://u:{PW}%40x@h/db", "postgres://u:***@h/db"),
+        (f"postgresql://u:{PW}@x@h/db", "postgresql://u:***@h/db"),
+        (f"postgresql://u@h/db?password={PW}&sslmode=off", "postgresql://u@h/db?password=***&sslmode=off"),
+        (f"postgresql://h/db?sslpassword={PW}#f", "postgresql://h/db?sslpassword=***#f"),
+        (f"host=h password='{PW} x' user=u", "host=h password=*** user=u"),
+        (
+            f"s3://b/p?endpoint=http://127.0.0.1:9000&access_key=a&secret_key={PW}",
+            "s3://b/p?endpoint=http://127.0.0.1:9000&access_key=a&secret_key=***",
+        ),
+        (f"error on 'postgresql://u:{PW}@h/db': x", "error on 'postgresql://u:***@h/db': x"),
+        ("postgresql://u@h:5432/db?connect_timeout=2", "postgresql://u@h:5432/db?connect_timeout=2"),
+        ("sqlite:///tmp/c.db", "sqlite:///tmp/c.db"),
+        ("file:///tmp/blob", "file:///tmp/blob"),
+    ],
+)  # fmt: skip
+def test_redact_masks_every_secret_and_nothing_else(uri: str, shown: str) -> None:
+    assert redact(uri) == shown
+
+
+def test_redact_given_the_uri_masks_its_secret_quoted_anywhere() -> None:
+    uri = f"postgresql://u:{PW}%zz@h/db"
+    assert redact(f'invalid percent-encoded token: "{PW}%zz"', uri=uri) == (
+        'invalid percent-encoded token: "***"'
+    )
+
+
+@pytest.mark.postgres
+def test_postgres_password_is_in_no_uri_or_error(postgres_server, tmp_path) -> None:
+    url, password = postgres_server.new_user()
+    blob = f"file://{tmp_path}/blob"
+    store = open_consensus(url)
+    try:
+        assert password not in store.uri and store.uri.startswith("postgresql://")
+    finally:
+        store.close()
+    errors = []
+    with pytest.raises(ShardNotFound) as missing:
+        open_shard("missing", blob=blob, consensus=url, create=False)
+    errors.append(missing.value)
+    port = str(postgres_server.port)
+    bad = [
+        url.replace(f":{port}/", ":notaport/"),  # libpq quotes the bad value
+        url.replace(f":{password}@", f":{password}%zz@"),  # libpq quotes the bad token
+        url.replace("postgresql://", "postgresq://"),  # an unknown scheme
+    ]
+    for uri in bad:
+        with pytest.raises((ValueError, DeterminateError)) as refused:
+            open_consensus(uri)
+        errors.append(refused.value)
+    with pytest.raises(DeterminateError, match="password authentication failed") as denied:
+        open_consensus(url.replace(f":{password}@", f":{password}x@"))
+    errors.append(denied.value)
+    for error in errors:
+        assert password not in str(error), error
+
+
+def _sh(*args: str, env: dict[str, str] | None = None, timeout: float = 120):
+    return subprocess.run(
+        [sys.executable, "-m", "shardsink.cli", *args],
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _command_lines(root: psutil.Process) -> list[str]:
+    """The command lines of ``root``'s descendants (``root``'s own holds
+    what the user typed)."""
+    out = []
+    for process in root.children(recursive=True):
+        try:
+            out.append(" ".join(process.cmdline()))
+        except psutil.Error:  # exited between the listing and the look
+            continue
+    return out
+
+
+def _consensus_child(root: psutil.Process) -> psutil.Process | None:
+    for process in root.children(recursive=True):
+        try:
+            if process.name() == "shardsink consensus":
+                return process
+        except psutil.Error:
+            continue
+    return None
+
+
+def _appends(events: Path) -> int:
+    return len(events.read_text().splitlines()) if events.exists() else 0
+
+
+@pytest.mark.postgres
+def test_a_cluster_on_a_password_store_shows_it_nowhere(postgres_server, tmp_path, popen) -> None:
+    """``shardsink up`` on a password-protected PostgreSQL store, its consensus
+    process killed once (so it is restarted and the restart logged): the
+    password is in no process's command line at any look, in no log of the
+    run, and in no output of ``up``, ``shard inspect`` or a failed command."""
+    url, password = postgres_server.new_user()
+    blob = f"file://{tmp_path}/blob"
+    events = tmp_path / "events.jsonl"
+    argv = [
+        sys.executable, "-m", "shardsink.cli", "up", "--consensus", url, "--blob", blob,
+        "--groups", "1", "--workers", "1", "--interval-ms", "100", "--pace", "realtime",
+        "--intervals", "40", "--events", str(events), "--json", "-v",
+    ]  # fmt: skip
+    up = popen(
+        argv,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    root = psutil.Process(up.pid)
+    seen = set()
+    logs: dict[str, str] = {}
+    killed = None
+    deadline = time.monotonic() + 120
+    while up.poll() is None:
+        assert time.monotonic() < deadline, "shardsink up did not finish in 120 s"
+        seen.update(_command_lines(root))
+        child = _consensus_child(root)
+        if child is not None:
+            try:  # its log, in the run directory that `up` removes at the end
+                log_path = os.readlink(f"/proc/{child.pid}/fd/2")
+                logs[log_path] = Path(log_path).read_text()
+            except OSError:
+                pass
+            if killed is None and _appends(events) >= 5:
+                os.kill(child.pid, signal.SIGKILL)  # a grandchild this test started
+                killed = child.pid
+        time.sleep(0.05)
+    out, err = up.communicate(timeout=60)
+    assert up.returncode == 0, err
+    assert killed is not None and logs, "the consensus process was never seen"
+    summary = json.loads(out)
+    assert summary["consensus_restarts"] >= 1 and summary["verified"] is True
+    assert "restarting it on postgresql://" in err  # the restart is logged, redacted
+    assert any("shardsink consensus" in line or "consensus serve" in line for line in seen)
+    inspect = _sh("shard", "inspect", "--consensus", url, "--blob", blob, "--json")
+    assert inspect.returncode == 0, inspect.stderr
+    assert json.loads(inspect.stdout)["upper"] == 40 * 100
+    missing = _sh("shard", "inspect", "--consensus", url, "--blob", blob, "--shard", "nope")
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+    shown = {
+        "command lines": "\n".join(seen),
+        "stdout": out,
+        "stderr": err,
+        "events": events.read_text(),
+        **logs,
+        "inspect": inspect.stdout + inspect.stderr,
+        "inspect error": missing.stderr,
+    }
+    leaked = [name for name, text in shown.items() if password in text]
+    assert not leaked, f"the password shows in: {leaked}"

@@ -2,31 +2,41 @@
 
 For each part size a worker process streams the same record batch (shaped like
 the workloads' rows) to a builder process: one untimed warm-up repetition, then
-several timed repetitions of many parts. The builder times each repetition from
-a shared start until it holds the last batch. Throughput is the batch's Arrow
-bytes times the parts over that time; each figure is the median over the timed
-repetitions. Columns of ``transport.json`` (all GB/s):
+several timed repetitions of many parts. The builder reads every byte of every
+batch it receives (:func:`read_batch`: a checksum over the batch's buffers) and
+checks it against the sent batch's, and times each repetition from a shared
+start until it has read the last batch. Every column therefore moves the same
+bytes and reads them where they arrive: a zero-copy transport cannot score by
+leaving bytes untouched, and a corrupted part fails the run. Throughput is the
+batch's Arrow bytes times the parts over that time; each figure is the median
+over the timed repetitions. Columns of ``transport.json`` (all GB/s):
 
 - ``shm_gbps``: this transport end to end, as a worker uses it. The worker
   streams parts without waiting for each acknowledgement (as many may be
   outstanding as its arena holds): each is encoded straight into its arena and
-  referenced over ZeroMQ. The builder reads each batch zero-copy, holds it,
-  and acknowledges the parts it holds in one message once they fill
+  referenced over ZeroMQ. The builder maps each batch zero-copy, reads it in
+  place, holds it, and acknowledges the parts it holds in one message once they fill
   :data:`ACK_WINDOW` of arena. Parts up to the default inline cut-off travel
   inline (all of 4 KiB).
 - ``zmq_gbps``: the batch serialized to IPC bytes and sent with ``copy=False``
-  (PUSH/PULL); the builder decodes the frame in place.
-- ``queue_gbps``: a ``multiprocess.Queue`` carrying the pickled batch. This
+  (PUSH/PULL); the builder decodes the frame in place and reads it.
+- ``queue_gbps``: a ``multiprocess.Queue`` carrying the pickled batch, read
+  once unpickled. This
   baseline, between the benchmark's own two processes, is the only place
   shardsink unpickles anything.
-- ``memcpy_gbps``: the machine's limit for moving these bytes: one process
-  copies the batch's IPC bytes (``numpy.copyto``) into successive part-sized
-  slots of a warm (already written) buffer of :data:`RING_BYTES`, four times
-  the last-level cache here, so each copy lands in memory as a stream of parts
-  does, never in a destination still cached from the last lap.
-- ``memcpy_cached_gbps``: the same copy into one warm buffer of the part's size,
-  over and over; up to 1 MiB source and destination stay in the caches, so this
-  is cache bandwidth, not what a stream of parts can reach.
+- ``memcpy_gbps``: the machine's limit for moving these bytes and reading
+  them: one process copies the batch's IPC bytes (``numpy.copyto``) into
+  successive part-sized slots of a warm (already written) buffer of
+  :data:`RING_BYTES`, four times the last-level cache here, so each copy lands
+  in memory as a stream of parts does, never in a destination still cached
+  from the last lap; then it reads the copy (:func:`read_buffer`).
+- ``memcpy_cached_gbps``: the same copy and read with one warm buffer of the
+  part's size, over and over; up to 1 MiB source and destination stay in the
+  caches, so this is cache bandwidth, not what a stream of parts can reach.
+
+``bytes_read`` gives, per column, the bytes its reader read of each part: the
+batch's buffers for the transports, its IPC stream (a few hundred bytes of
+schema and message more) for memcpy.
 
 The memcpy figures are timed in the shm worker's process, one repetition of
 each just before each shm repetition while the builder waits: on a machine
@@ -48,6 +58,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -74,6 +85,8 @@ RING_BYTES = 128 << 20
 # machine): one acknowledgement per part 122 and 133, per 2 MiB 99 and 120,
 # per 4 MiB 104 and 122, per 8 MiB 114.
 ACK_WINDOW = 2 << 20
+# Every wait of the worker and the builder (a barrier, a part, an
+# acknowledgement) gives up after this long: nothing moving for a minute is a hang.
 TIMEOUT = 60.0
 _COLUMNS = ("shm", "zmq", "queue", "memcpy", "memcpy_cached")
 _ROW_BYTES = 60  # int64 key, 32-char string value (+ int32 offset), uint64 ts, int64 diff
@@ -105,6 +118,48 @@ def parts_per_rep(size: int) -> int:
     return min(MAX_PARTS, max(MIN_PARTS, BYTES_PER_REP // size))
 
 
+class Read(NamedTuple):
+    """What reading some bytes found: their checksum and how many there were."""
+
+    checksum: int
+    nbytes: int
+
+
+_MASK = (1 << 64) - 1
+
+
+def read_buffer(data) -> Read:
+    """Read every byte of ``data`` (anything exporting a contiguous buffer):
+    the sum modulo 2**64 of its little-endian 64-bit words, the last one
+    zero-padded. A sum rather than a CRC because it runs at memory bandwidth
+    (about 5x zlib's crc32 here), so reading costs what touching the bytes
+    costs; a changed byte still changes it."""
+    view = memoryview(data).cast("B")
+    words = view.nbytes // 8
+    total = int(np.add.reduce(np.frombuffer(view, np.uint64, count=words))) if words else 0
+    total += int.from_bytes(view[words * 8 :], "little")
+    return Read(total & _MASK, view.nbytes)
+
+
+def read_batch(batch: pa.RecordBatch) -> Read:
+    """Read every byte of every buffer of ``batch`` (:func:`read_buffer`),
+    wherever they live: a shared-memory segment, a ZeroMQ frame, the heap."""
+    total = nbytes = 0
+    for column in batch.columns:
+        for buf in column.buffers():
+            if buf is not None:
+                read = read_buffer(buf)
+                total += read.checksum
+                nbytes += read.nbytes
+    return Read(total & _MASK, nbytes)
+
+
+def _check(read: Read, sent: Read, what: str) -> None:
+    """``RuntimeError`` unless the bytes read are the bytes sent."""
+    if read != sent:
+        raise RuntimeError(f"{what}: read {read}, but the sender sent {sent}")
+
+
 class _Memcpy:
     """The memcpy baselines: copies of a batch's IPC bytes (see the module doc)."""
 
@@ -112,29 +167,34 @@ class _Memcpy:
         self.ring = np.ones(RING_BYTES, dtype=np.uint8)  # written: every page is mapped
         self.at = 0
 
-    def seconds(self, batch: pa.RecordBatch, parts: int, cached: bool) -> float:
-        """Seconds to copy the IPC bytes of ``batch`` ``parts`` times: into
-        successive part-sized slots of the ring (whose destination is never
-        still cached), or (``cached``) into one warm buffer of the part's size."""
+    def seconds(self, batch: pa.RecordBatch, parts: int, cached: bool) -> tuple[float, int]:
+        """Seconds to copy the IPC bytes of ``batch`` ``parts`` times and read
+        each copy (checked against the source): into successive part-sized
+        slots of the ring (whose destination is never still cached), or
+        (``cached``) into one warm buffer of the part's size; and the bytes
+        read of each copy. ``RuntimeError`` if a copy reads wrong."""
         from shardsink.shm.arena import write_stream
 
         sink = pa.BufferOutputStream()
         write_stream(sink, batch)
         src = np.frombuffer(sink.getvalue(), dtype=np.uint8)
-        slots = max(2, RING_BYTES // src.size)
-        ring = self.ring[: slots * src.size].reshape(slots, src.size)
-        dst = np.ones(src.size, dtype=np.uint8) if cached else None
+        sent = read_buffer(src)
+        slots = 1 if cached else max(2, RING_BYTES // src.size)
+        ring = (
+            np.ones((1, src.size), dtype=np.uint8)
+            if cached
+            else self.ring[: slots * src.size].reshape(slots, src.size)
+        )
+        at = 0 if cached else self.at % slots
         start = time.perf_counter()
-        if dst is not None:
-            for _ in range(parts):
-                np.copyto(dst, src)
-        else:
-            at = self.at % slots
-            for _ in range(parts):
-                np.copyto(ring[at], src)
-                at = (at + 1) % slots
+        for _ in range(parts):
+            np.copyto(ring[at], src)
+            _check(read_buffer(ring[at]), sent, "memcpy")
+            at = (at + 1) % slots
+        took = time.perf_counter() - start
+        if not cached:
             self.at = at
-        return time.perf_counter() - start
+        return took, sent.nbytes
 
 
 def _worker(
@@ -142,7 +202,8 @@ def _worker(
 ) -> None:
     """Send ``parts`` copies of a batch of each ``size`` in ``plan``, ``reps`` times.
     For ``shm``, time the memcpy baselines just before each repetition, while
-    the builder waits, and write their seconds per size to ``out`` as JSON."""
+    the builder waits, and write their seconds and bytes read per size to
+    ``out`` as JSON (:func:`_write_out`)."""
     from shardsink.shm import PartSender
     from shardsink.shm.arena import write_stream
 
@@ -173,12 +234,13 @@ def _worker(
         # each of its repetitions: on a shared machine both then see the same load.
         memcpy = _Memcpy() if transport == "shm" else None
         seconds: dict[str, dict[int, list[float]]] = {"memcpy": {}, "memcpy_cached": {}}
+        bytes_read: dict[str, dict[int, int]] = {"memcpy": {}, "memcpy_cached": {}}
         for size, parts in plan:
             batch = make_batch(size)
             for rep in range(1 + reps):  # a warm-up, then the timed repetitions
                 if memcpy is not None:
                     for column, cached in (("memcpy", False), ("memcpy_cached", True)):
-                        took = memcpy.seconds(batch, parts, cached)
+                        took, bytes_read[column][size] = memcpy.seconds(batch, parts, cached)
                         if rep:
                             seconds[column].setdefault(size, []).append(took)
                 barrier.wait(TIMEOUT)
@@ -188,20 +250,26 @@ def _worker(
                     settle()
         barrier.wait(TIMEOUT)  # every acknowledgement is in: the builder may close
     if memcpy is not None:
-        Path(out).write_text(json.dumps(seconds))
+        _write_out(out, seconds, bytes_read)
 
 
 def _builder(
     transport: str, endpoint: str, cluster: str, plan, reps: int, barrier, queue, out: str
 ) -> None:
-    """Time each repetition of :func:`_worker` from the shared start to the last
-    batch in hand; write the seconds per size to ``out`` as JSON."""
+    """Time each repetition of :func:`_worker` from the shared start until the
+    last batch is read (:func:`read_batch`, checked against the sent batch's);
+    write the seconds and bytes read per size to ``out`` as JSON
+    (:func:`_write_out`). ``RuntimeError`` if a batch reads wrong."""
     from shardsink.shm import PartReceiver, decode_part
 
     kind, _ = _TRANSPORTS[transport]
+    release = None
     with contextlib.ExitStack() as stack:
         if kind == "queue":
-            read = queue.get
+
+            def receive() -> pa.RecordBatch:
+                return queue.get(timeout=TIMEOUT)
+
         elif kind == "zmq":
             import zmq
 
@@ -211,7 +279,7 @@ def _builder(
             sock.setsockopt(zmq.LINGER, 0)
             sock.bind(endpoint)
 
-            def read() -> pa.RecordBatch:
+            def receive() -> pa.RecordBatch:
                 return decode_part(pa.py_buffer(sock.recv(copy=False).buffer), "zmq frame")
 
         else:
@@ -220,10 +288,7 @@ def _builder(
             held: list = []
             held_bytes = 0
 
-            def read(last: bool) -> pa.RecordBatch:
-                # Like a builder holding parts until they are in its output, this
-                # one acknowledges the parts it holds in one message once they
-                # reach ACK_WINDOW bytes of arena (and at the end of a repetition).
+            def receive() -> pa.RecordBatch:
                 nonlocal held_bytes
                 part = receiver.recv(TIMEOUT)
                 if part is None:
@@ -231,35 +296,50 @@ def _builder(
                 if part.ref is not None:  # inline parts need no acknowledgement
                     held.append(part)
                     held_bytes += part.ref.length
+                return part.batch
+
+            def release(last: bool) -> None:
+                # Like a builder holding parts until they are in its output, this
+                # one acknowledges the parts it holds (and has read: the worker
+                # reuses acknowledged space) in one message once they reach
+                # ACK_WINDOW bytes of arena, and at the end of a repetition.
+                nonlocal held_bytes
                 if held and (last or held_bytes >= ACK_WINDOW):
                     receiver.ack(*held)
                     held.clear()
                     held_bytes = 0
-                return part.batch
 
-        seconds = {}
+        seconds: dict[int, list[float]] = {}
+        bytes_read: dict[int, int] = {}
         for size, parts in plan:
+            sent = read_batch(make_batch(size))
             seconds[size] = []
             for rep in range(1 + reps):
                 barrier.wait(TIMEOUT)
                 start = time.perf_counter()
-                if kind == "shm":
-                    for i in range(1, parts + 1):
-                        read(i == parts)
-                else:
-                    for _ in range(parts):
-                        read()
+                for i in range(1, parts + 1):
+                    _check(read_batch(receive()), sent, transport)
+                    if release is not None:
+                        release(i == parts)
                 if rep:  # the first is the warm-up
                     seconds[size].append(time.perf_counter() - start)
+            bytes_read[size] = sent.nbytes  # every part read as many, or _check raised
         # Closing drops unsent messages: not before the worker has its acknowledgements.
         barrier.wait(TIMEOUT)
-    Path(out).write_text(json.dumps({transport: seconds}))
+    _write_out(out, {transport: seconds}, {transport: bytes_read})
+
+
+def _write_out(out: str, seconds: dict, bytes_read: dict) -> None:
+    """Write one process's figures, ``{column: {size: ...}}`` each, to ``out``."""
+    Path(out).write_text(json.dumps({"seconds": seconds, "bytes_read": bytes_read}))
 
 
 def _run_pair(transport: str, sizes, reps: int, workdir: str, cluster: str):
-    """Median seconds per repetition for each size of one transport, worker and
-    builder in their own processes: ``{column: {size: seconds}}``, the columns
-    being ``transport`` and, for ``shm``, the memcpy baselines."""
+    """Median seconds per repetition and bytes read of each part for each size
+    of one transport, worker and builder in their own processes:
+    ``{"seconds": {column: {size: seconds}}, "bytes_read": {column: {size:
+    bytes}}}``, the columns being ``transport`` and, for ``shm``, the memcpy
+    baselines."""
     import multiprocess
 
     ctx = multiprocess.get_context("spawn")
@@ -276,7 +356,7 @@ def _run_pair(transport: str, sizes, reps: int, workdir: str, cluster: str):
     try:
         for proc in procs:
             proc.start()
-        deadline = time.monotonic() + TIMEOUT * 2
+        deadline = time.monotonic() + _bound_s(plan, reps)
         for proc in procs:
             proc.join(max(0.0, deadline - time.monotonic()))
         failed = [p for p in procs if p.exitcode != 0]
@@ -293,12 +373,24 @@ def _run_pair(transport: str, sizes, reps: int, workdir: str, cluster: str):
         if queue is not None:
             queue.close()
             queue.join_thread()
-    medians = {}
+    figures: dict[str, dict] = {"seconds": {}, "bytes_read": {}}
     for path in outs:
         if os.path.exists(path):
-            for column, per_size in json.loads(Path(path).read_text()).items():
-                medians[column] = {size: statistics.median(per_size[str(size)]) for size in sizes}
-    return medians
+            written = json.loads(Path(path).read_text())
+            for column, per_size in written["seconds"].items():
+                figures["seconds"][column] = {
+                    size: statistics.median(per_size[str(size)]) for size in sizes
+                }
+            figures["bytes_read"].update(written["bytes_read"])
+    return figures
+
+
+def _bound_s(sizes, reps: int) -> float:
+    """A bound on one transport's run over ``sizes``: each of its steps (a
+    repetition of one size, between two barriers) is bounded by its own
+    waits, so this only catches a run that crawls without ever hanging; on a
+    loaded machine a single step can take many seconds."""
+    return TIMEOUT * (len(sizes) * (1 + reps) + 2)
 
 
 def _pair(transport: str, sizes, reps: int, workdir: str, cluster: str):
@@ -310,7 +402,7 @@ def _pair(transport: str, sizes, reps: int, workdir: str, cluster: str):
             [sys.executable, "-m", __name__, config],
             capture_output=True,
             text=True,
-            timeout=TIMEOUT * 3,
+            timeout=_bound_s(sizes, reps) + TIMEOUT,
             check=False,
         )
     except subprocess.TimeoutExpired:
@@ -318,8 +410,11 @@ def _pair(transport: str, sizes, reps: int, workdir: str, cluster: str):
     if done.returncode != 0:
         raise RuntimeError(f"transport benchmark {transport!r} failed:\n{done.stderr[-3000:]}")
     return {
-        column: {int(size): secs for size, secs in per_size.items()}
-        for column, per_size in json.loads(done.stdout).items()
+        figure: {
+            column: {int(size): value for size, value in per_size.items()}
+            for column, per_size in columns.items()
+        }
+        for figure, columns in json.loads(done.stdout).items()
     }
 
 
@@ -333,11 +428,13 @@ def run(
 ) -> dict:
     """Run the benchmark, write ``out_dir/transport.json`` and return its content:
     ``{"parts": [{"size", "batch_bytes", "parts_per_rep", "shm_gbps", "zmq_gbps",
-    "queue_gbps", "memcpy_gbps", "memcpy_cached_gbps"}, ...], "reps",
+    "queue_gbps", "memcpy_gbps", "memcpy_cached_gbps", "bytes_read": {column:
+    bytes}}, ...], "reps",
     "inline_max_bytes"}`` plus ``"inline_sweep": [{"size", "inline_gbps",
     "shm_gbps"}, ...]`` if asked. ``sizes``, ``sweep_sizes`` and ``reps``
     default to the published configuration. Raises ``RuntimeError`` if a
-    worker or builder process fails or exceeds its timeout."""
+    worker or builder process fails (a part read wrong, say) or exceeds its
+    timeout."""
     from shardsink.shm import INLINE_MAX_BYTES, unlink_cluster
 
     out = Path(out_dir)
@@ -346,13 +443,16 @@ def run(
     measured = {*sizes, *sweep_sizes} if inline_sweep else set(sizes)
     batch_bytes = {size: make_batch(size).nbytes for size in measured}
     seconds: dict[str, dict[int, float]] = {}
+    bytes_read: dict[str, dict[int, int]] = {}
+    pairs = [(t, sizes) for t in ("shm", "zmq", "queue")]
+    if inline_sweep:
+        pairs += [(t, sweep_sizes) for t in ("inline", "shm_only")]
     try:
         with tempfile.TemporaryDirectory(prefix="shardsink-bench-") as workdir:  # mode 0700
-            for transport in ("shm", "zmq", "queue"):
-                seconds.update(_pair(transport, sizes, reps, workdir, cluster))
-            if inline_sweep:
-                for transport in ("inline", "shm_only"):
-                    seconds.update(_pair(transport, sweep_sizes, reps, workdir, cluster))
+            for transport, measured_sizes in pairs:
+                figures = _pair(transport, measured_sizes, reps, workdir, cluster)
+                seconds.update(figures["seconds"])
+                bytes_read.update(figures["bytes_read"])
     finally:
         unlink_cluster(cluster)
 
@@ -366,6 +466,7 @@ def run(
                 "batch_bytes": batch_bytes[size],
                 "parts_per_rep": parts_per_rep(size),
                 **{f"{t}_gbps": gbps(t, size) for t in _COLUMNS},
+                "bytes_read": {t: bytes_read[t][size] for t in _COLUMNS},
             }
             for size in sizes
         ],

@@ -12,7 +12,10 @@ class ShardConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
     ``inline_max_bytes`` and ``inline_total_max_bytes`` are fixed into the
     shard's state by whoever creates it; later openers use the state's values.
-    The other fields apply to the handle that carries them.
+    The fields of :data:`SERVED_FIELDS` belong to the shard's one machine
+    where a consensus server holds it: there they are the server's (its
+    flags), and a handle asking for others is refused, not overruled. The
+    other fields apply to the handle that carries them.
 
     - ``rollup_threshold``: a full state rollup goes to blob every this many versions.
     - ``inline_max_bytes``: a part whose encoding is below this many bytes is
@@ -64,3 +67,25 @@ class ShardConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"ShardConfig.{name} must be >= 0, got {getattr(self, name)}")
+
+
+#: The fields a consensus server applies to every shard it serves, for every
+#: client alike: its own settings, never one client's.
+SERVED_FIELDS = ("rollup_threshold", "leaked_blob_grace_ms", "max_attempts")
+
+
+def check_served(asked: ShardConfig, served: ShardConfig, where: str) -> None:
+    """``ValueError`` naming, for each of :data:`SERVED_FIELDS` where
+    ``asked`` differs from ``served``, both values and the server flag that
+    sets it; ``where`` says whose request it was (e.g. the shard)."""
+    differ = [name for name in SERVED_FIELDS if getattr(asked, name) != getattr(served, name)]
+    if differ:
+        raise ValueError(
+            f"{where}: asked for "
+            + ", ".join(f"{name}={getattr(asked, name)}" for name in differ)
+            + ", but this consensus server runs every shard with "
+            + ", ".join(
+                f"{name}={getattr(served, name)} (--{name.replace('_', '-')})" for name in differ
+            )
+            + "; open with the server's values, or restart the server with yours"
+        )

@@ -12,6 +12,7 @@ import threading
 
 import msgspec
 
+from ..persist.config import SERVED_FIELDS, ShardConfig
 from ..storage.uri import BLOB_ENV, STORE_ENV
 
 
@@ -47,6 +48,16 @@ def register(commands, bench) -> None:
     )
     serve.add_argument("--gc-interval", type=float, default=60.0, metavar="S")
     serve.add_argument("--sweep-interval", type=float, default=600.0, metavar="S")
+    served = ShardConfig()
+    for name in SERVED_FIELDS:
+        serve.add_argument(
+            f"--{name.replace('_', '-')}",
+            type=int,
+            default=getattr(served, name),
+            metavar="N",
+            help=f"every shard's {name} here (default {getattr(served, name)}); "
+            "a client opening a shard with another is refused",
+        )
     serve.set_defaults(func=_serve)
 
     stats = sub.add_parser("stats", help="print a server's per-shard counters")
@@ -66,6 +77,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise ValueError(
             f"name the stores with --store and --blob (or ${STORE_ENV} and ${BLOB_ENV})"
         )
+    config = ShardConfig(**{name: getattr(args, name) for name in SERVED_FIELDS})
     setproctitle("shardsink consensus")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     stop = threading.Event()
@@ -83,6 +95,7 @@ def _serve(args: argparse.Namespace) -> int:
         args.bind,
         gc_interval_s=args.gc_interval,
         sweep_interval_s=args.sweep_interval,
+        config=config,
     )
     try:
         print(f"listening on {server.address}", flush=True)

@@ -25,7 +25,7 @@ import msgspec
 import zmq
 
 from .. import faults
-from ..persist.config import ShardConfig
+from ..persist.config import ShardConfig, check_served
 from ..persist.gc import collect_garbage, sweep_leaked_blobs
 from ..persist.machine import LocalMachine, wall_clock_ms
 from ..persist.stats import MachineStats
@@ -90,9 +90,13 @@ class ConsensusServer:
     and rollups in ``blob`` (both closed by :meth:`close`).
 
     ``gc_interval_s`` / ``sweep_interval_s`` schedule GC and the leaked-blob
-    sweep per loaded shard (``0`` disables); ``leaked_grace_ms`` overrides each
-    shard's configured grace. Use :meth:`serve` to run the loop until ``stop``
-    is set, :meth:`close` (idempotent) to release everything.
+    sweep per loaded shard (``0`` disables). ``config`` holds the settings
+    every shard runs with here, whoever opened it first and after a restart
+    alike (its :data:`~shardsink.persist.config.SERVED_FIELDS`: rollup
+    threshold, leaked-blob grace, max attempts); a client opening a shard with
+    others gets a ``bad_request`` error naming them. Use :meth:`serve` to run
+    the loop until ``stop`` is set, :meth:`close` (idempotent) to release
+    everything.
     """
 
     def __init__(
@@ -103,7 +107,7 @@ class ConsensusServer:
         *,
         gc_interval_s: float = 60.0,
         sweep_interval_s: float = 600.0,
-        leaked_grace_ms: int | None = None,
+        config: ShardConfig | None = None,
         clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self._store = store
@@ -113,7 +117,7 @@ class ConsensusServer:
         self.address = self._rpc.address
         self._gc_interval_s = gc_interval_s
         self._sweep_interval_s = sweep_interval_s
-        self._leaked_grace_ms = leaked_grace_ms
+        self.config = config or ShardConfig()
         self._clock = clock
         self._shards: dict[str, _Shard] = {}
         self._parked: list[_Parked] = []
@@ -187,6 +191,7 @@ class ConsensusServer:
         raise TypeError(f"unhandled request {type(request).__name__}")
 
     def _open(self, request: OpenShard) -> _Shard:
+        check_served(request.config, self.config, f"shard {request.shard!r}")
         shard = self._shards.get(request.shard)
         if shard is None:
             machine = LocalMachine.open(
@@ -206,7 +211,7 @@ class ConsensusServer:
         """A loaded shard; after a restart, an existing shard loads on first use."""
         shard = self._shards.get(name)
         if shard is None:
-            shard = self._open(OpenShard(name, b"", ShardConfig(), create=False))
+            shard = self._open(OpenShard(name, b"", self.config, create=False))
         return shard
 
     def _answer_parked(self, now: float, shard: str | None = None) -> None:
@@ -252,9 +257,7 @@ class ConsensusServer:
                 shard.gc_runs += 1
                 shard.blobs_deleted += len(report.blobs_deleted)
             if sweep:
-                grace = self._leaked_grace_ms
-                if grace is None:
-                    grace = machine.config.leaked_blob_grace_ms
+                grace = self.config.leaked_blob_grace_ms
                 shard.leaked_swept += len(
                     sweep_leaked_blobs(machine, self._blob, grace, self._clock())
                 )

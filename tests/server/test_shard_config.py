@@ -1,0 +1,75 @@
+"""A shard's rollup threshold, leaked-blob grace and max attempts on a
+consensus server are the server's, for every client and across restarts: a
+client asking for others is refused with both values named, never overruled
+in silence by whoever opened the shard first."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from shardsink.cluster.workloads import Workload
+from shardsink.persist import open_shard
+from shardsink.persist.config import ShardConfig
+from shardsink.testing.consensus import ServerProcess
+
+WORKLOAD = Workload("trickle", rows_per_interval=4, interval_ms=1)
+SERVED = ShardConfig(rollup_threshold=4, leaked_blob_grace_ms=0, max_attempts=8)
+
+
+def _server(tmp_path: Path, *flags: str) -> ServerProcess:
+    return ServerProcess(
+        f"sqlite://{tmp_path}/consensus.db",
+        f"file://{tmp_path}/blob",
+        f"ipc://{tmp_path}/sock/consensus",
+        *flags,
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("rollup_threshold", 4), ("leaked_blob_grace_ms", 0), ("max_attempts", 3)]
+)
+def test_a_second_client_asking_for_other_settings_is_refused(tmp_path, name, value) -> None:
+    blob = f"file://{tmp_path}/blob"
+    asked = ShardConfig(**{name: value})
+    default = getattr(ShardConfig(), name)
+    with _server(tmp_path) as server, open_shard("s", blob=blob, consensus=server.address) as first:
+        first.writer().compare_and_append_table(WORKLOAD.updates(0), 0, 1)
+        with pytest.raises(ValueError) as refused:
+            open_shard("s", blob=blob, consensus=server.address, config=asked)
+        message = str(refused.value)
+        assert f"shard 's': asked for {name}={value}" in message
+        assert f"{name}={default} (--{name.replace('_', '-')})" in message
+        # the first client goes on as before
+        assert first.writer().compare_and_append_table(WORKLOAD.updates(1), 1, 2) == 2
+
+
+def test_the_servers_settings_hold_for_every_shard_and_after_a_restart(tmp_path) -> None:
+    blob = f"file://{tmp_path}/blob"
+    flags = ("--rollup-threshold", "4", "--leaked-blob-grace-ms", "0", "--max-attempts", "8")
+    server = _server(tmp_path, *flags, "--sweep-interval", "0.1")
+    with server:
+        with pytest.raises(ValueError, match=r"rollup_threshold=128, leaked_blob_grace_ms="):
+            open_shard("s", blob=blob, consensus=server.address)  # the defaults differ
+        with open_shard("s", blob=blob, consensus=server.address, config=SERVED) as shard:
+            writer = shard.writer()
+            for i in range(6):
+                writer.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
+            assert len(shard.state().rollups) >= 2  # one every 4 versions, not every 128
+            server.kill()
+            server.start()  # the shard now loads on the first command, not an open
+            seqno = shard.state().seqno
+            while shard.state().seqno < seqno + 5:
+                i = shard.upper
+                writer.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
+            rollups = sorted(shard.state().rollups)
+            assert rollups[-1] > seqno, f"no rollup after the restart: {rollups}"
+            leaked = Path(f"{tmp_path}/blob/s/part/leaked")
+            leaked.parent.mkdir(parents=True, exist_ok=True)
+            leaked.write_bytes(b"x")
+            deadline = time.monotonic() + 30
+            while leaked.exists():  # swept at once: the grace is 0
+                assert time.monotonic() < deadline, "the leaked blob was never swept"
+                time.sleep(0.05)

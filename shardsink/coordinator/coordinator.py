@@ -16,6 +16,17 @@ reported are left to the leaked-blob sweep) and the interval is minted again
 with the next attempt from the shard's upper. A dead consensus process is
 restarted on its store; an append whose outcome was unknown is retried with
 the same idempotency token, so it takes effect exactly once.
+
+Another writer on the same shard (a second cluster through the same
+consensus server) makes this one a replica: the workloads are deterministic,
+so an interval the other writer appended first holds exactly what this
+cluster would have appended. Its compare-and-append fails at once with
+``UpperMismatch`` (never retried: no retry can change another writer's
+upper), the batches of the attempt are deleted, and the coordinator skips to
+the shard's new upper. A run ends when the shard's upper is ``intervals``
+past where the run found it, whoever appended them, so two clusters started
+together end together. A writer of another workload is not detected here;
+the read-back at the end of a run (``verify``) is what catches it.
 """
 
 from __future__ import annotations
@@ -130,6 +141,8 @@ class Counters:
     records: list[IntervalRecord] = field(default_factory=list)
     restarts: int = 0
     abandoned: int = 0
+    #: Intervals another writer appended first (see the module doc).
+    skipped: int = 0
     peak_rss: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
 
@@ -383,30 +396,42 @@ class Coordinator:
     # --- intervals --------------------------------------------------------------------
 
     def run(self, intervals: int, on_append: Callable[[IntervalRecord], None] | None) -> None:
-        """Append ``intervals`` intervals from the shard's upper on."""
+        """Seal ``intervals`` intervals from the shard's upper on: append each
+        one unless another writer appended it first (then skip it)."""
         interval_ms = self.config.interval_ms
         start = time.monotonic()
-        first = interval_of(self._upper(), self.config.interval_ms, self.shard.name)
-        done = 0
+        first = interval_of(self._upper(), interval_ms, self.shard.name)
         interval = first
         try:
-            while done < intervals:
+            while interval < first + intervals:
                 close = None
                 if self.config.pace == "realtime":
                     close = start + (interval - first + 1) * interval_ms / 1000
                     self._wait_until(close)
                 record = self._append_interval(interval, close)
-                if record is None:  # someone else appended: resync
-                    interval = interval_of(self._upper(), self.config.interval_ms, self.shard.name)
+                if record is None:
+                    interval = self._follow(interval)
                     continue
                 self.counters.records.append(record)
-                done += 1
                 interval += 1
                 if on_append is not None:
                     on_append(record)
         finally:
             self.counters.wall_s += time.monotonic() - start
             self.sample_rss(force=True)
+
+    def _follow(self, interval: int) -> int:
+        """The interval at the shard's upper, which another writer moved past
+        ``interval``; its appends are counted as skipped."""
+        upper = interval_of(self._upper(), self.config.interval_ms, self.shard.name)
+        self.counters.skipped += upper - interval
+        log.info(
+            "intervals %d to %d were appended by another writer of shard %r; following it",
+            interval,
+            upper - 1,
+            self.shard.name,
+        )
+        return upper
 
     def _wait_until(self, when: float) -> None:
         while (left := when - time.monotonic()) > 0:
@@ -416,12 +441,12 @@ class Coordinator:
                 self._restart(failed)
 
     def _append_interval(self, interval: int, close: float | None) -> IntervalRecord | None:
-        """Mint attempts of ``interval`` until one is appended; ``None`` if the
-        shard's upper moved past it by someone else's append."""
+        """Mint attempts of ``interval`` until one is appended; ``None`` if
+        another writer appended it first."""
         interval_ms = self.config.interval_ms
         lower, upper = interval * interval_ms, (interval + 1) * interval_ms
-        attempt = 0
-        while True:
+        attempt: int | None = 0
+        while attempt is not None:
             minted = time.monotonic()
             self._mint(interval, attempt, lower, upper)
             try:
@@ -438,45 +463,49 @@ class Coordinator:
             except GroupFailed as failure:
                 self._abandon(interval, attempt, str(failure))
                 self._restart(failure.groups)
-                attempt = self._next_attempt(interval, attempt)
-                continue
             except AccountingError as exc:
                 self._abandon(interval, attempt, f"the reports do not add up: {exc}")
-                attempt = self._next_attempt(interval, attempt)
-                continue
-            self._current = None
-            try:
-                cost = self._compare_and_append(accepted, lower, upper)
-            except UpperMismatch as exc:
-                self._discard(reports.values(), f"interval {interval}: {exc}")
-                return None
-            latency_ms = (time.monotonic() - (close if close is not None else minted)) * 1000
-            return IntervalRecord(
-                interval=interval,
-                attempt=attempt,
-                rows=accepted.rows,
-                own_batches=accepted.own_batches,
-                shared_batches=accepted.shared_batches,
-                data_parts=cost.data_parts,
-                inline_parts=cost.inline_parts,
-                inline_bytes=cost.inline_bytes,
-                blob_puts=accepted.blob_puts + cost.blob_puts,
-                blob_put_bytes=accepted.blob_put_bytes + cost.blob_put_bytes,
-                diff_bytes=cost.diff_bytes,
-                cas_calls=cost.cas_calls,
-                latency_ms=latency_ms,
-            )
+            else:
+                self._current = None
+                try:
+                    cost = self._compare_and_append(accepted, lower, upper)
+                except UpperMismatch as exc:
+                    self._discard(reports.values(), f"interval {interval}: {exc}")
+                    return None
+                since = close if close is not None else minted
+                return self._record(interval, attempt, accepted, cost, since)
+            attempt = self._next_attempt(interval, attempt)
+        return None
 
-    def _next_attempt(self, interval: int, attempt: int) -> int:
+    @staticmethod
+    def _record(
+        interval: int, attempt: int, accepted: Accepted, cost: AppendCost, since: float
+    ) -> IntervalRecord:
+        return IntervalRecord(
+            interval=interval,
+            attempt=attempt,
+            rows=accepted.rows,
+            own_batches=accepted.own_batches,
+            shared_batches=accepted.shared_batches,
+            data_parts=cost.data_parts,
+            inline_parts=cost.inline_parts,
+            inline_bytes=cost.inline_bytes,
+            blob_puts=accepted.blob_puts + cost.blob_puts,
+            blob_put_bytes=accepted.blob_put_bytes + cost.blob_put_bytes,
+            diff_bytes=cost.diff_bytes,
+            cas_calls=cost.cas_calls,
+            latency_ms=(time.monotonic() - since) * 1000,
+        )
+
+    def _next_attempt(self, interval: int, attempt: int) -> int | None:
+        """The attempt after the abandoned ``attempt``; ``None`` if another
+        writer appended ``interval`` meanwhile. ``ClusterError`` past
+        ``max_restarts`` attempts."""
         self.counters.abandoned += 1
+        if self._upper() > interval * self.config.interval_ms:
+            return None
         if attempt + 1 > self.config.max_restarts:
             raise ClusterError(f"interval {interval} failed {attempt + 1} attempts")
-        upper = self._upper()
-        if upper != interval * self.config.interval_ms:
-            raise ClusterError(
-                f"the shard's upper moved to {upper} while interval {interval} was "
-                "abandoned; is another cluster writing this shard?"
-            )
         return attempt + 1
 
     def _mint(self, interval: int, attempt: int, lower: int, upper: int) -> None:
@@ -529,7 +558,8 @@ class Coordinator:
     def _compare_and_append(self, accepted: Accepted, lower: int, upper: int) -> AppendCost:
         """Append ``accepted`` once; retried through consensus restarts with one
         idempotency token, so a try whose answer was lost makes the next one
-        ``AlreadyAppended`` rather than an append twice or an ``UpperMismatch``."""
+        ``AlreadyAppended`` rather than an append twice or an ``UpperMismatch``.
+        ``UpperMismatch`` (another writer appended first) is raised at once."""
         before = self.shard.stats()
         deadline = time.monotonic() + APPEND_RETRY_S
         self._check_consensus()
@@ -540,6 +570,8 @@ class Coordinator:
                 self.writer.compare_and_append(list(accepted.batches), lower, upper, token=token)
                 faults.point("append.after_cas")
                 break
+            except UpperMismatch:
+                raise  # no retry moves another writer's upper back
             except (StorageError, PersistError) as exc:
                 if time.monotonic() > deadline:
                     raise

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from . import datadir
 from ._address import REMOTE_SCHEMES
 from .persist.state import check_shard_name
 from .storage.uri import redact
@@ -152,12 +153,12 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     @property
     def blob_uri(self) -> str:
         """``blob``, or the file store under ``data_dir``."""
-        return self.blob or f"file://{os.path.join(self.data_path, 'blob')}"
+        return self.blob or datadir.blob_uri(self.data_path)
 
     @property
     def consensus_uri(self) -> str:
         """``consensus``, or the SQLite store under ``data_dir``."""
-        return self.consensus or f"sqlite://{os.path.join(self.data_path, 'consensus.db')}"
+        return self.consensus or datadir.consensus_uri(self.data_path)
 
     @property
     def external_server(self) -> bool:

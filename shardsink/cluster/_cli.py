@@ -95,7 +95,13 @@ def register(commands, bench) -> None:
         help=f"realtime: mint each interval when it closes; max: as fast as appends go "
         f"(default {d.pace})",
     )
-    up.add_argument("--data-dir", default=d.data_dir, metavar="D", help=f"default {d.data_dir}")
+    up.add_argument(
+        "--data-dir",
+        default=d.data_dir,
+        metavar="D",
+        help=f"made 0700 if new; its lock is held while the cluster serves its stores "
+        f"(default {d.data_dir})",
+    )
     up.add_argument("--blob", metavar="URI", help="default: file://D/blob")
     up.add_argument(
         "--consensus",

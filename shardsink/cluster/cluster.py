@@ -1,11 +1,14 @@
 """The Python API of a cluster: ``with Cluster(config) as c: c.run(); c.stats()``.
 
 Starting a cluster removes what dead clusters left behind (shared-memory
-segments of dead processes, run directories of dead coordinators), checks the
-shard (schema, upper) before any process starts, starts the consensus process
-(unless ``config.consensus`` names a running server) and every group, and
-waits until all are up. Closing shuts every process down, reaps it and
-unlinks every shared-memory segment of the cluster, whatever happened before.
+segments of dead processes, run directories of dead coordinators), takes the
+data dir's lock when it serves a store there (``shardsink.datadir``; the lock
+then names its consensus process's address, so ``shard`` commands on the data
+dir go through it), checks the shard (schema, upper) before any process
+starts, starts the consensus process (unless ``config.consensus`` names a
+running server) and every group, and waits until all are up. Closing shuts
+every process down, reaps it, unlinks every shared-memory segment of the
+cluster and lets go of the lock, whatever happened before.
 
 The calling process is the coordinator. Its children are killed if it dies
 (``PR_SET_PDEATHSIG``): that fires when the *thread* that started them exits,
@@ -15,7 +18,6 @@ so keep the thread that called :meth:`Cluster.start` alive while the cluster run
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import shutil
@@ -29,6 +31,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
+from .. import datadir
 from ..config import ClusterConfig
 from ..coordinator.consensus import ConsensusProcess
 from ..coordinator.coordinator import Coordinator, IntervalRecord, interval_of
@@ -124,7 +127,8 @@ class Cluster:
 
     Errors of :meth:`start`: ``ValueError`` for bad input (a shard with another
     schema, an upper that is not a multiple of ``interval_ms``, a data dir
-    another cluster is running on, a second start), storage errors
+    whose lock another process holds: :class:`~shardsink.datadir.DataDirBusy`
+    naming it, a second start), storage errors
     (a ``consensus`` address nobody answers, an unreachable store),
     :class:`ClusterError` if processes do not come up.
     """
@@ -138,7 +142,7 @@ class Cluster:
         self.coordinator: Coordinator | None = None
         self.run_dir: Path | None = None
         self.startup_s = 0.0
-        self._lock: int | None = None
+        self._lock: datadir.DataDirLock | None = None
         self._verification: Verification | None = None
         self._final: ClusterStats | None = None
         self._closed = False
@@ -159,9 +163,9 @@ class Cluster:
         config = self.config
         try:
             sweep()  # segments of dead processes, of any cluster
-            if config.blob is None or config.consensus is None:
-                os.makedirs(config.data_path, exist_ok=True)
-                self._lock = _lock_data_dir(config.data_path)
+            if _serves_data_dir(config):
+                data_dir = datadir.create(config.data_path)
+                self._lock = datadir.acquire(data_dir, datadir.COORDINATOR)
             if not config.external_server:
                 self._check_store()
             self.run_dir = make_run_dir(self.cluster_id)
@@ -175,6 +179,8 @@ class Cluster:
                     bind=config.consensus_bind,
                 )
                 address = self.consensus.start()
+                if self._lock is not None:
+                    self._lock.update(address=address)
             self.shard = open_shard(
                 config.shard,
                 blob=config.blob_uri,
@@ -215,7 +221,7 @@ class Cluster:
                 if self.run_dir is not None:
                     shutil.rmtree(self.run_dir, ignore_errors=True)
                 if self._lock is not None:
-                    os.close(self._lock)  # releases the lock
+                    self._lock.close()
 
     # --- running -------------------------------------------------------------------------
 
@@ -374,23 +380,14 @@ class Cluster:
             pass
 
 
-def _lock_data_dir(path: str) -> int:
-    """Hold ``path/cluster.lock`` for this process (released when its
-    descriptor is closed, or the process dies); ``ValueError`` naming the
-    holder if another cluster runs on the data dir."""
-    lock_path = os.path.join(path, "cluster.lock")
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-        os.close(fd)
-        raise ValueError(
-            f"data dir {path} is in use by another cluster (coordinator pid {holder})"
-        ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, str(os.getpid()).encode(), 0)
-    return fd
+def _serves_data_dir(config: ClusterConfig) -> bool:
+    """Whether the cluster serves a store of its data dir (then it holds the
+    data dir's lock): not when ``consensus`` names a running server, which
+    serves the state, nor when both stores are elsewhere."""
+    return not config.external_server and (
+        config.consensus_uri == datadir.consensus_uri(config.data_path)
+        or config.blob_uri == datadir.blob_uri(config.data_path)
+    )
 
 
 @contextlib.contextmanager

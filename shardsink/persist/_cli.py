@@ -3,15 +3,23 @@
 Every command names the shard's stores with ``--data-dir D`` (meaning
 ``file://D/blob`` and ``sqlite:///D/consensus.db``) or with ``--blob`` and
 ``--consensus`` URIs, which override it. No command creates a shard.
+
+Every command may change state (a read registers a reader), and a consensus
+server serving the data dir answers from its cache as if it were the only
+writer. So with ``--data-dir`` and no ``--consensus``, a command goes through
+the server the data dir's lock names, and when none runs it holds that lock
+while it uses the store (``shardsink.datadir``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import io
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -19,6 +27,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from .. import datadir
 from .errors import PersistError
 from .shard import Shard, open_shard
 
@@ -63,7 +72,11 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
 
 def _store_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--data-dir", type=Path, metavar="D", help="file://D/blob, sqlite:///D/consensus.db"
+        "--data-dir",
+        type=Path,
+        metavar="D",
+        help="file://D/blob, sqlite:///D/consensus.db; through the consensus server serving D, "
+        "if one runs",
     )
     parser.add_argument("--blob", metavar="URI", help="blob store URI (overrides --data-dir)")
     parser.add_argument("--consensus", metavar="URI", help="consensus URI (overrides --data-dir)")
@@ -78,25 +91,44 @@ def store_uris(args: argparse.Namespace) -> tuple[str, str]:
         data_dir = args.data_dir.resolve()
         if not (data_dir / "consensus.db").is_file():
             raise ValueError(f"--data-dir {args.data_dir}: no shard store (consensus.db) there")
-        blob = blob or f"file://{data_dir / 'blob'}"
-        consensus = consensus or f"sqlite://{data_dir / 'consensus.db'}"
+        blob = blob or datadir.blob_uri(data_dir)
+        consensus = consensus or datadir.consensus_uri(data_dir)
     if blob is None or consensus is None:
         raise ValueError("name the shard's stores with --data-dir D, or --blob and --consensus")
     return blob, consensus
 
 
+@contextlib.contextmanager
+def _stores(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
+    """The blob and consensus URIs the command uses: :func:`store_uris`, but
+    with ``--data-dir`` and no ``--consensus``, the address of the consensus
+    server serving the data dir, or else its store under its lock, held until
+    the block ends (:func:`~shardsink.datadir.acquire_or_server`)."""
+    blob, consensus = store_uris(args)
+    if args.data_dir is None or args.consensus is not None:
+        yield blob, consensus
+        return
+    taken = datadir.acquire_or_server(args.data_dir.resolve())
+    if isinstance(taken, datadir.Holder):
+        yield blob, taken.address
+        return
+    with taken:
+        yield blob, consensus
+
+
 def _with_shard(func):
-    """Run ``func(args, shard)`` on the shard the arguments name; shard errors
-    become ``ValueError`` so the command line prints them as one line."""
+    """Run ``func(args, shard)`` on the shard the arguments name (see
+    :func:`_stores`); shard errors become ``ValueError`` so the command line
+    prints them as one line."""
 
     @functools.wraps(func)
     def run(args: argparse.Namespace) -> int:
-        blob, consensus = store_uris(args)
-        try:
-            with open_shard(args.shard, blob=blob, consensus=consensus, create=False) as shard:
-                return func(args, shard)
-        except PersistError as exc:
-            raise ValueError(str(exc)) from exc
+        with _stores(args) as (blob, consensus):
+            try:
+                with open_shard(args.shard, blob=blob, consensus=consensus, create=False) as shard:
+                    return func(args, shard)
+            except PersistError as exc:
+                raise ValueError(str(exc)) from exc
 
     return run
 

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import signal
 import sys
 import threading
+from pathlib import Path
 
 import msgspec
 
+from .. import datadir
 from ..persist.config import SERVED_FIELDS, ShardConfig
 from ..storage.uri import BLOB_ENV, STORE_ENV
 
@@ -29,17 +32,24 @@ def register(commands, bench) -> None:
         description="Run a consensus server in the foreground until SIGTERM or Ctrl-C. "
         "Prints 'listening on ADDR' once it accepts requests.",
     )
+    serve.add_argument(
+        "--data-dir",
+        type=Path,
+        metavar="D",
+        help="serve D's stores (sqlite:///D/consensus.db, file://D/blob; D made 0700 if new) "
+        "and hold D's lock, so `shard` commands on D go through this server",
+    )
     # The environment, unlike the command line, is not shown to other users
     # (`ps`), so a URI holding a password belongs there.
     serve.add_argument(
         "--store",
         default=os.environ.get(STORE_ENV),
-        help=f"consensus store URI (sqlite:///..., ...); default ${STORE_ENV}",
+        help=f"consensus store URI (sqlite:///..., ...; overrides D's); default ${STORE_ENV}",
     )
     serve.add_argument(
         "--blob",
         default=os.environ.get(BLOB_ENV),
-        help=f"blob URI for rollups (file:///..., ...); default ${BLOB_ENV}",
+        help=f"blob URI for rollups (file:///..., ...; overrides D's); default ${BLOB_ENV}",
     )
     serve.add_argument(
         "--bind",
@@ -73,9 +83,10 @@ def _serve(args: argparse.Namespace) -> int:
     from ..storage import open_blob, open_consensus
     from .server import ConsensusServer
 
-    if args.store is None or args.blob is None:
+    if args.data_dir is None and (args.store is None or args.blob is None):
         raise ValueError(
-            f"name the stores with --store and --blob (or ${STORE_ENV} and ${BLOB_ENV})"
+            f"name the stores with --data-dir D, or --store and --blob (or ${STORE_ENV} "
+            f"and ${BLOB_ENV})"
         )
     config = ShardConfig(**{name: getattr(args, name) for name in SERVED_FIELDS})
     setproctitle("shardsink consensus")
@@ -83,25 +94,32 @@ def _serve(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    store = open_consensus(args.store)
-    try:
-        blob = open_blob(args.blob)
-    except BaseException:
-        store.close()
-        raise
-    server = ConsensusServer(
-        store,
-        blob,
-        args.bind,
-        gc_interval_s=args.gc_interval,
-        sweep_interval_s=args.sweep_interval,
-        config=config,
-    )
-    try:
+    with contextlib.ExitStack() as held:
+        store_uri, blob_uri, lock = args.store, args.blob, None
+        if args.data_dir is not None:
+            data_dir = datadir.create(args.data_dir)
+            lock = held.enter_context(datadir.acquire(data_dir, datadir.CONSENSUS_SERVER))
+            store_uri = store_uri or datadir.consensus_uri(data_dir)
+            blob_uri = blob_uri or datadir.blob_uri(data_dir)
+        store = open_consensus(store_uri)
+        try:
+            blob = open_blob(blob_uri)
+        except BaseException:
+            store.close()
+            raise
+        server = ConsensusServer(
+            store,
+            blob,
+            args.bind,
+            gc_interval_s=args.gc_interval,
+            sweep_interval_s=args.sweep_interval,
+            config=config,
+        )
+        held.callback(server.close)
+        if lock is not None:
+            lock.update(address=server.address)
         print(f"listening on {server.address}", flush=True)
         server.serve(stop)
-    finally:
-        server.close()
     return 0
 
 

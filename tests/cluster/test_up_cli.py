@@ -167,7 +167,7 @@ def test_a_killed_coordinator_takes_its_children_along_and_the_next_start_cleans
 
 def test_a_data_dir_in_use_is_refused(tmp_path):
     config = ClusterConfig(data_dir=str(tmp_path), groups=1, workers=1, intervals=1)
-    in_use = rf"data dir {tmp_path} is in use by another cluster"
+    in_use = rf"data dir {tmp_path} is in use by coordinator pid {os.getpid()}"
     with Cluster(config), pytest.raises(ValueError, match=in_use):
         Cluster(config).start()
     with Cluster(config) as again:  # released at close

@@ -6,9 +6,10 @@ directory, plus the shared-memory part channel of ``shardsink.shm``):
 - coordinator ROUTER <-> one DEALER per builder and worker (routing id
   ``g<G>/b`` or ``g<G>/w<W>``): :data:`ToChild` one way, :data:`FromChild`
   the other.
-- worker -> builder: parts through ``shardsink.shm``; each part's metadata is
-  a :class:`Contribute` (``msgspec.structs.asdict`` / :func:`decode_contribute`),
-  so parts and the finish that follows them travel in one ordered stream.
+- worker -> builder: parts through ``shardsink.shm`` (routing id ``w<W>``,
+  :func:`worker_identity`); each part's metadata is a :class:`Contribute`
+  (``msgspec.structs.asdict`` / :func:`decode_contribute`), so parts and the
+  finish that follows them travel in one ordered stream.
 - builder ROUTER <-> worker DEALER (routing id ``w<W>``): :class:`HandoffHello`
   from the worker once, :class:`Handoff` to every finisher.
 - coordinator -> child at launch: a :class:`ChildSpec` as JSON on stdin.
@@ -143,7 +144,9 @@ class Contribute(msgspec.Struct, **_OPTS):
     The part's rows (``rows``, possibly 0) go to the shared batch of batch id
     ``(interval, attempt)`` describing ``[lower, upper)`` (``barrier`` 1: a
     barrier batch); the first part of a worker joins, the one with ``last=1``
-    finishes its handle.
+    finishes its handle. ``worker`` is the sender's own index: the builder
+    refuses a part whose ``worker`` is not the one its socket's routing id
+    (:func:`worker_identity`) names.
     """
 
     interval: Count
@@ -207,6 +210,12 @@ _from_builder = msgspec.msgpack.Decoder(Welcome | Handoff)
 _to_builder = msgspec.msgpack.Decoder(HandoffHello)
 _spec = msgspec.json.Decoder(ChildSpec)
 encode = msgspec.msgpack.Encoder().encode
+
+
+def worker_identity(index: int) -> bytes:
+    """The ZeroMQ routing id of worker ``index`` on its builder's part and
+    handoff sockets."""
+    return f"w{index}".encode()
 
 
 def decode_from_child(data: bytes) -> FromChild:

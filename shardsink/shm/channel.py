@@ -82,7 +82,10 @@ class PartSender:
     arena, for a full send queue, in :meth:`wait_acked`; exceeding it raises
     :class:`TransportTimeout` naming the builder's endpoint. An error reply
     from the builder raises :class:`TransportError` from the next call, and
-    from every call after it. Not thread-safe; :meth:`close` is idempotent.
+    from every call after it. ``identity``, if given, is the socket's ZeroMQ
+    routing id, so the builder sees it as :attr:`Received.sender` and can hold
+    a part's metadata to it; it must be unique among the receiver's senders.
+    Not thread-safe; :meth:`close` is idempotent.
     """
 
     def __init__(
@@ -94,6 +97,7 @@ class PartSender:
         capacity: int = DEFAULT_CAPACITY,
         inline_max_bytes: int = INLINE_MAX_BYTES,
         timeout: float = DEFAULT_TIMEOUT,
+        identity: bytes | None = None,
     ) -> None:
         self.endpoint = check_address(endpoint, for_bind=False)
         self.inline_max_bytes = inline_max_bytes
@@ -105,6 +109,8 @@ class PartSender:
         self._sock.setsockopt(zmq.RCVHWM, 0)
         self._sock.setsockopt(zmq.SNDTIMEO, int(timeout * 1000))
         self._sock.setsockopt(zmq.LINGER, 200)
+        if identity is not None:
+            self._sock.setsockopt(zmq.IDENTITY, identity)
         try:
             self._sock.connect(endpoint)
         except zmq.ZMQError as exc:
@@ -247,8 +253,9 @@ def _where(msg: Part | InlinePart, sender: bytes) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Received:
-    """A part as the builder receives it. ``ref`` is ``None`` for an inline part;
-    otherwise ``batch`` points into the sender's arena until acknowledged."""
+    """A part as the builder receives it. ``sender`` is the sending socket's
+    ZeroMQ routing id. ``ref`` is ``None`` for an inline part; otherwise
+    ``batch`` points into the sender's arena until acknowledged."""
 
     sender: bytes
     seq: int

@@ -107,17 +107,35 @@ class GroupBuilder:
         self._failed: dict[tuple[BatchId, int], str] = {}
         self._newest: BatchId | None = None
         self._abandoned: BatchId | None = None
+        self._senders = {M.worker_identity(w): w for w in range(n_workers)}
 
     def take(self, part: Received) -> tuple[BatchId, int] | None:
         """Take one part; return ``(bid, worker)`` if it finishes the worker's
         handle (decide it with :meth:`finish`). Raises ``msgspec.ValidationError``
-        if the part's metadata is not a contribution (the part is released)."""
+        if the part's metadata is not a contribution (the part is released).
+
+        The worker is the one the part's socket names, never the one its
+        metadata claims: a part that claims another worker is refused, and the
+        sender's handle fails with an error naming both (a sender that is no
+        worker of the group is only logged)."""
         try:
             c = M.decode_contribute(part.meta)
         except msgspec.ValidationError:
             self._ack(part)
             raise
         bid = (c.interval, c.attempt)
+        sender = self._senders.get(part.sender)
+        if sender != c.worker:
+            self._ack(part)
+            reason = (
+                f"a part from sender {part.sender.decode(errors='replace')!r} says it is "
+                f"worker {c.worker}'s; refused"
+            )
+            if sender is None:
+                log.warning("group %d: %s", self.group, reason)
+                return None
+            self._fail((bid, sender), reason)
+            return (bid, sender) if c.last else None
         if self._stale(bid):
             self._ack(part)
             return (bid, c.worker) if c.last else None
@@ -424,7 +442,7 @@ def _send(handoff: zmq.Socket, group: GroupBuilder, worker: int, answer: M.Hando
     if answer.shared is not None:
         faults.point("builder.before_handoff")
     try:
-        handoff.send_multipart([f"w{worker}".encode(), M.encode(answer)])
+        handoff.send_multipart([M.worker_identity(worker), M.encode(answer)])
     except zmq.ZMQError as exc:  # the worker is gone; its group is being restarted
         log.warning("group %d: cannot answer worker %d: %s", group.group, worker, exc)
 

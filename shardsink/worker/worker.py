@@ -70,7 +70,7 @@ class Worker:
         self.coord.setsockopt(zmq.IDENTITY, f"g{self.group}/w{self.index}".encode())
         self.coord.setsockopt(zmq.LINGER, 1000)
         self.handoff = ctx.socket(zmq.DEALER)
-        self.handoff.setsockopt(zmq.IDENTITY, f"w{self.index}".encode())
+        self.handoff.setsockopt(zmq.IDENTITY, M.worker_identity(self.index))
         self.handoff.setsockopt(zmq.LINGER, 0)
         self.poller = zmq.Poller()
         self.poller.register(self.coord, zmq.POLLIN)
@@ -83,7 +83,10 @@ class Worker:
         self.coord.connect(self.spec.coordinator)
         self.handoff.connect(self.spec.handoff)
         self.sender = PartSender(
-            self.spec.parts, self.spec.cluster_id, timeout=self.config.interval_timeout_s
+            self.spec.parts,
+            self.spec.cluster_id,
+            timeout=self.config.interval_timeout_s,
+            identity=M.worker_identity(self.index),
         )
         self.handoff.send(M.encode(M.HandoffHello(self.index)))
         if not self.handoff.poll(int(self.config.start_timeout_s * 1000)):

@@ -44,11 +44,15 @@ class FakeWorker:
         self.index = index
         self.ctx = zmq.Context()
         self.handoff = self.ctx.socket(zmq.DEALER)
-        self.handoff.setsockopt(zmq.IDENTITY, f"w{index}".encode())
+        self.handoff.setsockopt(zmq.IDENTITY, M.worker_identity(index))
         self.handoff.setsockopt(zmq.LINGER, 0)
         self.handoff.connect(harness.handoff)
         self.sender = PartSender(
-            harness.parts, harness.cluster_id, inline_max_bytes=-1, timeout=TIMEOUT
+            harness.parts,
+            harness.cluster_id,
+            inline_max_bytes=-1,
+            timeout=TIMEOUT,
+            identity=M.worker_identity(index),
         )
         self.handoff.send(M.encode(M.HandoffHello(index)))
         assert self.handoff.poll(int(TIMEOUT * 1000)), "the builder did not welcome the worker"

@@ -62,7 +62,6 @@ def maintenance_loop(run: RunContext, env: dict[str, str]) -> None:
     """Advance since, then compact and collect garbage in children armed with
     the run's fault points."""
     shard = None
-    blob = run.cluster.blob_uri
     while not run.stop.wait(run.config.maintenance_every_s):
         try:
             if shard is None:
@@ -91,7 +90,7 @@ def maintenance_loop(run: RunContext, env: dict[str, str]) -> None:
             child = spawn(
                 "maintenance",
                 name,
-                [*command, "--consensus", run.bind, "--blob", blob, "--shard", SHARD],
+                [*command, "--consensus", run.bind, "--shard", SHARD],
                 run_dir=run.logs,
                 stdout=subprocess.DEVNULL,
                 env=env,

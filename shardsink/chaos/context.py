@@ -18,6 +18,7 @@ from ..config import ClusterConfig
 from ..persist.config import ShardConfig
 from ..persist.shard import Shard, open_shard
 from ..shm.sweep import process_start
+from ..storage.uri import BLOB_ENV, STORE_ENV
 from .config import RUN_MARK, SHARD, ChaosConfig
 from .nemesis import cluster_processes
 
@@ -85,8 +86,13 @@ class RunContext:
 
     def env(self, *, maintenance: bool = False) -> dict[str, str]:
         """The run's mark, for the environment of the processes it starts
-        (those of maintenance apart: they may outlive a coordinator)."""
-        return {RUN_MARK: self.mark + ("/maintenance" if maintenance else "")}
+        (those of maintenance apart: they may outlive a coordinator), and the
+        store URIs, which there, unlike on a command line, show in no ``ps``."""
+        return {
+            RUN_MARK: self.mark + ("/maintenance" if maintenance else ""),
+            STORE_ENV: self.cluster.consensus_uri,
+            BLOB_ENV: self.cluster.blob_uri,
+        }
 
     def left_running(self, *, maintenance: bool = False) -> dict[int, str]:
         """Processes of the run still running, found by their mark, so a

@@ -15,6 +15,8 @@ import sys
 
 import msgspec
 
+from ..storage.uri import BLOB_ENV, STORE_ENV
+
 #: Runs with at least this many intervals get a progress bar.
 PROGRESS_MIN_INTERVALS = 10
 
@@ -102,10 +104,16 @@ def register(commands, bench) -> None:
         help=f"made 0700 if new; its lock is held while the cluster serves its stores "
         f"(default {d.data_dir})",
     )
-    up.add_argument("--blob", metavar="URI", help="default: file://D/blob")
+    up.add_argument(
+        "--blob",
+        metavar="URI",
+        default=os.environ.get(BLOB_ENV),
+        help=f"default: ${BLOB_ENV}, else file://D/blob",
+    )
     up.add_argument(
         "--consensus",
         metavar="URI",
+        default=os.environ.get(STORE_ENV),
         help="a store to serve (default sqlite:///D/consensus.db) or a running "
         "server's address (tcp://..., ipc://...)",
     )

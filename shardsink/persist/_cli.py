@@ -18,6 +18,7 @@ import contextlib
 import functools
 import io
 import json
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +29,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from .. import datadir
+from ..storage.uri import BLOB_ENV, STORE_ENV
 from .errors import PersistError
 from .shard import Shard, open_shard
 
@@ -78,8 +80,18 @@ def _store_args(parser: argparse.ArgumentParser) -> None:
         help="file://D/blob, sqlite:///D/consensus.db; through the consensus server serving D, "
         "if one runs",
     )
-    parser.add_argument("--blob", metavar="URI", help="blob store URI (overrides --data-dir)")
-    parser.add_argument("--consensus", metavar="URI", help="consensus URI (overrides --data-dir)")
+    parser.add_argument(
+        "--blob",
+        metavar="URI",
+        default=os.environ.get(BLOB_ENV),
+        help=f"blob store URI (overrides --data-dir; default ${BLOB_ENV})",
+    )
+    parser.add_argument(
+        "--consensus",
+        metavar="URI",
+        default=os.environ.get(STORE_ENV),
+        help=f"consensus URI (overrides --data-dir; default ${STORE_ENV})",
+    )
     parser.add_argument("--shard", default="default", metavar="NAME", help="default: default")
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from shardsink.persist import ShardNotFound, open_shard
 from shardsink.storage import DeterminateError, open_consensus
-from shardsink.storage.uri import redact
+from shardsink.storage.uri import BLOB_ENV, STORE_ENV, redact
 
 ROOT = Path(__file__).resolve().parents[2]
 PW = "Zq7-s3cr3t"
@@ -169,6 +169,10 @@ def test_a_cluster_on_a_password_store_shows_it_nowhere(postgres_server, tmp_pat
     assert any("shardsink consensus" in line or "consensus serve" in line for line in seen)
     inspect = _sh("shard", "inspect", "--consensus", url, "--blob", blob, "--json")
     assert inspect.returncode == 0, inspect.stderr
+    # the URIs may also come from the environment, off the command line
+    from_env = _sh("shard", "inspect", "--json", env={STORE_ENV: url, BLOB_ENV: blob})
+    assert from_env.returncode == 0, from_env.stderr
+    assert json.loads(from_env.stdout)["seqno"] == json.loads(inspect.stdout)["seqno"]
     assert json.loads(inspect.stdout)["upper"] == 40 * 100
     missing = _sh("shard", "inspect", "--consensus", url, "--blob", blob, "--shard", "nope")
     assert missing.returncode == 2 and "does not exist" in missing.stderr

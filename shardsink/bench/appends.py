@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -23,6 +24,7 @@ import time
 import uuid
 from pathlib import Path
 
+from ..storage.uri import BLOB_ENV, STORE_ENV
 from . import clients as racing
 
 
@@ -38,11 +40,13 @@ def register(bench: argparse._SubParsersAction) -> None:
 
 
 def _client(argv: list[str]) -> None:
-    """One appending client (see :mod:`shardsink.bench.clients`)."""
+    """One appending client (see :mod:`shardsink.bench.clients`); the URIs
+    come in the environment (``BLOB_ENV``, ``STORE_ENV``)."""
     from ..cluster.workloads import Workload
     from ..persist import UpperMismatch, open_shard
 
-    blob, consensus, shard_name, seconds = argv[0], argv[1], argv[2], float(argv[3])
+    blob, consensus = os.environ[BLOB_ENV], os.environ[STORE_ENV]
+    shard_name, seconds = argv[0], float(argv[1])
     workload = Workload("trickle", rows_per_interval=4, interval_ms=1)
     with open_shard(shard_name, blob=blob, consensus=consensus) as shard:
         writer = shard.writer()
@@ -77,9 +81,10 @@ def measure(store: str, via: str, consensus: str, blob: str, n: int, seconds: fl
     shard = f"bench-{via}-{n}-{uuid.uuid4().hex[:8]}"
     reports = racing.race(
         "shardsink.bench.appends:_client",
-        [[blob, consensus, shard, str(seconds)] for _ in range(n)],
+        [[shard, str(seconds)] for _ in range(n)],
         seconds,
         f"{via} appends on {store}",
+        env={BLOB_ENV: blob, STORE_ENV: consensus},
     )
     latencies = sorted(x for r in reports for x in r["latencies_us"])
     appended = sum(r["appended"] for r in reports)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import select
 import subprocess
 import sys
@@ -36,9 +37,17 @@ def report(counts: dict) -> None:
     print(json.dumps(counts), flush=True)
 
 
-def race(entry: str, argvs: list[list[str]], seconds: float, what: str) -> list[dict]:
+def race(
+    entry: str,
+    argvs: list[list[str]],
+    seconds: float,
+    what: str,
+    env: dict[str, str] | None = None,
+) -> list[dict]:
     """Start one client per ``argvs`` entry running ``entry`` (``module:function``),
-    release them together once all are ready, and return their reports.
+    with ``env`` added to its environment (where store URIs go: an argv shows
+    in ``ps``), release them together once all are ready, and return their
+    reports.
 
     Raises ``RuntimeError`` naming ``what`` if a client fails to start, to
     finish within ``seconds`` plus a grace, or to report; every client is
@@ -53,6 +62,7 @@ def race(entry: str, argvs: list[list[str]], seconds: float, what: str) -> list[
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     bufsize=0,
+                    env={**os.environ, **(env or {})},
                 )
             )
             for argv in argvs

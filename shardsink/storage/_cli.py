@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
 from ..bench import clients as racing
 from .contracts import Committed, Consensus, VersionedData
 from .errors import StorageError
-from .uri import open_consensus, redact
+from .uri import STORE_ENV, open_consensus, redact
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
@@ -38,10 +39,11 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
 
 def _client(argv: list[str]) -> None:
     """A client process: open the store, say ``ready``, wait for ``go`` on stdin,
-    race for the given seconds, print the counts as one JSON line."""
-    uri, shard, client, payload_bytes, seconds = argv
+    race for the given seconds, print the counts as one JSON line. The store's
+    URI comes in the environment (``STORE_ENV``)."""
+    shard, client, payload_bytes, seconds = argv
     client, payload_bytes, seconds = int(client), int(payload_bytes), float(seconds)
-    store = open_consensus(uri)
+    store = open_consensus(os.environ[STORE_ENV])
     try:
         if not racing.ready():
             return
@@ -89,9 +91,10 @@ def race(uri: str, shard: str, n_clients: int, seconds: float, payload_bytes: in
     Raises ``RuntimeError`` if a client fails to start or to report."""
     reports = racing.race(
         "shardsink.storage._cli:_client",
-        [[uri, shard, str(c), str(payload_bytes), str(seconds)] for c in range(n_clients)],
+        [[shard, str(c), str(payload_bytes), str(seconds)] for c in range(n_clients)],
         seconds,
         redact(uri),
+        env={STORE_ENV: uri},
     )
     latencies = sorted(x for r in reports for x in r["latencies_us"])
     committed = sum(r["committed"] for r in reports)

@@ -187,3 +187,35 @@ def test_a_cluster_on_a_password_store_shows_it_nowhere(postgres_server, tmp_pat
     }
     leaked = [name for name, text in shown.items() if password in text]
     assert not leaked, f"the password shows in: {leaked}"
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("bench", ["consensus", "appends"])
+def test_bench_clients_get_the_password_in_no_argv(postgres_server, tmp_path, popen, bench) -> None:
+    """The benchmarks' racing client processes take the store URI from their
+    environment, and their tables show it redacted."""
+    url, password = postgres_server.new_user()
+    argv = [
+        sys.executable, "-m", "shardsink.cli", "bench", bench, "--store", url,
+        "--clients", "2", "--seconds", "0.5", "--json", str(tmp_path / "out.json"),
+    ]  # fmt: skip
+    proc = popen(
+        argv,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    root, seen = psutil.Process(proc.pid), set()
+    deadline = time.monotonic() + 120
+    while proc.poll() is None:
+        assert time.monotonic() < deadline, f"bench {bench} did not finish in 120 s"
+        seen.update(_command_lines(root))
+        time.sleep(0.02)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert any(" -c " in line for line in seen), seen  # the clients were seen
+    shown = {"command lines": "\n".join(seen), "stdout": out, "stderr": err}
+    shown["json"] = (tmp_path / "out.json").read_text()
+    leaked = [name for name, text in shown.items() if password in text]
+    assert not leaked, f"the password shows in: {leaked}"

@@ -1,19 +1,18 @@
 """One writer process of the race test (run as a script).
 
-Usage: ``race_writer.py BLOB_URI CONSENSUS_URI N NAME``. Opens shard ``race``,
-prints ``ready``, waits for a line on stdin, then for each interval
-``[i, i+1)`` from 0 to N appends the trickle rows of ``i`` with expected
-upper ``i``; on an upper mismatch it moves on to the actual upper. Prints one
-JSON line: the intervals it appended and the mismatches it saw. A short
-seeded random pause before each attempt lets both writers win intervals.
+Usage: ``race_writer.py BLOB_URI CONSENSUS_URI N NAME``. Opens shard ``race``
+as writer ``NAME`` and prints ``ready``. Then, for each line it reads on
+stdin (one per round of the race), it tries to append the trickle rows of
+interval ``i`` (``[i, i+1)``, starting at 0) with expected upper ``i``, and
+prints one JSON line: ``{"interval": i, "won": true}``, or on an upper
+mismatch ``{"interval": i, "won": false, "actual": upper}``, after which it
+moves on to the actual upper. Exits 0 once the upper reaches N.
 """
 
 from __future__ import annotations
 
 import json
-import random
 import sys
-import time
 
 import pyarrow as pa
 
@@ -35,25 +34,20 @@ def rows(i: int) -> pa.Table:
 
 
 def main(blob: str, consensus: str, n: int, name: str) -> None:
-    won, mismatches = [], []
     with open_shard("race", blob=blob, consensus=consensus) as shard:
         writer = shard.writer(name)
         print("ready", flush=True)
-        sys.stdin.readline()
-        pause = random.Random(name)
         i = 0
-        while i < n:
-            time.sleep(pause.uniform(0, 0.003))  # let the two writers interleave
+        while i < n and sys.stdin.readline():
             try:
                 writer.compare_and_append_table(rows(i), i, i + 1)
-                won.append(i)
+                result = {"interval": i, "won": True}
                 i += 1
             except UpperMismatch as exc:
-                mismatches.append([i, exc.actual])
+                result = {"interval": i, "won": False, "actual": exc.actual}
                 i = exc.actual
-        stats = shard.stats()
-    result = {"won": won, "mismatches": mismatches, "cas_calls": stats.cas_calls}
-    print(json.dumps(result), flush=True)
+            print(json.dumps(result), flush=True)
+    sys.exit(0 if i >= n else f"{name}: stdin closed at interval {i} of {n}")
 
 
 if __name__ == "__main__":

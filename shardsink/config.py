@@ -17,6 +17,7 @@ import msgspec
 from . import datadir
 from ._address import REMOTE_SCHEMES
 from .persist.state import check_shard_name
+from .shm.channel import INLINE_MAX_BYTES
 from .storage.uri import redact
 
 MIB = 1 << 20
@@ -49,6 +50,11 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
       the linger only costs time when a worker joins more than the linger late
       or not at all. 10 ms took a 1x8 trickle from ~1.6-1.9 to ~1.0 parts per
       append on 2 cores, where 5 ms still left up to ~1.3.
+    - ``transport_inline_max_bytes``: a part a worker hands its builder
+      travels inside the ZeroMQ message if its Arrow IPC size is at most this,
+      through the worker's shared-memory arena otherwise; 0 sends every part
+      through the arena. The default, 32 KiB, is the largest size at which
+      inline was measured faster (the README gives the figures).
 
     Workload (``shardsink.cluster.workloads``): ``workload``,
     ``rows_per_interval``, ``snapshot_rows`` (hydrate), ``intervals`` per run,
@@ -82,6 +88,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     shared_max_bytes: int = MIB
     blob_target_bytes: int = 128 * MIB
     best_effort_linger_ms: int = 10
+    transport_inline_max_bytes: int = INLINE_MAX_BYTES
     workload: Literal["trickle", "churn", "hydrate"] = "trickle"
     rows_per_interval: int = 1000
     snapshot_rows: int = 0
@@ -107,6 +114,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         for name in (
             "shared_max_bytes",
             "best_effort_linger_ms",
+            "transport_inline_max_bytes",
             "rows_per_interval",
             "snapshot_rows",
             "intervals",

@@ -83,7 +83,9 @@ class Shutdown(msgspec.Struct, tag="shutdown", **_OPTS):
 class SharedBatch(msgspec.Struct, **_OPTS):
     """A finished shared batch as the builder hands it to the last finisher:
     ``contributors`` maps each worker (index in the group) to the rows it
-    added; ``blob_puts``/``blob_put_bytes`` are the builder's writes for it."""
+    added; ``blob_puts``/``blob_put_bytes`` are the builder's writes for it;
+    ``segment_parts`` counts the parts with rows that reached the builder
+    through a shared-memory segment (the others came inline in the message)."""
 
     group: Count
     generation: Count
@@ -91,6 +93,7 @@ class SharedBatch(msgspec.Struct, **_OPTS):
     contributors: dict[Count, Count]
     blob_puts: Count
     blob_put_bytes: Count
+    segment_parts: Count = 0
 
 
 class Contribution(msgspec.Struct, **_OPTS):

@@ -24,7 +24,8 @@ class AccountingError(ValueError):
 
 
 class Accepted(msgspec.Struct, frozen=True):
-    """What to append for an attempt, and what it consists of."""
+    """What to append for an attempt, and what it consists of
+    (``segment_parts``: see :class:`~shardsink.cluster.messages.SharedBatch`)."""
 
     batches: tuple[Batch, ...]
     rows: int
@@ -32,6 +33,7 @@ class Accepted(msgspec.Struct, frozen=True):
     shared_batches: dict[int, int]  # group -> shared batches appended
     blob_puts: int
     blob_put_bytes: int
+    segment_parts: int
 
 
 def check(
@@ -53,7 +55,7 @@ def check(
     received: dict[tuple[int, int], SharedBatch] = {}
     batches: list[Batch] = []
     reported_rows = 0
-    blob_puts = blob_put_bytes = own_batches = 0
+    blob_puts = blob_put_bytes = own_batches = segment_parts = 0
     for (g, w), r in sorted(reports.items()):
         who = f"g{g}/w{w}"
         if (r.interval, r.attempt, r.group, r.worker) != (interval, attempt, g, w):
@@ -109,6 +111,7 @@ def check(
         shared_batches[key[0]] = shared_batches.get(key[0], 0) + 1
         blob_puts += shared.blob_puts
         blob_put_bytes += shared.blob_put_bytes
+        segment_parts += shared.segment_parts
     batch_rows = sum(b.rows for b in batches)
     if batch_rows != reported_rows:
         raise AccountingError(f"the batches hold {batch_rows} rows, the reports {reported_rows}")
@@ -119,6 +122,7 @@ def check(
         shared_batches=shared_batches,
         blob_puts=blob_puts,
         blob_put_bytes=blob_put_bytes,
+        segment_parts=segment_parts,
     )
 
 

@@ -100,7 +100,9 @@ class AppendCost(NamedTuple):
 
 
 class IntervalRecord(msgspec.Struct, frozen=True):
-    """One appended interval: what went in and what it cost."""
+    """One appended interval: what went in and what it cost. ``segment_parts``
+    counts the parts of shared batches that reached their builder through a
+    shared-memory segment rather than inline in a ZeroMQ message."""
 
     interval: int
     attempt: int
@@ -115,6 +117,7 @@ class IntervalRecord(msgspec.Struct, frozen=True):
     diff_bytes: int
     cas_calls: int
     latency_ms: float
+    segment_parts: int
 
 
 @dataclass
@@ -495,6 +498,7 @@ class Coordinator:
             diff_bytes=cost.diff_bytes,
             cas_calls=cost.cas_calls,
             latency_ms=(time.monotonic() - since) * 1000,
+            segment_parts=accepted.segment_parts,
         )
 
     def _next_attempt(self, interval: int, attempt: int) -> int | None:

@@ -70,6 +70,7 @@ class _Generation:
     builder: BatchBuilder
     held: list[Received] = field(default_factory=list)
     held_bytes: Counter[bytes] = field(default_factory=Counter)  # by sender
+    segment_parts: int = 0  # parts with rows that came through a segment
     error: str | None = None  # writing a part failed: nobody may receive this batch
 
 
@@ -251,6 +252,7 @@ class GroupBuilder:
             return
         gen.held.append(part)
         gen.held_bytes[part.sender] += part.batch.nbytes
+        gen.segment_parts += part.ref is not None
         try:
             written = gen.builder.add(
                 part.batch, write=gen.held_bytes[part.sender] >= HELD_PER_SENDER_MAX
@@ -302,6 +304,7 @@ class GroupBuilder:
             contributors=decision.contributors,
             blob_puts=gen.builder.stats.blob_puts,
             blob_put_bytes=gen.builder.stats.blob_put_bytes,
+            segment_parts=gen.segment_parts,
         )
 
     def _orphan(self, orphaned: list[Orphaned]) -> None:

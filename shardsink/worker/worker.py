@@ -85,6 +85,7 @@ class Worker:
         self.sender = PartSender(
             self.spec.parts,
             self.spec.cluster_id,
+            inline_max_bytes=self.config.transport_inline_max_bytes,
             timeout=self.config.interval_timeout_s,
             identity=M.worker_identity(self.index),
         )

@@ -28,7 +28,8 @@ def _report(g: int, w: int, rows: int, **kw) -> M.Report:
 
 
 def _shared(g: int, contributors: dict[int, int], generation: int = 0) -> M.SharedBatch:
-    return M.SharedBatch(g, generation, _batch(sum(contributors.values())), contributors, 1, 100)
+    batch = _batch(sum(contributors.values()))
+    return M.SharedBatch(g, generation, batch, contributors, 1, 100, segment_parts=1)
 
 
 def _good() -> dict[tuple[int, int], M.Report]:
@@ -50,6 +51,7 @@ def test_reports_that_add_up_are_appended_together():
     assert accepted.rows == 21
     assert accepted.own_batches == 1 and accepted.shared_batches == {0: 1}
     assert accepted.blob_puts == 1 and len(accepted.batches) == 2
+    assert accepted.segment_parts == 1  # the shared batch's; own batches use no channel
 
 
 def _broken(**changes) -> dict:

@@ -8,6 +8,7 @@ import pytest
 from cluster_helpers import run_cluster, workers_with_rows
 
 from shardsink.cluster import Cluster, ClusterConfig, Workload
+from shardsink.shm import INLINE_MAX_BYTES
 from shardsink.testing.consensus import ServerProcess
 from shardsink.worker.builder import HELD_PER_SENDER_MAX
 
@@ -21,12 +22,30 @@ SHAPES = {
 }
 THRESHOLD = 64 << 10
 INTERVALS = 4
+#: Parts of these shapes (~1.5 KB per worker and interval) are far below the
+#: 32 KiB up to which a part travels inline in the ZeroMQ message, so the
+#: sharing modes run once more with that limit at 0: every part through a
+#: worker's shared-memory arena.
+TRANSPORTS = {"inline": INLINE_MAX_BYTES, "segments": 0}
+#: Best-effort lands near one shared batch per group and interval, not at it:
+#: a worker that joins later than the linger starts a second one.
+BEST_EFFORT_BATCHES_PER_GROUP_MAX = 1.5
 
 
 @pytest.mark.parametrize("workload", list(SHAPES))
 @pytest.mark.parametrize("groups", [1, 2], ids=["1x4", "2x4"])
-@pytest.mark.parametrize("mode", ["off", "best-effort", "barrier"])
-def test_shard_equals_the_expected_collection(tmp_path, mode, groups, workload):
+@pytest.mark.parametrize(
+    ("mode", "transport"),
+    [
+        ("off", "inline"),
+        ("best-effort", "inline"),
+        ("barrier", "inline"),
+        ("best-effort", "segments"),
+        ("barrier", "segments"),
+    ],
+    ids=lambda v: v,
+)
+def test_shard_equals_the_expected_collection(tmp_path, mode, transport, groups, workload):
     run = run_cluster(
         tmp_path,
         INTERVALS,
@@ -35,6 +54,7 @@ def test_shard_equals_the_expected_collection(tmp_path, mode, groups, workload):
         mode=mode,
         workload=workload,
         shared_max_bytes=THRESHOLD,
+        transport_inline_max_bytes=TRANSPORTS[transport],
         **SHAPES[workload],
     )
     stats = run.stats
@@ -43,20 +63,32 @@ def test_shard_equals_the_expected_collection(tmp_path, mode, groups, workload):
     assert stats.cas_per_append == 1.0
     n = groups * 4
     spec = Workload(workload, **SHAPES[workload])
+    shared_records = []
     for record in run.records:
         active = workers_with_rows(spec, record.interval, n)
         parts = record.data_parts + record.inline_parts
-        if mode == "off":  # one batch per worker that had rows
+        # hydrate's interval 0 is above the threshold: the workers' own batches
+        shared = mode != "off" and not (workload == "hydrate" and record.interval == 0)
+        if not shared:  # one batch per worker that had rows
             assert record.own_batches == active and not record.shared_batches
             assert parts == active
-        elif workload == "hydrate" and record.interval == 0:  # above the threshold
-            assert record.own_batches == n and not record.shared_batches
         else:
+            shared_records.append(record)
             assert record.own_batches == 0
             assert parts <= active  # never more parts than off
+            assert set(record.shared_batches) == set(range(groups))  # every group shared
             if mode == "barrier":  # exactly one part per group
                 assert record.shared_batches == dict.fromkeys(range(groups), 1)
                 assert parts == groups
+        # each worker with rows sends its builder one part of them
+        through_segments = active if shared and transport == "segments" else 0
+        assert record.segment_parts == through_segments
+    if mode == "best-effort":
+        batches = sum(sum(r.shared_batches.values()) for r in shared_records)
+        per_group = batches / (groups * len(shared_records))
+        assert per_group <= BEST_EFFORT_BATCHES_PER_GROUP_MAX, [
+            r.shared_batches for r in shared_records
+        ]
 
 
 @pytest.mark.parametrize("mode", ["best-effort", "barrier"])

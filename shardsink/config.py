@@ -56,7 +56,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
       through the arena. The default, 32 KiB, is the largest size at which
       inline was measured faster (the README gives the figures).
 
-    Workload (``shardsink.cluster.workloads``): ``workload``,
+    Workload (``shardsink.workloads``): ``workload``,
     ``rows_per_interval``, ``snapshot_rows`` (hydrate), ``intervals`` per run,
     ``interval_ms``, ``pace`` (``realtime``: mint each interval when the wall
     clock passes its end; ``max``: as fast as appends go).
@@ -144,8 +144,8 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
                 )
 
     def workload_spec(self):
-        """The :class:`~shardsink.cluster.workloads.Workload` this config runs."""
-        from .cluster.workloads import Workload
+        """The :class:`~shardsink.workloads.Workload` this config runs."""
+        from .workloads import Workload
 
         return Workload(self.workload, self.rows_per_interval, self.snapshot_rows, self.interval_ms)
 

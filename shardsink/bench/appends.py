@@ -42,8 +42,8 @@ def register(bench: argparse._SubParsersAction) -> None:
 def _client(argv: list[str]) -> None:
     """One appending client (see :mod:`shardsink.bench.clients`); the URIs
     come in the environment (``BLOB_ENV``, ``STORE_ENV``)."""
-    from ..cluster.workloads import Workload
     from ..persist import UpperMismatch, open_shard
+    from ..workloads import Workload
 
     blob, consensus = os.environ[BLOB_ENV], os.environ[STORE_ENV]
     shard_name, seconds = argv[0], float(argv[1])

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import msgspec
 
-from ..cluster.workloads import Workload
+from ..workloads import Workload
 
 MIB = 1 << 20
 UNLIMITED = 1 << 50  # "everything through the builder"

@@ -30,8 +30,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..cluster.workloads import Workload
 from ..persist import parts as P
+from ..workloads import Workload
 
 MODES = ("delta-per-worker", "delta-per-interval")
 

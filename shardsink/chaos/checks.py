@@ -7,12 +7,12 @@ from collections import Counter
 from .. import faults
 from ..cluster.processes import remove_dead_run_dirs
 from ..cluster.verify import verify
-from ..cluster.workloads import SCHEMA
 from ..persist.errors import PersistError, ShardNotFound
 from ..persist.shard import Shard, open_shard
 from ..shm.sweep import list_segments, unlink_segment
 from ..storage.contracts import temp_files
 from ..storage.errors import StorageError
+from ..workloads import SCHEMA
 from .config import INTERVAL_MS, SHARD, ChaosReport
 from .context import RunContext
 from .nemesis import Nemesis

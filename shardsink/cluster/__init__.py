@@ -5,6 +5,7 @@ c.run(); c.stats()``); ``shardsink up`` is its command line.
 """
 
 from ..config import ClusterConfig
+from ..workloads import Workload
 from .cluster import (
     Cluster,
     ClusterError,
@@ -14,7 +15,6 @@ from .cluster import (
     Supervision,
 )
 from .verify import Verification
-from .workloads import Workload
 
 __all__ = [
     "Cluster",

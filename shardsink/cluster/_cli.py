@@ -23,7 +23,7 @@ PROGRESS_MIN_INTERVALS = 10
 
 def register(commands, bench) -> None:
     from ..config import MIB, MODES, ClusterConfig
-    from .workloads import WORKLOADS
+    from ..workloads import WORKLOADS
 
     d = ClusterConfig()
     up = commands.add_parser(

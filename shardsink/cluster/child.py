@@ -1,7 +1,7 @@
 """Entry point of a cluster's child processes.
 
 ``python -m shardsink.cluster.child PARENT_PID ROLE [ARGS...]`` where ROLE is
-``builder`` or ``worker`` (their :class:`~shardsink.cluster.messages.ChildSpec`
+``builder`` or ``worker`` (their :class:`~shardsink.protocol.ChildSpec`
 comes as JSON on stdin) or a ``shardsink`` command (``consensus``, and for
 ``shardsink chaos``: ``up``, ``shard``) whose arguments ARGS are. Before
 anything else the child arranges to be SIGKILLed when its parent dies
@@ -45,7 +45,7 @@ def main(argv: list[str]) -> int:
     from setproctitle import setproctitle
 
     from .. import faults
-    from .messages import decode_spec
+    from ..protocol import decode_spec
 
     spec = decode_spec(sys.stdin.buffer.read())
     name = f"g{spec.group}" if role == "builder" else f"g{spec.group}/w{spec.index}"

@@ -40,9 +40,9 @@ from ..persist.config import ShardConfig
 from ..persist.errors import ShardNotFound
 from ..persist.shard import Shard, open_shard
 from ..shm import sweep, unlink_cluster
+from ..workloads import SCHEMA
 from .processes import make_run_dir, peak_rss, reset_own_peak_rss
 from .verify import Verification, verify
-from .workloads import SCHEMA
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..persist.shard import Shard
-from .workloads import Workload
+from ..workloads import Workload
 
 
 class Verification(msgspec.Struct, frozen=True):

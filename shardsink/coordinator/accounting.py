@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 
 import msgspec
 
-from ..cluster.messages import Report, SharedBatch
 from ..persist.state import Batch
+from ..protocol import Report, SharedBatch
 
 
 class AccountingError(ValueError):
@@ -25,7 +25,7 @@ class AccountingError(ValueError):
 
 class Accepted(msgspec.Struct, frozen=True):
     """What to append for an attempt, and what it consists of
-    (``segment_parts``: see :class:`~shardsink.cluster.messages.SharedBatch`)."""
+    (``segment_parts``: see :class:`~shardsink.protocol.SharedBatch`)."""
 
     batches: tuple[Batch, ...]
     rows: int

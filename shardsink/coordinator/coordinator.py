@@ -2,8 +2,8 @@
 
 One thread, one ZeroMQ ROUTER bound in the run directory. Every builder and
 worker connects a DEALER to it. Per interval the coordinator sends one
-:class:`~shardsink.cluster.messages.Mint` to each worker, collects one
-:class:`~shardsink.cluster.messages.Report` from each, checks them with
+:class:`~shardsink.protocol.Mint` to each worker, collects one
+:class:`~shardsink.protocol.Report` from each, checks them with
 :func:`~shardsink.coordinator.accounting.check` and calls compare-and-append
 once with every batch of the interval.
 
@@ -44,9 +44,8 @@ from typing import NamedTuple
 import msgspec
 import zmq
 
-from .. import faults
+from .. import faults, protocol
 from .._address import check_address
-from ..cluster import messages as M
 from ..cluster.processes import Child, kill_all, peak_rss, reap, spawn
 from ..config import ClusterConfig
 from ..persist.errors import PersistError, UpperMismatch
@@ -185,7 +184,7 @@ class Coordinator:
         self.address = f"ipc://{run_dir / 'coord'}"
         self._sock.bind(check_address(self.address, for_bind=True))
         self._current: tuple[int, int] | None = None
-        self._reports: dict[tuple[int, int], M.Report] = {}
+        self._reports: dict[tuple[int, int], protocol.Report] = {}
         self._failed: dict[int, str] = {}
         self._last_rss = 0.0
         self._closed = False
@@ -207,8 +206,8 @@ class Coordinator:
 
     def _spawn_group(self, g: int) -> Group:
         def spec(index: int) -> bytes:
-            return M.encode_spec(
-                M.ChildSpec(
+            return protocol.encode_spec(
+                protocol.ChildSpec(
                     group=g,
                     index=index,
                     cluster_id=self.cluster_id,
@@ -333,7 +332,7 @@ class Coordinator:
     def _send(self, child: Child, msg: msgspec.Struct) -> None:
         identity = child.name.encode()
         try:
-            self._sock.send_multipart([identity, M.encode(msg)], zmq.NOBLOCK)
+            self._sock.send_multipart([identity, protocol.encode(msg)], zmq.NOBLOCK)
         except zmq.ZMQError as exc:  # not connected (dead, or not yet up), or its queue full
             log.warning("could not send %s to %s: %s", type(msg).__name__, child.name, exc)
 
@@ -354,7 +353,7 @@ class Coordinator:
 
     def _handle(self, identity: str, raw: bytes) -> None:
         try:
-            msg = M.decode_from_child(raw)
+            msg = protocol.decode_from_child(raw)
         except msgspec.DecodeError as exc:
             log.warning("malformed message from %r: %s", identity, exc)
             return
@@ -363,16 +362,16 @@ class Coordinator:
             log.warning("message from unknown peer %r", identity)
             return
         group, child = member
-        if isinstance(msg, M.Hello):
+        if isinstance(msg, protocol.Hello):
             if msg.pid != child.pid:
                 return  # a killed incarnation's hello, delivered late
             group.ready.add(child.name)
             if msg.role == "builder":
-                self._send(child, M.Members(tuple(w.pid for w in group.workers)))
-        elif isinstance(msg, M.Failure) and msg.pid == child.pid:
+                self._send(child, protocol.Members(tuple(w.pid for w in group.workers)))
+        elif isinstance(msg, protocol.Failure) and msg.pid == child.pid:
             log.warning("%s failed: %s", identity, msg.reason)
             self._failed[group.index] = f"{identity} failed: {msg.reason}"
-        elif isinstance(msg, M.Report):
+        elif isinstance(msg, protocol.Report):
             key = (msg.group, msg.worker)
             expected = f"g{msg.group}/w{msg.worker}"
             if (msg.interval, msg.attempt) != self._current or expected != identity:
@@ -389,7 +388,7 @@ class Coordinator:
                     return group, child
         return None
 
-    def _discard(self, reports: Iterable[M.Report], why: str) -> None:
+    def _discard(self, reports: Iterable[protocol.Report], why: str) -> None:
         """Delete the blobs of batches that will never be appended."""
         batches = batches_of(reports)
         if any(b.blob_keys() for b in batches):
@@ -515,7 +514,7 @@ class Coordinator:
     def _mint(self, interval: int, attempt: int, lower: int, upper: int) -> None:
         self._current = (interval, attempt)
         self._reports = {}
-        mint = M.Mint(
+        mint = protocol.Mint(
             interval=interval,
             attempt=attempt,
             lower=lower,
@@ -528,7 +527,7 @@ class Coordinator:
         for worker in workers:
             self._send(worker, mint)
 
-    def _collect(self, minted: float) -> dict[tuple[int, int], M.Report]:
+    def _collect(self, minted: float) -> dict[tuple[int, int], protocol.Report]:
         """The reports of the current attempt; :class:`GroupFailed` if a group
         fails or misses the deadline."""
         need = self.config.groups * self.config.workers
@@ -551,7 +550,7 @@ class Coordinator:
 
     def _abandon(self, interval: int, attempt: int, why: str) -> None:
         log.warning("abandoning attempt %d of interval %d: %s", attempt, interval, why)
-        abandon = M.Abandon(interval, attempt)
+        abandon = protocol.Abandon(interval, attempt)
         for group in self.groups.values():
             for child in group.members:
                 self._send(child, abandon)
@@ -606,7 +605,7 @@ class Coordinator:
         members = [c for group in self.groups.values() for c in group.members]
         for child in members:
             if child.alive():
-                self._send(child, M.Shutdown())
+                self._send(child, protocol.Shutdown())
         try:
             try:
                 reap(members, timeout_s)

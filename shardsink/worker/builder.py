@@ -1,12 +1,12 @@
 """The builder process of a group: shared batches from its workers' parts.
 
 Workers send their parts through the shared-memory channel; each part's
-metadata (:class:`~shardsink.cluster.messages.Contribute`) says which batch id
+metadata (:class:`~shardsink.protocol.Contribute`) says which batch id
 it belongs to and whether it finishes the worker's handle. The builder feeds
 the rows of each shared batch generation into a
 :class:`~shardsink.persist.batches.BatchBuilder` (Parquet parts near the blob
 target, or inline when tiny) and answers every finish with a
-:class:`~shardsink.cluster.messages.Handoff`: the finished batch for the last
+:class:`~shardsink.protocol.Handoff`: the finished batch for the last
 finisher, nothing for the others. Who is last is decided by the pure
 :class:`~shardsink.worker.shared_batch.SharedBatches`.
 
@@ -33,9 +33,8 @@ from dataclasses import dataclass, field
 import msgspec
 import zmq
 
-from .. import faults
+from .. import faults, protocol
 from .._address import check_address
-from ..cluster import messages as M
 from ..persist.batches import BatchBuilder
 from ..persist.errors import PersistError
 from ..persist.stats import ShardStats
@@ -108,7 +107,7 @@ class GroupBuilder:
         self._failed: dict[tuple[BatchId, int], str] = {}
         self._newest: BatchId | None = None
         self._abandoned: BatchId | None = None
-        self._senders = {M.worker_identity(w): w for w in range(n_workers)}
+        self._senders = {protocol.worker_identity(w): w for w in range(n_workers)}
 
     def take(self, part: Received) -> tuple[BatchId, int] | None:
         """Take one part; return ``(bid, worker)`` if it finishes the worker's
@@ -120,7 +119,7 @@ class GroupBuilder:
         sender's handle fails with an error naming both (a sender that is no
         worker of the group is only logged)."""
         try:
-            c = M.decode_contribute(part.meta)
+            c = protocol.decode_contribute(part.meta)
         except msgspec.ValidationError:
             self._ack(part)
             raise
@@ -154,7 +153,7 @@ class GroupBuilder:
             self._ack(part)
         return key if c.last else None
 
-    def finish(self, bid: BatchId, worker: int, now: float = 0.0) -> M.Handoff | None:
+    def finish(self, bid: BatchId, worker: int, now: float = 0.0) -> protocol.Handoff | None:
         """The answer to ``worker``'s finish of ``bid`` at time ``now``;
         ``None`` while it is deferred."""
         interval, attempt = bid
@@ -162,11 +161,11 @@ class GroupBuilder:
         if error is None and self._stale(bid):
             error = f"attempt {attempt} of interval {interval} was abandoned"
         if error is not None:
-            return M.Handoff(interval, attempt, 0, error=error)
+            return protocol.Handoff(interval, attempt, 0, error=error)
         try:
             decision = self.machine.finish(bid, worker, now)
         except ValueError as exc:  # e.g. a second finish of one handle
-            return M.Handoff(interval, attempt, 0, error=f"{type(exc).__name__}: {exc}")
+            return protocol.Handoff(interval, attempt, 0, error=f"{type(exc).__name__}: {exc}")
         if isinstance(decision, Deferred):
             return None
         return self._answer(bid, decision)
@@ -179,11 +178,11 @@ class GroupBuilder:
         """When :meth:`expire` next has something to do, if ever."""
         return self.machine.next_deadline()
 
-    def resolved(self) -> list[tuple[int, M.Handoff]]:
+    def resolved(self) -> list[tuple[int, protocol.Handoff]]:
         """``(worker, answer)`` for every deferred finish decided since the last call."""
         return [(r.worker, self._resolve(r)) for r in self.machine.take_resolved()]
 
-    def _resolve(self, r: Resolved) -> M.Handoff:
+    def _resolve(self, r: Resolved) -> protocol.Handoff:
         interval, attempt = r.bid
         # only an abandon makes an id stale here: a sweep never forgets an id
         # before its deferred finisher is answered
@@ -191,21 +190,21 @@ class GroupBuilder:
             if isinstance(r.decision, Last):  # handed off, then abandoned before the answer
                 self._orphan([Orphaned(r.bid, r.decision.generation)])
             error = f"attempt {attempt} of interval {interval} was abandoned"
-            return M.Handoff(interval, attempt, 0, error=error)
+            return protocol.Handoff(interval, attempt, 0, error=error)
         return self._answer(r.bid, r.decision)
 
-    def _answer(self, bid: BatchId, decision: NotLast | Last) -> M.Handoff:
+    def _answer(self, bid: BatchId, decision: NotLast | Last) -> protocol.Handoff:
         interval, attempt = bid
         if isinstance(decision, NotLast):
-            return M.Handoff(interval, attempt, decision.generation)
+            return protocol.Handoff(interval, attempt, decision.generation)
         assert isinstance(decision, Last)
         try:
             shared = self._complete(bid, decision)
         except (ValueError, PersistError, StorageError) as exc:
-            return M.Handoff(
+            return protocol.Handoff(
                 interval, attempt, decision.generation, error=f"{type(exc).__name__}: {exc}"
             )
-        return M.Handoff(interval, attempt, decision.generation, shared=shared)
+        return protocol.Handoff(interval, attempt, decision.generation, shared=shared)
 
     def abandon(self, bid: BatchId) -> None:
         """Abort every shared batch of ``bid``; later parts of it are stale."""
@@ -223,7 +222,7 @@ class GroupBuilder:
             return True
         return self._newest is not None and bid < self._newest and bid not in self.machine
 
-    def _add(self, bid: BatchId, c: M.Contribute, part: Received) -> None:
+    def _add(self, bid: BatchId, c: protocol.Contribute, part: Received) -> None:
         if part.batch.num_rows != c.rows:
             raise ValueError(
                 f"a part of worker {c.worker} says {c.rows} rows and holds {part.batch.num_rows}"
@@ -279,7 +278,7 @@ class GroupBuilder:
         if orphaned is not None:
             self._orphan([orphaned])
 
-    def _complete(self, bid: BatchId, decision: Last) -> M.SharedBatch | None:
+    def _complete(self, bid: BatchId, decision: Last) -> protocol.SharedBatch | None:
         """The finished batch of a generation; ``None`` if nobody added rows."""
         gen = self._generations.pop((bid, decision.generation), None)
         if gen is None:
@@ -297,7 +296,7 @@ class GroupBuilder:
             self._ack(*gen.held)
         if batch.blob_keys():
             faults.point("builder.after_upload")
-        return M.SharedBatch(
+        return protocol.SharedBatch(
             group=self.group,
             generation=decision.generation,
             batch=batch,
@@ -317,10 +316,10 @@ class GroupBuilder:
                     log.info("group %d: deleted the %d parts of %s", self.group, len(keys), o)
 
 
-def run_builder(spec: M.ChildSpec) -> int:
+def run_builder(spec: protocol.ChildSpec) -> int:
     """The builder process's main loop; returns the exit code."""
-    from ..cluster.workloads import SCHEMA
     from ..storage.uri import open_blob
+    from ..workloads import SCHEMA
 
     config = spec.config
     ctx = zmq.Context()
@@ -336,7 +335,7 @@ def run_builder(spec: M.ChildSpec) -> int:
     try:
         coord.connect(spec.coordinator)
         handoff.bind(check_address(spec.handoff, for_bind=True))
-        coord.send(M.encode(M.Hello("builder", spec.group, 0, os.getpid())))
+        coord.send(protocol.encode(protocol.Hello("builder", spec.group, 0, os.getpid())))
         members = _wait_members(coord, handoff, config.start_timeout_s)
         if members is None:
             return 0
@@ -370,7 +369,9 @@ def run_builder(spec: M.ChildSpec) -> int:
         ctx.term()
 
 
-def _wait_members(coord: zmq.Socket, handoff: zmq.Socket, timeout_s: float) -> M.Members | None:
+def _wait_members(
+    coord: zmq.Socket, handoff: zmq.Socket, timeout_s: float
+) -> protocol.Members | None:
     """Welcome workers until the coordinator sends the group's member pids;
     ``None`` on :class:`Shutdown`. ``TimeoutError`` after ``timeout_s``."""
     poller = zmq.Poller()
@@ -383,13 +384,13 @@ def _wait_members(coord: zmq.Socket, handoff: zmq.Socket, timeout_s: float) -> M
             _welcome(handoff)
         if coord in events:
             try:
-                msg = M.decode_to_child(coord.recv())
+                msg = protocol.decode_to_child(coord.recv())
             except msgspec.DecodeError as exc:
                 log.warning("malformed message from the coordinator: %s", exc)
                 continue
-            if isinstance(msg, M.Members):
+            if isinstance(msg, protocol.Members):
                 return msg
-            if isinstance(msg, M.Shutdown):
+            if isinstance(msg, protocol.Shutdown):
                 return None
     raise TimeoutError(f"no member list from the coordinator within {timeout_s}s")
 
@@ -403,11 +404,11 @@ def _welcome(handoff: zmq.Socket) -> None:
             return
         try:
             peer, raw = frames
-            M.decode_handoff_hello(raw)
+            protocol.decode_handoff_hello(raw)
         except (ValueError, msgspec.DecodeError) as exc:
             log.warning("malformed handoff hello: %s", exc)
             continue
-        handoff.send_multipart([peer, M.encode(M.Welcome())])
+        handoff.send_multipart([peer, protocol.encode(protocol.Welcome())])
 
 
 def _loop(
@@ -441,11 +442,11 @@ def _loop(
         _welcome(handoff)
 
 
-def _send(handoff: zmq.Socket, group: GroupBuilder, worker: int, answer: M.Handoff) -> None:
+def _send(handoff: zmq.Socket, group: GroupBuilder, worker: int, answer: protocol.Handoff) -> None:
     if answer.shared is not None:
         faults.point("builder.before_handoff")
     try:
-        handoff.send_multipart([M.worker_identity(worker), M.encode(answer)])
+        handoff.send_multipart([protocol.worker_identity(worker), protocol.encode(answer)])
     except zmq.ZMQError as exc:  # the worker is gone; its group is being restarted
         log.warning("group %d: cannot answer worker %d: %s", group.group, worker, exc)
 
@@ -458,16 +459,16 @@ def _handle_coordinator(group: GroupBuilder, coord: zmq.Socket) -> bool:
         except zmq.Again:
             return False
         try:
-            msg = M.decode_to_child(raw)
+            msg = protocol.decode_to_child(raw)
         except msgspec.DecodeError as exc:
             log.warning("group %d: malformed message from the coordinator: %s", group.group, exc)
             continue
-        if isinstance(msg, M.Shutdown):
+        if isinstance(msg, protocol.Shutdown):
             return True
-        if isinstance(msg, M.Abandon):
+        if isinstance(msg, protocol.Abandon):
             group.abandon((msg.interval, msg.attempt))
 
 
 def _report_failure(coord: zmq.Socket, reason: str) -> None:
     with contextlib.suppress(zmq.ZMQError):
-        coord.send(M.encode(M.Failure(os.getpid(), reason)), zmq.NOBLOCK)
+        coord.send(protocol.encode(protocol.Failure(os.getpid(), reason)), zmq.NOBLOCK)

@@ -1,6 +1,6 @@
 """The worker process: its slice of every minted interval, shared or its own.
 
-For each :class:`~shardsink.cluster.messages.Mint` the worker produces the
+For each :class:`~shardsink.protocol.Mint` the worker produces the
 updates DESIGN.md section 8 assigns it, consolidates them and stages them as
 Arrow. In ``best-effort`` and ``barrier`` mode, staged updates of at most
 ``shared_max_bytes`` go to the group's builder through shared memory (the last
@@ -14,7 +14,7 @@ workers of a group that work at the same time share one batch. A worker that
 shares nothing still finishes, with an empty part, so the batch can be handed
 off (and, under a barrier, the barrier can close); it may be the last
 finisher and receive the batch. The worker then waits for the builder's
-:class:`~shardsink.cluster.messages.Handoff` and reports to the coordinator.
+:class:`~shardsink.protocol.Handoff` and reports to the coordinator.
 """
 
 from __future__ import annotations
@@ -27,9 +27,7 @@ import msgspec
 import pyarrow as pa
 import zmq
 
-from .. import faults
-from ..cluster import messages as M
-from ..cluster.workloads import SCHEMA
+from .. import faults, protocol
 from ..persist import parts as P
 from ..persist.batches import build_batch
 from ..persist.errors import PersistError
@@ -37,6 +35,7 @@ from ..persist.stats import ShardStats
 from ..shm import PartSender
 from ..storage.contracts import Blob
 from ..storage.errors import StorageError
+from ..workloads import SCHEMA
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +56,7 @@ class ShutdownRequested(Exception):
 class Worker:
     """One worker's sockets and state (see the module doc)."""
 
-    def __init__(self, spec: M.ChildSpec, ctx: zmq.Context, blob: Blob) -> None:
+    def __init__(self, spec: protocol.ChildSpec, ctx: zmq.Context, blob: Blob) -> None:
         config = spec.config
         self.spec = spec
         self.config = config
@@ -70,13 +69,13 @@ class Worker:
         self.coord.setsockopt(zmq.IDENTITY, f"g{self.group}/w{self.index}".encode())
         self.coord.setsockopt(zmq.LINGER, 1000)
         self.handoff = ctx.socket(zmq.DEALER)
-        self.handoff.setsockopt(zmq.IDENTITY, M.worker_identity(self.index))
+        self.handoff.setsockopt(zmq.IDENTITY, protocol.worker_identity(self.index))
         self.handoff.setsockopt(zmq.LINGER, 0)
         self.poller = zmq.Poller()
         self.poller.register(self.coord, zmq.POLLIN)
         self.poller.register(self.handoff, zmq.POLLIN)
         self.sender: PartSender | None = None
-        self._queued: list[M.ToChild] = []
+        self._queued: list[protocol.ToChild] = []
 
     def start(self) -> None:
         """Connect, get welcomed by the builder, then say hello to the coordinator."""
@@ -87,25 +86,27 @@ class Worker:
             self.spec.cluster_id,
             inline_max_bytes=self.config.transport_inline_max_bytes,
             timeout=self.config.interval_timeout_s,
-            identity=M.worker_identity(self.index),
+            identity=protocol.worker_identity(self.index),
         )
-        self.handoff.send(M.encode(M.HandoffHello(self.index)))
+        self.handoff.send(protocol.encode(protocol.HandoffHello(self.index)))
         if not self.handoff.poll(int(self.config.start_timeout_s * 1000)):
             raise TimeoutError(
                 f"builder g{self.group} did not welcome worker {self.index} within "
                 f"{self.config.start_timeout_s}s"
             )
-        if not isinstance(M.decode_handoff(self.handoff.recv()), M.Welcome):
+        if not isinstance(protocol.decode_handoff(self.handoff.recv()), protocol.Welcome):
             raise ValueError(f"builder g{self.group} answered the hello with something else")
-        self.coord.send(M.encode(M.Hello("worker", self.group, self.index, os.getpid())))
+        self.coord.send(
+            protocol.encode(protocol.Hello("worker", self.group, self.index, os.getpid()))
+        )
 
     def serve(self) -> None:
-        """Handle coordinator messages until :class:`~shardsink.cluster.messages.Shutdown`."""
+        """Handle coordinator messages until :class:`~shardsink.protocol.Shutdown`."""
         while True:
             msg = self._next_message()
-            if isinstance(msg, M.Shutdown):
+            if isinstance(msg, protocol.Shutdown):
                 return
-            if isinstance(msg, M.Mint):
+            if isinstance(msg, protocol.Mint):
                 try:
                     report = self.interval(msg)
                 except Abandoned:
@@ -113,9 +114,9 @@ class Worker:
                 except ShutdownRequested:
                     return
                 faults.point("worker.before_report")
-                self.coord.send(M.encode(report))
+                self.coord.send(protocol.encode(report))
 
-    def interval(self, mint: M.Mint) -> M.Report:
+    def interval(self, mint: protocol.Mint) -> protocol.Report:
         """Produce, stage, write or share one interval; the report on it."""
         joins = mint.mode != "off"
         if mint.mode == "best-effort":
@@ -152,14 +153,14 @@ class Worker:
             error = error or answer.error
             if answer.shared is not None:
                 faults.point("worker.last_finisher")
-        return M.Report(
+        return protocol.Report(
             interval=mint.interval,
             attempt=mint.attempt,
             group=self.group,
             worker=self.index,
             rows=rows,
             own=own,
-            shared=M.Contribution(answer.generation, rows) if share and answer else None,
+            shared=protocol.Contribution(answer.generation, rows) if share and answer else None,
             received=answer.shared if answer is not None else None,
             blob_puts=stats.blob_puts,
             blob_put_bytes=stats.blob_put_bytes,
@@ -174,21 +175,21 @@ class Worker:
         self.coord.close()
         self.handoff.close()
 
-    def _share(self, mint: M.Mint, table: pa.Table) -> None:
+    def _share(self, mint: protocol.Mint, table: pa.Table) -> None:
         pieces = [b for piece in P.split(table, PART_BYTES) for b in piece.to_batches()]
         for batch in pieces[:-1]:
             self._send(mint, batch, last=False)
         self._finish(mint, pieces[-1])
 
-    def _finish(self, mint: M.Mint, batch: pa.RecordBatch) -> None:
+    def _finish(self, mint: protocol.Mint, batch: pa.RecordBatch) -> None:
         """Send the part that finishes this worker's handle (fault points around it)."""
         faults.point("worker.before_finish")
         self._send(mint, batch, last=True)
         faults.point("worker.after_push")
 
-    def _send(self, mint: M.Mint, batch: pa.RecordBatch, *, last: bool) -> None:
+    def _send(self, mint: protocol.Mint, batch: pa.RecordBatch, *, last: bool) -> None:
         assert self.sender is not None
-        meta = M.Contribute(
+        meta = protocol.Contribute(
             interval=mint.interval,
             attempt=mint.attempt,
             lower=mint.lower,
@@ -198,38 +199,38 @@ class Worker:
             rows=batch.num_rows,
             last=int(last),
         )
-        self.sender.send(batch, M.contribute_meta(meta))
+        self.sender.send(batch, protocol.contribute_meta(meta))
 
-    def _await_handoff(self, mint: M.Mint) -> M.Handoff:
+    def _await_handoff(self, mint: protocol.Mint) -> protocol.Handoff:
         """The builder's answer to this attempt's finish. Raises
         :class:`Abandoned` or :class:`ShutdownRequested` if the coordinator
         gives up on the attempt first."""
         while True:
             events = dict(self.poller.poll())
             if self.handoff in events:
-                answer = self._decode(M.decode_handoff, self.handoff.recv())
-                if isinstance(answer, M.Handoff) and (answer.interval, answer.attempt) == (
+                answer = self._decode(protocol.decode_handoff, self.handoff.recv())
+                if isinstance(answer, protocol.Handoff) and (answer.interval, answer.attempt) == (
                     mint.interval,
                     mint.attempt,
                 ):
                     return answer
             if self.coord in events:
-                msg = self._decode(M.decode_to_child, self.coord.recv())
-                if isinstance(msg, M.Shutdown):
+                msg = self._decode(protocol.decode_to_child, self.coord.recv())
+                if isinstance(msg, protocol.Shutdown):
                     raise ShutdownRequested
-                if isinstance(msg, M.Abandon) and (msg.interval, msg.attempt) == (
+                if isinstance(msg, protocol.Abandon) and (msg.interval, msg.attempt) == (
                     mint.interval,
                     mint.attempt,
                 ):
                     raise Abandoned
-                if isinstance(msg, M.Mint):  # a newer attempt: this one is over
+                if isinstance(msg, protocol.Mint):  # a newer attempt: this one is over
                     self._queued.append(msg)
                     raise Abandoned
 
-    def _next_message(self) -> M.ToChild:
+    def _next_message(self) -> protocol.ToChild:
         if self._queued:
             return self._queued.pop(0)
-        while (msg := self._decode(M.decode_to_child, self.coord.recv())) is None:
+        while (msg := self._decode(protocol.decode_to_child, self.coord.recv())) is None:
             pass
         return msg
 
@@ -242,7 +243,7 @@ class Worker:
             return None
 
 
-def run_worker(spec: M.ChildSpec) -> int:
+def run_worker(spec: protocol.ChildSpec) -> int:
     """The worker process's main; returns the exit code."""
     from ..storage.uri import open_blob
 
@@ -256,8 +257,8 @@ def run_worker(spec: M.ChildSpec) -> int:
     except Exception as exc:
         log.exception("worker g%d/w%d failed", spec.group, spec.index)
         with contextlib.suppress(zmq.ZMQError):
-            failure = M.Failure(os.getpid(), f"{type(exc).__name__}: {exc}")
-            worker.coord.send(M.encode(failure), zmq.NOBLOCK)
+            failure = protocol.Failure(os.getpid(), f"{type(exc).__name__}: {exc}")
+            worker.coord.send(protocol.encode(failure), zmq.NOBLOCK)
         return 1
     finally:
         worker.close()

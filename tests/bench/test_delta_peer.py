@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shardsink.bench.delta_peer import run_delta
-from shardsink.cluster.workloads import Workload
+from shardsink.workloads import Workload
 
 
 @pytest.mark.parametrize("name", ["trickle", "churn"])

@@ -15,12 +15,12 @@ import psutil
 import pyarrow as pa
 import zmq
 
+from shardsink import protocol
 from shardsink.cluster import Cluster, ClusterStats, IntervalRecord, Workload
-from shardsink.cluster import messages as M
 from shardsink.cluster.processes import Child, kill_all, spawn
-from shardsink.cluster.workloads import SCHEMA
 from shardsink.config import ClusterConfig
 from shardsink.shm import PartSender, list_segments
+from shardsink.workloads import SCHEMA
 
 TIMEOUT = 30.0
 
@@ -44,7 +44,7 @@ class FakeWorker:
         self.index = index
         self.ctx = zmq.Context()
         self.handoff = self.ctx.socket(zmq.DEALER)
-        self.handoff.setsockopt(zmq.IDENTITY, M.worker_identity(index))
+        self.handoff.setsockopt(zmq.IDENTITY, protocol.worker_identity(index))
         self.handoff.setsockopt(zmq.LINGER, 0)
         self.handoff.connect(harness.handoff)
         self.sender = PartSender(
@@ -52,11 +52,11 @@ class FakeWorker:
             harness.cluster_id,
             inline_max_bytes=-1,
             timeout=TIMEOUT,
-            identity=M.worker_identity(index),
+            identity=protocol.worker_identity(index),
         )
-        self.handoff.send(M.encode(M.HandoffHello(index)))
+        self.handoff.send(protocol.encode(protocol.HandoffHello(index)))
         assert self.handoff.poll(int(TIMEOUT * 1000)), "the builder did not welcome the worker"
-        assert isinstance(M.decode_handoff(self.handoff.recv()), M.Welcome)
+        assert isinstance(protocol.decode_handoff(self.handoff.recv()), protocol.Welcome)
 
     def send(
         self,
@@ -69,7 +69,7 @@ class FakeWorker:
         upper: int | None = None,
     ) -> None:
         interval, attempt = bid
-        meta = M.Contribute(
+        meta = protocol.Contribute(
             interval=interval,
             attempt=attempt,
             lower=interval * 1000 if lower is None else lower,
@@ -79,15 +79,15 @@ class FakeWorker:
             rows=batch.num_rows,
             last=int(last),
         )
-        self.sender.send(batch, M.contribute_meta(meta))
+        self.sender.send(batch, protocol.contribute_meta(meta))
 
     def sync(self, timeout: float = TIMEOUT) -> None:
         self.sender.wait_acked(timeout)
 
-    def answer(self) -> M.Handoff:
+    def answer(self) -> protocol.Handoff:
         assert self.handoff.poll(int(TIMEOUT * 1000)), "no answer from the builder"
-        answer = M.decode_handoff(self.handoff.recv())
-        assert isinstance(answer, M.Handoff)
+        answer = protocol.decode_handoff(self.handoff.recv())
+        assert isinstance(answer, protocol.Handoff)
         return answer
 
     def close(self) -> None:
@@ -113,7 +113,7 @@ class BuilderHarness:
         self.coord.setsockopt(zmq.LINGER, 0)
         coordinator = f"ipc://{self.dir / 'coord'}"
         self.coord.bind(coordinator)
-        spec = M.ChildSpec(
+        spec = protocol.ChildSpec(
             group=0,
             index=0,
             cluster_id=self.cluster_id,
@@ -124,22 +124,22 @@ class BuilderHarness:
             config=self.config,
         )
         self.builder: Child = spawn(
-            "builder", "g0/b", ["builder"], run_dir=self.dir, stdin=M.encode_spec(spec)
+            "builder", "g0/b", ["builder"], run_dir=self.dir, stdin=protocol.encode_spec(spec)
         )
         self.workers: list[FakeWorker] = []
         try:
             assert self.coord.poll(int(TIMEOUT * 1000)), self.builder.log_tail()
             identity, raw = self.coord.recv_multipart()
-            assert isinstance(M.decode_from_child(raw), M.Hello)
+            assert isinstance(protocol.decode_from_child(raw), protocol.Hello)
             # the test process creates every arena
-            self.coord.send_multipart([identity, M.encode(M.Members((os.getpid(),)))])
+            self.coord.send_multipart([identity, protocol.encode(protocol.Members((os.getpid(),)))])
             self.workers = [FakeWorker(self, w) for w in range(workers)]
         except BaseException:
             self.close()
             raise
 
     def tell(self, msg) -> None:
-        self.coord.send_multipart([b"g0/b", M.encode(msg)])
+        self.coord.send_multipart([b"g0/b", protocol.encode(msg)])
 
     def blob_parts(self) -> list[Path]:
         return sorted(self.blob_dir.rglob("*.parquet")) if self.blob_dir.exists() else []
@@ -148,7 +148,7 @@ class BuilderHarness:
         for w in self.workers:
             w.close()
         if self.builder.alive():
-            self.tell(M.Shutdown())
+            self.tell(protocol.Shutdown())
             deadline = time.monotonic() + 10
             while self.builder.alive() and time.monotonic() < deadline:
                 time.sleep(0.02)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from shardsink.cluster import messages as M
+from shardsink import protocol
 from shardsink.config import ClusterConfig
 from shardsink.coordinator.accounting import AccountingError, check
 from shardsink.persist.state import Batch, BlobPart, InlinePart
@@ -23,20 +23,22 @@ def _batch(rows: int, *, inline: bool = False) -> Batch:
     return Batch(id=f"b{rows}{inline}", lower=LOWER, upper=UPPER, parts=(part,), rows=rows)
 
 
-def _report(g: int, w: int, rows: int, **kw) -> M.Report:
-    return M.Report(interval=3, attempt=1, group=g, worker=w, rows=rows, **kw)
+def _report(g: int, w: int, rows: int, **kw) -> protocol.Report:
+    return protocol.Report(interval=3, attempt=1, group=g, worker=w, rows=rows, **kw)
 
 
-def _shared(g: int, contributors: dict[int, int], generation: int = 0) -> M.SharedBatch:
+def _shared(g: int, contributors: dict[int, int], generation: int = 0) -> protocol.SharedBatch:
     batch = _batch(sum(contributors.values()))
-    return M.SharedBatch(g, generation, batch, contributors, 1, 100, segment_parts=1)
+    return protocol.SharedBatch(g, generation, batch, contributors, 1, 100, segment_parts=1)
 
 
-def _good() -> dict[tuple[int, int], M.Report]:
+def _good() -> dict[tuple[int, int], protocol.Report]:
     """Group 0 shares one batch (w1 received it); w0 of group 1 wrote its own."""
     return {
-        (0, 0): _report(0, 0, 5, shared=M.Contribution(0, 5)),
-        (0, 1): _report(0, 1, 7, shared=M.Contribution(0, 7), received=_shared(0, {0: 5, 1: 7})),
+        (0, 0): _report(0, 0, 5, shared=protocol.Contribution(0, 5)),
+        (0, 1): _report(
+            0, 1, 7, shared=protocol.Contribution(0, 7), received=_shared(0, {0: 5, 1: 7})
+        ),
         (1, 0): _report(1, 0, 9, own=_batch(9, inline=True)),
         (1, 1): _report(1, 1, 0),
     }
@@ -72,17 +74,19 @@ def _broken(**changes) -> dict:
         (_broken(g1w0=_report(1, 0, 9, error="disk full")), "g1/w0 failed: disk full"),
         (_broken(g1w0=_report(1, 0, 10, own=_batch(9))), "reports 10 rows but 9 in its own"),
         (  # the last finisher died: nobody reports the shared batch
-            _broken(g0w1=_report(0, 1, 7, shared=M.Contribution(0, 7))),
+            _broken(g0w1=_report(0, 1, 7, shared=protocol.Contribution(0, 7))),
             r"shared batch \(0, 0\) holds rows of \[0, 1\] but nobody received it",
         ),
         (  # a contribution the batch does not list
             _broken(
-                g0w1=_report(0, 1, 7, shared=M.Contribution(0, 7), received=_shared(0, {1: 7}))
+                g0w1=_report(
+                    0, 1, 7, shared=protocol.Contribution(0, 7), received=_shared(0, {1: 7})
+                )
             ),
             "lists contributors",
         ),
         (  # a stale report filed under the current attempt
-            _broken(g1w1=M.Report(interval=3, attempt=0, group=1, worker=1, rows=0)),
+            _broken(g1w1=protocol.Report(interval=3, attempt=0, group=1, worker=1, rows=0)),
             "of attempt 0",
         ),
         (
@@ -112,19 +116,21 @@ def test_idle_interval_appends_nothing():
 
 def test_wire_messages_decode_strictly():
     report = _good()[(0, 1)]
-    assert M.decode_from_child(M.encode(report)) == report
+    assert protocol.decode_from_child(protocol.encode(report)) == report
     with pytest.raises(msgspec.DecodeError):
-        M.decode_from_child(M.encode(M.Mint(1, 0, 0, 1, "off", 0)))  # not a child's message
+        protocol.decode_from_child(
+            protocol.encode(protocol.Mint(1, 0, 0, 1, "off", 0))
+        )  # not a child's message
     with pytest.raises(msgspec.DecodeError):
-        M.decode_to_child(b"\x81\xa4type\xa4mint")
+        protocol.decode_to_child(b"\x81\xa4type\xa4mint")
     with pytest.raises(msgspec.DecodeError):  # an unknown mode
-        M.decode_to_child(msgspec.msgpack.encode({"type": "mint"}))
-    meta = M.contribute_meta(M.Contribute(1, 0, 1000, 2000, 0, 3, 10, 1))
-    assert M.decode_contribute(meta).rows == 10
+        protocol.decode_to_child(msgspec.msgpack.encode({"type": "mint"}))
+    meta = protocol.contribute_meta(protocol.Contribute(1, 0, 1000, 2000, 0, 3, 10, 1))
+    assert protocol.decode_contribute(meta).rows == 10
     for bad in ({**meta, "rows": "10"}, {**meta, "extra": 1}, {**meta, "last": 2}):
         with pytest.raises(msgspec.ValidationError):
-            M.decode_contribute(bad)
-    spec = M.ChildSpec(0, 1, "c1", "ipc:///a", "ipc:///b", "ipc:///c", 4096, ClusterConfig())
-    assert M.decode_spec(M.encode_spec(spec)) == spec
+            protocol.decode_contribute(bad)
+    spec = protocol.ChildSpec(0, 1, "c1", "ipc:///a", "ipc:///b", "ipc:///c", 4096, ClusterConfig())
+    assert protocol.decode_spec(protocol.encode_spec(spec)) == spec
     with pytest.raises(msgspec.ValidationError, match="groups must be >= 1"):
-        M.decode_spec(M.encode_spec(spec).replace(b'"groups":2', b'"groups":0'))
+        protocol.decode_spec(protocol.encode_spec(spec).replace(b'"groups":2', b'"groups":0'))

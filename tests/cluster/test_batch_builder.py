@@ -7,13 +7,13 @@ import uuid
 import pyarrow as pa
 import pytest
 
-from shardsink.cluster.workloads import SCHEMA, Workload
 from shardsink.persist import parts as P
 from shardsink.persist.batches import BatchBuilder, load_part
 from shardsink.persist.state import BlobPart, InlinePart
 from shardsink.persist.stats import ShardStats
 from shardsink.storage.errors import DeterminateError
 from shardsink.storage.memory import MemoryBlob
+from shardsink.workloads import SCHEMA, Workload
 
 WORKLOAD = Workload("trickle", rows_per_interval=400, interval_ms=1000)
 

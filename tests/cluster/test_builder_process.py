@@ -9,7 +9,7 @@ import time
 import pytest
 from cluster_helpers import EMPTY, BuilderHarness, rows_batch
 
-from shardsink.cluster import messages as M
+from shardsink import protocol
 from shardsink.shm import TransportTimeout
 
 
@@ -20,7 +20,7 @@ def test_two_handles_race_finish_5000_times(both_push):
     rounds = 5000
     with BuilderHarness(2, mode="best-effort") as h:
         start = threading.Barrier(2)
-        answers: list[list[M.Handoff]] = [[], []]
+        answers: list[list[protocol.Handoff]] = [[], []]
         errors: list[BaseException] = []
 
         def run(w: int) -> None:
@@ -87,7 +87,7 @@ def test_abandoned_shared_batch_deletes_its_parts_and_releases_the_arena():
         assert len(h.blob_parts()) == 1
         with pytest.raises(TransportTimeout):
             b.sync(0.5)
-        h.tell(M.Abandon(0, 0))
+        h.tell(protocol.Abandon(0, 0))
         b.sync()  # released by the abort
         assert h.blob_parts() == []
         a.send((0, 0), EMPTY, last=True)
@@ -116,8 +116,8 @@ def test_a_part_whose_count_is_wrong_is_refused():
     with BuilderHarness(1, mode="best-effort") as h:
         (a,) = h.workers
         batch = rows_batch([1, 2], 0)
-        meta = M.Contribute(0, 0, 0, 1000, 0, 0, rows=5, last=1)
-        a.sender.send(batch, M.contribute_meta(meta))
+        meta = protocol.Contribute(0, 0, 0, 1000, 0, 0, rows=5, last=1)
+        a.sender.send(batch, protocol.contribute_meta(meta))
         answer = a.answer()
         assert answer.shared is None and "says 5 rows and holds 2" in answer.error
 
@@ -131,8 +131,10 @@ def test_handle_dropped_without_finishing():
         a, b = h.workers
 
         def bad_last(bid):
-            meta = M.Contribute(bid[0], bid[1], bid[0] * 1000, bid[0] * 1000 + 1000, 0, 0, 9, 1)
-            a.sender.send(rows_batch([99], bid[0] * 1000), M.contribute_meta(meta))
+            meta = protocol.Contribute(
+                bid[0], bid[1], bid[0] * 1000, bid[0] * 1000 + 1000, 0, 0, 9, 1
+            )
+            a.sender.send(rows_batch([99], bid[0] * 1000), protocol.contribute_meta(meta))
             return a.answer()
 
         a.send((0, 0), rows_batch([0, 2], 0), last=False)

@@ -14,9 +14,9 @@ import pytest
 
 from shardsink.cluster import Workload
 from shardsink.cluster.verify import verify
-from shardsink.cluster.workloads import SCHEMA
 from shardsink.persist import open_shard
 from shardsink.testing.consensus import ServerProcess
+from shardsink.workloads import SCHEMA
 
 ROOT = Path(__file__).resolve().parents[2]
 INTERVALS = 60

@@ -8,15 +8,15 @@ import uuid
 
 from cluster_helpers import BuilderHarness, rows_batch
 
-from shardsink.cluster import messages as M
+from shardsink import protocol
 from shardsink.shm import Received
 from shardsink.storage.memory import MemoryBlob
 from shardsink.worker.builder import GroupBuilder
 
 
 def _part(sender: bytes, claimed: int, keys: list[int]) -> Received:
-    meta = M.Contribute(0, 0, 0, 1000, barrier=0, worker=claimed, rows=len(keys), last=1)
-    return Received(sender, 0, rows_batch(keys, 0), M.contribute_meta(meta), None)
+    meta = protocol.Contribute(0, 0, 0, 1000, barrier=0, worker=claimed, rows=len(keys), last=1)
+    return Received(sender, 0, rows_batch(keys, 0), protocol.contribute_meta(meta), None)
 
 
 def test_a_part_claiming_another_worker_fails_the_sender_naming_both(caplog):
@@ -30,7 +30,7 @@ def test_a_part_claiming_another_worker_fails_the_sender_naming_both(caplog):
         target_bytes=1 << 30,
         ack=lambda *parts: acked.extend(parts),
     )
-    forged = _part(M.worker_identity(1), 0, [7])
+    forged = _part(protocol.worker_identity(1), 0, [7])
     assert group.take(forged) == ((0, 0), 1)  # the sender's finish, not worker 0's
     answer = group.finish((0, 0), 1)
     assert answer.shared is None
@@ -41,7 +41,7 @@ def test_a_part_claiming_another_worker_fails_the_sender_naming_both(caplog):
     assert "says it is worker 0's; refused" in caplog.text
     assert acked == [forged, stranger]
     # worker 0 itself was never touched: its own part is the whole batch
-    own = _part(M.worker_identity(0), 0, [0])
+    own = _part(protocol.worker_identity(0), 0, [0])
     assert group.take(own) == ((0, 0), 0)
     shared = group.finish((0, 0), 0).shared
     assert shared is not None and shared.contributors == {0: 1} and shared.batch.rows == 1
@@ -50,8 +50,8 @@ def test_a_part_claiming_another_worker_fails_the_sender_naming_both(caplog):
 def test_a_worker_process_cannot_contribute_in_another_workers_name():
     with BuilderHarness(2, mode="best-effort") as h:
         a, b = h.workers
-        meta = M.Contribute(0, 0, 0, 1000, barrier=0, worker=a.index, rows=1, last=1)
-        b.sender.send(rows_batch([1], 0), M.contribute_meta(meta))
+        meta = protocol.Contribute(0, 0, 0, 1000, barrier=0, worker=a.index, rows=1, last=1)
+        b.sender.send(rows_batch([1], 0), protocol.contribute_meta(meta))
         refused = b.answer()
         assert refused.shared is None
         assert refused.error == "a part from sender 'w1' says it is worker 0's; refused"

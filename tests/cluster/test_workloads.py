@@ -7,7 +7,7 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
-from shardsink.cluster.workloads import SCHEMA, Workload, values
+from shardsink.workloads import SCHEMA, Workload, values
 
 
 def spec_updates(name: str, r: int, s: int, t: int, interval: int) -> Counter:

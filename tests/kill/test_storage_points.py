@@ -11,11 +11,11 @@ import threading
 import time
 
 from shardsink import faults
-from shardsink.cluster.workloads import Workload
 from shardsink.persist import ShardConfig, open_shard
 from shardsink.persist.state import BlobPart
 from shardsink.storage import open_blob
 from shardsink.testing.consensus import ServerProcess
+from shardsink.workloads import Workload
 
 WORKLOAD = Workload("churn", rows_per_interval=16, interval_ms=10)
 BLOB_PARTS = ShardConfig(inline_max_bytes=0)  # every part in blob, so GC has work

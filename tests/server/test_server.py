@@ -10,13 +10,13 @@ import msgspec
 import pytest
 import zmq
 
-from shardsink.cluster.workloads import Workload
 from shardsink.persist import open_shard
 from shardsink.persist.config import ShardConfig
 from shardsink.server import ServerClient
 from shardsink.server.wire import REPLY_DECODER, ErrorReply
 from shardsink.storage.errors import DeterminateError, IndeterminateError
 from shardsink.testing.consensus import ServerProcess
+from shardsink.workloads import Workload
 
 WORKLOAD = Workload("churn", rows_per_interval=8, interval_ms=1)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import threading
 import time
 
-from shardsink.cluster.workloads import Workload
 from shardsink.persist import open_shard
 from shardsink.persist.config import ShardConfig
 from shardsink.server import ConsensusServer, ServerClient
 from shardsink.storage import open_blob, open_consensus
+from shardsink.workloads import Workload
 
 WORKLOAD = Workload("trickle", rows_per_interval=16, interval_ms=1)
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from shardsink.cluster.workloads import Workload
 from shardsink.persist import open_shard
 from shardsink.persist.config import ShardConfig
 from shardsink.testing.consensus import ServerProcess
+from shardsink.workloads import Workload
 
 WORKLOAD = Workload("trickle", rows_per_interval=4, interval_ms=1)
 SERVED = ShardConfig(rollup_threshold=4, leaked_blob_grace_ms=0, max_attempts=8)

@@ -28,8 +28,8 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from ..config import ClusterConfig, Mode
-from ..persist.state import Batch
+from .config import ClusterConfig, Mode
+from .persist.state import Batch
 
 _OPTS = {"frozen": True, "forbid_unknown_fields": True}
 Count = Annotated[int, msgspec.Meta(ge=0)]

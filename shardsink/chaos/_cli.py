@@ -131,15 +131,12 @@ def report_table(report):
     table.add_column("fault kind")
     table.add_column("scheduled", justify="right")
     table.add_column("injected", justify="right")
-    table.add_column("missed", justify="right")
+    for column in ("missed", "lost", "unfired"):
+        table.add_column(column, justify="right")
+    columns = (report.scheduled, report.injected, report.missed, report.lost, report.unfired)
     for kind in FAULT_KINDS:
         if kind in report.faults:
-            table.add_row(
-                kind,
-                str(report.scheduled.get(kind, 0)),
-                str(report.injected.get(kind, 0)),
-                str(report.missed.get(kind, 0)),
-            )
+            table.add_row(kind, *(str(by_kind.get(kind, 0)) for by_kind in columns))
     summary = Table(show_header=False, title="run")
     summary.add_column(style="bold")
     summary.add_column()

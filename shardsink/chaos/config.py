@@ -7,7 +7,7 @@ import msgspec
 
 from ..cluster.workloads import Workload
 from ..config import MODES, ClusterConfig, Mode
-from .schedule import FAULT_KINDS, check_kinds
+from .schedule import FAULT_KINDS, injectable
 
 SHARD = "default"
 #: Interval length in the shard's time (the workload's clock, not the wall's).
@@ -62,7 +62,7 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             raise ValueError(f"duration_s must be > 0, got {self.duration_s}")
         if self.mode not in MODES:
             raise ValueError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
-        check_kinds(self.faults)
+        injectable(self.faults, self.mode)
         for name in ("groups", "workers", "rows_per_interval"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -86,17 +86,24 @@ class ChaosReport(msgspec.Struct, kw_only=True):
 
     ``injected`` counts faults by kind: signals sent and point firings
     (recorded by the process that fired). ``scheduled`` counts the schedule's
-    events by kind, ``released`` the point firings the nemesis let go (one
-    that no process reached before the end stays unfired), ``missed`` the
-    signal events that found no process.
+    events by kind (a store error event may release a burst of several
+    faults), ``released`` the point firings the nemesis let go, ``missed`` the
+    signal events that found no process to hit while the cluster restarted,
+    ``lost`` the point firings a process took but was killed before it
+    recorded or acted on them (a group being killed just then), and
+    ``unfired`` the other faults the schedule called for (bursts counted
+    whole) that were never injected: missed signals, and released firings
+    that no process reached before the run stopped waiting for them (it waits
+    up to :data:`~.runner.SETTLE_S` after its duration, unless interrupted).
     ``data_dir`` is empty if the run's temporary directory was removed.
     ``coordinator_starts`` counts ``shardsink up`` runs and ``coordinator_exits``
     why each earlier one ended. ``intervals_redone`` counts intervals appended
     by an attempt after the first; ``supervision`` the coordinators' group
     restarts, consensus restarts and abandoned attempts (each as of its last
     append). ``violations`` is empty for a good run. ``ran_s`` is how long
-    faults were injected, shorter than ``duration_s`` if ``interrupted``
-    (Ctrl-C stops the run early; the checks still run)."""
+    faults were injected: longer than ``duration_s`` by the time the last
+    ones took to fire and the cluster to append again, shorter if
+    ``interrupted`` (Ctrl-C stops the run early; the checks still run)."""
 
     seed: int
     duration_s: float
@@ -121,6 +128,8 @@ class ChaosReport(msgspec.Struct, kw_only=True):
     violations: list[str]
     ran_s: float = 0.0
     interrupted: bool = False
+    lost: dict[str, int] = msgspec.field(default_factory=dict)
+    unfired: dict[str, int] = msgspec.field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

@@ -23,9 +23,15 @@ from typing import NamedTuple
 import psutil
 
 from .. import faults
-from .schedule import SIGNAL_TARGETS, Event
+from .schedule import SIGNAL_TARGETS, Event, kind_of
 
 _TITLE = re.compile(r"^shardsink (consensus|builder|worker)\b ?(\S*)")
+
+#: How long a signal event keeps looking for a process to hit while the
+#: cluster restarts (a group, the consensus process, the coordinator: a few
+#: seconds each, more under load), and how often it looks.
+SIGNAL_RETRY_S = 30.0
+SIGNAL_RETRY_EVERY_S = 0.1
 
 
 class Target(NamedTuple):
@@ -65,11 +71,14 @@ class Nemesis:
     ``coordinator()`` returns (``None`` while there is none).
 
     ``fault_dir`` holds the point budgets: :meth:`hold_points` holds every
-    firing back in advance; a point event releases the next one. By kind,
-    ``signalled`` counts the signals sent, ``released`` the point firings
-    released (the firings themselves are recorded by the processes that
-    fire), ``missed`` the signal events that found no process to hit (the
-    cluster was restarting).
+    firing back in advance; a point event releases the next one. A signal
+    event that finds no process of its kind (the cluster is restarting) or
+    whose victim dies before the signal looks again, for up to
+    :data:`SIGNAL_RETRY_S`; later events wait for it. By kind, ``signalled``
+    counts the signals sent, ``released`` the point firings released (the
+    firings themselves are recorded by the processes that fire), ``missed``
+    the signal events that found no process to hit in time; :meth:`lost`
+    gives the firings taken by a process killed before it recorded them.
     """
 
     def __init__(
@@ -87,6 +96,7 @@ class Nemesis:
         self.released: Counter[str] = Counter()
         self.missed: Counter[str] = Counter()
         self._released_of: Counter[str] = Counter()  # by point: the next firing to release
+        self._lock = threading.Lock()  # _released_of is read by other threads
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
         self.error: BaseException | None = None
@@ -107,6 +117,44 @@ class Nemesis:
         if self._thread.is_alive():
             self._thread.join(timeout)
 
+    def untaken(self) -> int:
+        """Point firings released that no process has taken yet."""
+        taken = self._taken()
+        with self._lock:
+            return sum(n - taken[point] for point, n in self._released_of.items())
+
+    def lost(self) -> Counter[str]:
+        """By kind, the point firings a process took but never recorded: it
+        was killed in between (its group was being killed), so the fault
+        never acted, and no other process can take it."""
+        fired = Counter(f"{f['point']}:{f['action']}" for f in faults.fired(self.fault_dir))
+        out: Counter[str] = Counter()
+        for point, n in self._taken().items():
+            if n > fired[point]:
+                out[kind_of(*point.split(":"))] += n - fired[point]
+        return out
+
+    def settled(self) -> bool:
+        """Whether every event has been carried out (begun, not stopped) and
+        every firing released has been taken."""
+        return (
+            self._thread.ident is not None
+            and not self._thread.is_alive()
+            and not (self._stop.is_set() or self.untaken())
+        )
+
+    def _taken(self) -> Counter[str]:
+        """By point (``NAME:ACTION``), the released firings some process has
+        taken (its claim of the firing's slot is a file in ``fault_dir``)."""
+        with self._lock:
+            released = dict(self._released_of)
+        taken: Counter[str] = Counter()
+        for point, n in released.items():
+            spec = faults.FaultSpec(*point.split(":"))
+            slots = (self.fault_dir / faults.slot_name(spec, i) for i in range(n))
+            taken[point] = sum(slot.exists() for slot in slots)
+        return taken
+
     def _run(self) -> None:
         try:
             for event in self.events:
@@ -124,18 +172,27 @@ class Nemesis:
         spec = faults.FaultSpec(name, action)
         for _ in range(event.count):
             faults.release(self.fault_dir, spec, self._released_of[event.point])
-            self._released_of[event.point] += 1
+            with self._lock:
+                self._released_of[event.point] += 1
         self.released[event.kind] += event.count
 
     def _signal(self, event: Event) -> None:
+        deadline = time.monotonic() + SIGNAL_RETRY_S
+        while not self._hit(event):
+            if time.monotonic() >= deadline or self._stop.wait(SIGNAL_RETRY_EVERY_S):
+                self.missed[event.kind] += 1
+                return
+        self.signalled[event.kind] += 1
+
+    def _hit(self, event: Event) -> bool:
+        """Signal a process for ``event``; whether one was there to signal."""
         coordinator = self.coordinator()
         processes = cluster_processes(coordinator) if coordinator is not None else []
         target = SIGNAL_TARGETS[event.kind]
         kind = "builder" if target == "group" else target
         pool = [p for p in processes if target == "any" or p.kind == kind]
         if not pool:
-            self.missed[event.kind] += 1
-            return
+            return False
         victim = pool[event.pick % len(pool)]
         process = victim.process
         try:
@@ -153,6 +210,5 @@ class Nemesis:
             else:
                 process.kill()
         except (psutil.NoSuchProcess, ProcessLookupError):  # died since the listing
-            self.missed[event.kind] += 1
-            return
-        self.signalled[event.kind] += 1
+            return False
+        return True

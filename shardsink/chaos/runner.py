@@ -12,10 +12,16 @@ The pieces, each in its own thread of this process:
 - *maintenance*: advancing ``since``, and ``shardsink shard compact`` and
   ``shardsink shard gc`` as children armed with the same fault points.
 
-At the end the coordinator is stopped with SIGINT and the shard is checked
-straight on its stores. Every failed check is a *violation*; failures that
-faults are allowed to cause (a killed ``shard gc``, a reader that could not
-reach the consensus process while it restarted) are counted, not violations.
+After the duration the run goes on, for up to :data:`SETTLE_S`, until the
+nemesis has carried out every event, every fault point firing it released
+has been taken by a process, and the cluster has appended an interval since
+(it recovered from the last fault): a fault released near the end would
+otherwise be left for a process that never comes, and a signal event delayed
+by a restart never sent. Then the coordinator is stopped with SIGINT and the
+shard is checked straight on its stores. Every failed check is a
+*violation*; failures that faults are allowed to cause (a killed ``shard
+gc``, a reader that could not reach the consensus process while it
+restarted) are counted, not violations.
 """
 
 from __future__ import annotations
@@ -48,17 +54,21 @@ from .config import (
 )
 from .context import RunContext, exit_reason
 from .nemesis import Nemesis
-from .schedule import point_specs, schedule
+from .schedule import firings, point_specs, schedule
 
 log = logging.getLogger(__name__)
 
 #: How long a coordinator has to stop after SIGINT, and a child to exit.
 STOP_TIMEOUT_S = 60.0
+#: How long a run goes on after its duration for its scheduled faults to fire
+#: and the cluster to append again.
+SETTLE_S = 120.0
 
 
 def run_chaos(config: ChaosConfig, on_tick: Callable[[dict], None] | None = None) -> ChaosReport:
     """Run ``config`` (see the module); ``on_tick`` gets a status dict about
-    once a second. ``ValueError`` if the data dir already holds a shard."""
+    once a second. ``ValueError`` if the data dir already holds a shard. A
+    first SIGINT (in the main thread) ends the run at once, settled or not."""
     work = Path(config.data_dir) if config.data_dir else Path(tempfile.mkdtemp(prefix="chaos-"))
     if (work / "data").exists():
         raise ValueError(f"data dir {work} holds a previous run; give an empty or new one")
@@ -128,6 +138,7 @@ def _run(
         config.seed,
         config.duration_s,
         config.faults,
+        mode=config.mode,
         mean_gap_s=config.mean_gap_s,
         pause_max_s=config.pause_max_s,
     )
@@ -167,7 +178,14 @@ def _run(
         for thread in threads:
             thread.start()
         last_appends, last_progress, next_tick = 0, time.monotonic(), 0.0
-        while time.monotonic() - start < config.duration_s and not interrupt.is_set():
+        end = start + config.duration_s
+        settled_at: int | None = None  # intervals appended when every fault had fired
+        while not interrupt.is_set():
+            now = time.monotonic()
+            if now >= end and settled_at is None and nemesis.settled():
+                settled_at = last_appends
+            if now >= end + SETTLE_S or (settled_at is not None and last_appends > settled_at):
+                break
             interrupt.wait(0.2)
             run.note_processes()
             child = run.coordinator
@@ -211,6 +229,8 @@ def _run(
     report = final_checks(run, events, nemesis, starts, exits)
     report.ran_s = round(ran_s, 1)
     report.interrupted = interrupt.is_set()
+    report.lost = dict(nemesis.lost())
+    report.unfired = dict(firings(events) - Counter(report.injected) - Counter(report.lost))
     return report
 
 

@@ -12,16 +12,20 @@ A fault kind is injected in one of two ways:
   pass the point fires it.
 
 So the same seed gives the same events at the same times; what each one hits
-depends on what the cluster is doing then, as it must.
+depends on what the cluster is doing then, as it must. Only what the run's
+mode can fire is scheduled: in mode ``off`` no batch is shared, so no process
+passes the builder's points or the last finisher's.
 """
 
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 import msgspec
 
 from .. import faults
+from ..config import Mode
 
 #: Every fault kind, in the order reports list them.
 FAULT_KINDS = (
@@ -66,6 +70,11 @@ POINTS: dict[str, tuple[tuple[str, str], ...]] = {
     "consensus-errors": (("consensus.call", "determinate"), ("consensus.call", "indeterminate")),
 }
 
+#: Points only a process of a group sharing batches passes (any mode but ``off``).
+SHARED_POINTS = frozenset(
+    {"worker.after_push", "worker.last_finisher", "builder.after_upload", "builder.before_handoff"}
+)
+
 #: A store error event releases this many faults at once (a burst, as when a
 #: store flaps), at most.
 MAX_BURST = 3
@@ -86,6 +95,17 @@ class Event(msgspec.Struct, frozen=True, kw_only=True):
     count: int = 1
 
 
+def ways(kind: str, mode: Mode) -> list[tuple[str, str]]:
+    """How ``kind`` can be injected in ``mode``: ``("signal", "")`` and
+    ``("point", "NAME:ACTION")`` pairs, none if ``mode`` never reaches it."""
+    signal = [("signal", "")] if kind in SIGNAL_TARGETS else []
+    return signal + [
+        ("point", f"{name}:{action}")
+        for name, action in POINTS[kind]
+        if mode != "off" or name not in SHARED_POINTS
+    ]
+
+
 def check_kinds(kinds: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     """``kinds`` as a tuple; ``ValueError`` naming an unknown one (and the
     known ones) or an empty list."""
@@ -97,22 +117,33 @@ def check_kinds(kinds: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(kinds))
 
 
+def injectable(kinds: list[str] | tuple[str, ...], mode: Mode) -> tuple[str, ...]:
+    """Those of ``kinds`` (checked by :func:`check_kinds`) that ``mode`` can
+    fire; ``ValueError`` if there is none."""
+    out = tuple(k for k in check_kinds(kinds) if ways(k, mode))
+    if not out:
+        raise ValueError(f"none of the fault kinds {', '.join(kinds)} fires in mode {mode!r}")
+    return out
+
+
 def schedule(
     seed: int,
     duration_s: float,
     kinds: tuple[str, ...],
     *,
+    mode: Mode,
     mean_gap_s: float,
     pause_max_s: float,
     quiet_s: float = 2.0,
 ) -> list[Event]:
-    """The events of a run: gaps drawn from an exponential distribution of
-    mean ``mean_gap_s``, none in the first or last ``quiet_s`` seconds; each
-    event's kind uniform over ``kinds``, then, for a kind with both, signal or
-    one of its points with equal chance."""
+    """The events of a run in ``mode``: gaps drawn from an exponential
+    distribution of mean ``mean_gap_s``, none in the first or last ``quiet_s``
+    seconds; each event's kind uniform over those of ``kinds`` that ``mode``
+    can fire, then one of the kind's :func:`ways` with equal chance.
+    ``ValueError`` if ``mode`` can fire none of ``kinds``."""
     if mean_gap_s <= 0 or pause_max_s <= 0:
         raise ValueError("mean_gap_s and pause_max_s must be > 0")
-    kinds = check_kinds(kinds)
+    kinds = injectable(kinds, mode)
     rng = random.Random(f"chaos:{seed}")
     events = []
     at = quiet_s
@@ -121,10 +152,7 @@ def schedule(
         if at > duration_s - quiet_s:
             return events
         kind = rng.choice(kinds)
-        ways = ([("signal", "")] if kind in SIGNAL_TARGETS else []) + [
-            ("point", f"{name}:{action}") for name, action in POINTS[kind]
-        ]
-        how, point = rng.choice(ways)
+        how, point = rng.choice(ways(kind, mode))
         events.append(
             Event(
                 at_s=round(at, 3),
@@ -136,6 +164,15 @@ def schedule(
                 count=rng.randint(1, MAX_BURST) if kind.endswith("-errors") else 1,
             )
         )
+
+
+def firings(events: list[Event]) -> Counter[str]:
+    """The faults ``events`` inject, by kind: one per signal event, ``count``
+    per point event."""
+    out: Counter[str] = Counter()
+    for event in events:
+        out[event.kind] += event.count if event.how == "point" else 1
+    return out
 
 
 def point_specs(events: list[Event]) -> list[faults.FaultSpec]:

@@ -12,29 +12,51 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import msgspec
 import psutil
 import pytest
 
-from shardsink.chaos import FAULT_KINDS, ChaosConfig, run_chaos
+from shardsink.chaos import FAULT_KINDS, ChaosConfig, run_chaos, schedule
 from shardsink.chaos.checks import check_shard
 from shardsink.chaos.context import RunContext
 from shardsink.chaos.runner import _wait_gone
+from shardsink.chaos.schedule import firings
 from shardsink.cluster.workloads import SCHEMA
 from shardsink.persist import ShardConfig, open_shard
 
 
-def _assert_clean(report) -> None:
+def _assert_clean(config: ChaosConfig, report) -> None:
     assert report.violations == [], report.violations
     assert report.intervals > 0  # progress (how much depends on the load)
     assert report.snapshots_checked > 0
     assert report.segments_swept == 0
     assert set(report.supervision) == {"restarts", "consensus_restarts", "abandoned_attempts"}
-    events = sum(report.scheduled.values())  # signals and released points
-    assert sum(report.injected.values()) + sum(report.missed.values()) >= events // 2
+    assert_every_fault_fired(config, report.injected, report.lost)
+    assert report.missed == {} and report.unfired == {}
     ended = sum(report.coordinator_exits.values())
     assert report.coordinator_starts == ended + 1
+
+
+def assert_every_fault_fired(
+    config: ChaosConfig, injected: dict[str, int], lost: dict[str, int]
+) -> None:
+    """Every fault the seed's schedule calls for was injected, none twice:
+    each signal sent, each released firing (every error of a burst) fired,
+    but for firings lost by a process killed as it took them, which needs a
+    kill each."""
+    kills = sum(n for kind, n in injected.items() if kind.startswith("kill-"))
+    assert sum(lost.values()) <= kills
+    events = schedule(
+        config.seed,
+        config.duration_s,
+        config.faults,
+        mode=config.mode,
+        mean_gap_s=config.mean_gap_s,
+        pause_max_s=config.pause_max_s,
+    )
+    assert Counter(injected) + Counter(lost) == firings(events)
 
 
 def test_a_short_run_with_every_fault_kind_loses_nothing(tmp_path) -> None:
@@ -47,7 +69,7 @@ def test_a_short_run_with_every_fault_kind_loses_nothing(tmp_path) -> None:
         mean_gap_s=1.0,
     )
     report = run_chaos(config)
-    _assert_clean(report)
+    _assert_clean(config, report)
     assert len(report.scheduled) >= 6  # 25 s at one fault a second: most kinds
 
 
@@ -60,6 +82,11 @@ def test_the_command_line_runs_best_effort_and_prints_json(tmp_path) -> None:
     report = json.loads(done.stdout)
     assert report["violations"] == [] and report["mode"] == "best-effort"
     assert report["intervals"] > 0 and report["snapshots_checked"] > 0
+    config = ChaosConfig(
+        duration_s=20, seed=4, groups=1, workers=3, mode="best-effort", mean_gap_s=1
+    )
+    assert_every_fault_fired(config, report["injected"], report["lost"])
+    assert report["unfired"] == {}
 
 
 def test_ctrl_c_stops_early_and_still_checks(tmp_path, popen) -> None:
@@ -172,10 +199,9 @@ def test_an_orphan_of_the_run_is_found_by_its_mark_and_killed(tmp_path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["barrier", "best-effort"])
 def test_a_long_run(tmp_path, mode) -> None:
-    report = run_chaos(
-        ChaosConfig(duration_s=180, seed=11, data_dir=str(tmp_path / "run"), mode=mode)
-    )
-    _assert_clean(report)
+    config = ChaosConfig(duration_s=180, seed=11, data_dir=str(tmp_path / "run"), mode=mode)
+    report = run_chaos(config)
+    _assert_clean(config, report)
     assert set(report.injected) >= set(FAULT_KINDS) - {"kill-group"}
 
 
@@ -196,6 +222,6 @@ def test_a_short_run_on_postgresql_and_s3(tmp_path, postgres_server, s3_server) 
         mean_gap_s=1.0,
     )
     report = run_chaos(config)
-    _assert_clean(report)
+    _assert_clean(config, report)
     with pytest.raises(ValueError, match="exists in postgresql://"):
         run_chaos(msgspec.structs.replace(config, data_dir=str(tmp_path / "again")))

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from shardsink.chaos import FAULT_KINDS, schedule
-from shardsink.chaos.schedule import POINTS, SIGNAL_TARGETS, check_kinds, kind_of, point_specs
+from shardsink.chaos import FAULT_KINDS, ChaosConfig, schedule
+from shardsink.chaos.schedule import (
+    POINTS,
+    SHARED_POINTS,
+    SIGNAL_TARGETS,
+    check_kinds,
+    firings,
+    kind_of,
+    point_specs,
+)
 
 
-def _events(seed: int, kinds=FAULT_KINDS, duration: float = 600.0):
-    return schedule(seed, duration, kinds, mean_gap_s=3.0, pause_max_s=2.0)
+def _events(seed: int, kinds=FAULT_KINDS, duration: float = 600.0, mode="barrier"):
+    return schedule(seed, duration, kinds, mode=mode, mean_gap_s=3.0, pause_max_s=2.0)
 
 
 def test_the_seed_replays_the_schedule() -> None:
@@ -31,6 +39,29 @@ def test_events_cover_every_kind_within_the_run() -> None:
             assert (name, action) in POINTS[e.kind]
         assert (0.1 <= e.pause_s <= 2.0) if e.kind == "pause" else e.pause_s == 0.0
         assert 1 <= e.count <= (3 if e.kind.endswith("-errors") else 1)
+
+
+def test_firings_count_a_burst_whole() -> None:
+    events = _events(2)
+    counted = firings(events)
+    assert set(counted) == {e.kind for e in events}
+    for kind in FAULT_KINDS:
+        of_kind = [e for e in events if e.kind == kind]
+        assert counted[kind] == sum(e.count if e.how == "point" else 1 for e in of_kind)
+    assert counted["blob-errors"] > sum(e.kind == "blob-errors" for e in events)
+
+
+def test_mode_off_schedules_only_what_it_can_fire() -> None:
+    """No batch is shared in mode off: nothing passes a shared point, so none
+    is released (it would wait for ever), and there is no last finisher."""
+    events = _events(4, mode="off")
+    assert {e.kind for e in events} == set(FAULT_KINDS) - {"kill-last-finisher"}
+    assert not [e for e in events if e.point.split(":")[0] in SHARED_POINTS]
+    assert [e for e in _events(4) if e.point.split(":")[0] in SHARED_POINTS]
+    with pytest.raises(ValueError, match="none of the fault kinds kill-last-finisher fires"):
+        _events(4, ("kill-last-finisher",), mode="off")
+    with pytest.raises(ValueError, match="fires in mode 'off'"):
+        ChaosConfig(mode="off", faults=("kill-last-finisher",))
 
 
 def test_only_the_chosen_kinds_are_scheduled() -> None:

@@ -8,6 +8,7 @@ more detailed APIs; ``shardsink.faults`` holds the named fault points.
 """
 
 from .cluster import Cluster, ClusterConfig, ClusterError, ClusterStats, Workload
+from .connect import open_shard
 from .persist import (
     ListenEvent,
     NotReadable,
@@ -21,7 +22,6 @@ from .persist import (
     ShardStats,
     UpperMismatch,
     Writer,
-    open_shard,
 )
 from .server import ConsensusServer
 from .storage import (

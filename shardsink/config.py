@@ -23,8 +23,12 @@ from .storage.uri import redact
 MIB = 1 << 20
 Mode = Literal["off", "best-effort", "barrier"]
 Pace = Literal["realtime", "max"]
+Start = Literal["fork", "spawn"]
+WorkloadName = Literal["trickle", "churn", "hydrate"]
 MODES: tuple[str, ...] = get_args(Mode)
 PACES: tuple[str, ...] = get_args(Pace)
+STARTS: tuple[str, ...] = get_args(Start)
+WORKLOADS: tuple[str, ...] = get_args(WorkloadName)
 
 BLOB_SCHEMES = ("file", "s3")
 STORE_SCHEMES = ("sqlite", "postgresql", "postgres")
@@ -56,7 +60,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
       through the arena. The default, 32 KiB, is the largest size at which
       inline was measured faster (the README gives the figures).
 
-    Workload (``shardsink.workloads``): ``workload``,
+    Workload (``shardsink.workloads.Workload.of`` a config): ``workload``,
     ``rows_per_interval``, ``snapshot_rows`` (hydrate), ``intervals`` per run,
     ``interval_ms``, ``pace`` (``realtime``: mint each interval when the wall
     clock passes its end; ``max``: as fast as appends go).
@@ -70,6 +74,11 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     directory per run); a fixed address lets clients outside the cluster (a
     reader, ``shardsink chaos``) reach the shard across restarts of the
     coordinator.
+
+    Processes: ``start`` is how children start: ``fork`` from a zygote that
+    has imported everything they need (milliseconds each, library pages
+    shared), or ``spawn`` as fresh interpreters (about half a second of CPU
+    each; kept to compare against). See :mod:`shardsink.process`.
 
     Supervision: ``start_timeout_s`` for a group or the consensus process to
     come up, ``interval_timeout_s`` for all reports of one attempt (a group
@@ -89,7 +98,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     blob_target_bytes: int = 128 * MIB
     best_effort_linger_ms: int = 10
     transport_inline_max_bytes: int = INLINE_MAX_BYTES
-    workload: Literal["trickle", "churn", "hydrate"] = "trickle"
+    workload: WorkloadName = "trickle"
     rows_per_interval: int = 1000
     snapshot_rows: int = 0
     intervals: int = 20
@@ -100,6 +109,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     consensus: str | None = None
     shard: str = "default"
     consensus_bind: str | None = None
+    start: Start = "fork"
     seed: int = 0
     start_timeout_s: float = 120.0
     interval_timeout_s: float = 60.0
@@ -127,7 +137,8 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         _choice("mode", self.mode, MODES)
         _choice("pace", self.pace, PACES)
-        self.workload_spec()  # the workload's own checks
+        _choice("start", self.start, STARTS)
+        _choice("workload", self.workload, WORKLOADS)
         check_shard_name(self.shard)
         if not self.data_dir:
             raise ValueError("data_dir must not be empty")
@@ -142,12 +153,6 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
                     f"consensus_bind {self.consensus_bind!r} is for the cluster's own consensus "
                     f"process, but consensus {self.consensus!r} names a running server"
                 )
-
-    def workload_spec(self):
-        """The :class:`~shardsink.workloads.Workload` this config runs."""
-        from .workloads import Workload
-
-        return Workload(self.workload, self.rows_per_interval, self.snapshot_rows, self.interval_ms)
 
     @property
     def n_workers(self) -> int:

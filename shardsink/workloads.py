@@ -17,15 +17,13 @@ interval is built in tens of milliseconds.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import msgspec
 import numpy as np
 import pyarrow as pa
 
+from .config import WORKLOADS, ClusterConfig, WorkloadName
 from .persist.parts import full_schema
 
-WORKLOADS = ("trickle", "churn", "hydrate")
 #: The shard schema of every workload: the default key int64 / val string.
 SCHEMA = full_schema()
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
@@ -36,7 +34,7 @@ _CHUNK = 1 << 16
 class Workload(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One workload's shape. ``snapshot_rows`` is used by ``hydrate`` only."""
 
-    name: Literal["trickle", "churn", "hydrate"]
+    name: WorkloadName
     rows_per_interval: int
     snapshot_rows: int = 0
     interval_ms: int = 1000
@@ -52,6 +50,13 @@ class Workload(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             raise ValueError(f"snapshot_rows must be >= 0, got {self.snapshot_rows}")
         if self.interval_ms <= 0:
             raise ValueError(f"interval_ms must be > 0, got {self.interval_ms}")
+
+    @classmethod
+    def of(cls, config: ClusterConfig) -> Workload:
+        """The workload ``config`` runs."""
+        return cls(
+            config.workload, config.rows_per_interval, config.snapshot_rows, config.interval_ms
+        )
 
     def inserted_range(self, interval: int) -> tuple[int, int]:
         """The keys ``[lo, hi)`` that interval ``interval`` inserts."""

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from shardsink.cluster.processes import marked
+from shardsink.process import marked
 
 SHM_DIR = Path("/dev/shm")
 MARK = "SHARDSINK_TEST_MARK"

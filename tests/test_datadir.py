@@ -17,10 +17,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from shardsink import datadir
+from shardsink import datadir, open_shard
 from shardsink.cli import main
 from shardsink.cluster import Cluster, ClusterConfig
-from shardsink.persist import Shard, open_shard
+from shardsink.persist import Shard
 from shardsink.server import ServerClient
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+LINT_IMPORTS = "from importlinter.cli import lint_imports_command; lint_imports_command()"
 
 
 @pytest.mark.parametrize(
@@ -23,3 +24,21 @@ def test_ruff(args: list[str]) -> None:
         timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_floors() -> None:
+    """Every import runs down the floors (pyproject's import-linter contract)."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from importlinter.cli import lint_imports_command as c; c()",
+            "--no-cache",
+        ],  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "floors KEPT" in result.stdout

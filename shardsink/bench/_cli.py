@@ -1,4 +1,4 @@
-"""``shardsink bench cluster``."""
+"""``shardsink bench ...``: every benchmark command."""
 
 from __future__ import annotations
 
@@ -7,7 +7,22 @@ from pathlib import Path
 
 
 def register(commands, bench) -> None:
-    from . import cluster
+    from . import appends, cluster, consensus
+
+    consensus.register(bench)
+    appends.register(bench)
+    transport = bench.add_parser(
+        "transport",
+        help="shared-memory transport vs ZeroMQ, a queue and memcpy",
+        description="Write DIR/transport.json with GB/s per part size and print a table.",
+    )
+    transport.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    transport.add_argument(
+        "--inline-sweep",
+        action="store_true",
+        help="also measure small parts inline vs through shared memory",
+    )
+    transport.set_defaults(func=_transport)
 
     parser = bench.add_parser(
         "cluster",
@@ -27,3 +42,10 @@ def _run(args: argparse.Namespace) -> int:
 
     rows = run("quick" if args.quick else args.matrix, args.out, command_line())
     return 0 if rows and all(r.get("verified") for r in rows) else 1
+
+
+def _transport(args: argparse.Namespace) -> int:
+    from .transport import print_table, run
+
+    print_table(run(args.out, inline_sweep=args.inline_sweep))
+    return 0

@@ -42,7 +42,8 @@ def register(bench: argparse._SubParsersAction) -> None:
 def _client(argv: list[str]) -> None:
     """One appending client (see :mod:`shardsink.bench.clients`); the URIs
     come in the environment (``BLOB_ENV``, ``STORE_ENV``)."""
-    from ..persist import UpperMismatch, open_shard
+    from ..connect import open_shard
+    from ..persist import UpperMismatch
     from ..workloads import Workload
 
     blob, consensus = os.environ[BLOB_ENV], os.environ[STORE_ENV]
@@ -106,8 +107,8 @@ def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from ..process import ConsensusProcess
     from ..storage.uri import redact
-    from ..testing.consensus import ServerProcess
 
     racing.check_stores(args.store, args.seconds)
     console = Console() if sys.stdout.isatty() else Console(width=200)
@@ -117,7 +118,7 @@ def _run(args: argparse.Namespace) -> int:
         blob = f"file://{scratch}/blob"
         for store in args.store:
             shown = redact(store)
-            with ServerProcess(store, blob, f"ipc://{scratch}/sock/consensus") as server:
+            with ConsensusProcess(store, blob, f"ipc://{scratch}/sock/consensus") as server:
                 for n in args.clients:
                     for via, consensus in (("local", store), ("server", server.address)):
                         with console.status(f"{shown}: {via}, {n} client(s)"):

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections import Counter
 
 from .. import faults
-from ..cluster.processes import remove_dead_run_dirs
 from ..cluster.verify import verify
+from ..connect import open_shard
 from ..persist.errors import PersistError, ShardNotFound
-from ..persist.shard import Shard, open_shard
+from ..persist.shard import Shard
+from ..process import remove_dead_run_dirs
 from ..shm.sweep import list_segments, unlink_segment
 from ..storage.contracts import temp_files
 from ..storage.errors import StorageError

@@ -4,11 +4,10 @@ snapshots, and maintenance (since, compaction, GC) under the run's faults."""
 from __future__ import annotations
 
 import random
-import subprocess
 
-from ..cluster.processes import kill_all, reap, spawn
 from ..cluster.verify import difference
 from ..persist.errors import Contended, NotReadable, PartMissing, ShardNotFound
+from ..process import Child, Launch, SpawnStarter, module_payload
 from ..storage.errors import StorageError
 from .config import INTERVAL_MS, MAINTENANCE_TIMEOUT_S, SHARD, SINCE_LAG, SWEEP_GRACE_MS
 from .context import RunContext, client_shard, exit_reason
@@ -87,21 +86,22 @@ def maintenance_loop(run: RunContext, env: dict[str, str]) -> None:
             if run.stop.is_set():
                 break
             name = command[1]
-            child = spawn(
-                "maintenance",
-                name,
-                [*command, "--consensus", run.bind, "--shard", SHARD],
-                run_dir=run.logs,
-                stdout=subprocess.DEVNULL,
+            launch = Launch(
+                kind="maintenance",
+                name=name,
+                role="module",
+                payload=module_payload(
+                    "shardsink.cli", [*command, "--consensus", run.bind, "--shard", SHARD]
+                ),
                 env=env,
+                stdout="null",
             )
-            try:
-                reap([child], MAINTENANCE_TIMEOUT_S)
-            except TimeoutError:
-                kill_all([child])
+            child = Child(launch, SpawnStarter("shardsink.process"), run.logs).start()
+            code = child.wait(MAINTENANCE_TIMEOUT_S)
+            if code is None:
+                child.kill()
                 run.count(f"{name}: timed out")
                 continue
-            code = child.proc.returncode
             run.count(f"{name}: {'ok' if code == 0 else exit_reason(code)}")
     if shard is not None:
         shard.close()

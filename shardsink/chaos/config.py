@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import msgspec
 
-from ..cluster.workloads import Workload
 from ..config import MODES, ClusterConfig, Mode
+from ..workloads import Workload
 from .schedule import FAULT_KINDS, injectable
 
 SHARD = "default"

@@ -11,14 +11,15 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+from .._pids import process_start
 from ..cluster.cluster import Supervision
-from ..cluster.processes import Child, marked
-from ..cluster.workloads import SCHEMA
 from ..config import ClusterConfig
+from ..connect import open_shard
 from ..persist.config import ShardConfig
-from ..persist.shard import Shard, open_shard
-from ..shm.sweep import process_start
+from ..persist.shard import Shard
+from ..process import Child, marked
 from ..storage.uri import BLOB_ENV, STORE_ENV
+from ..workloads import SCHEMA
 from .config import RUN_MARK, SHARD, ChaosConfig
 from .nemesis import cluster_processes
 
@@ -70,7 +71,7 @@ class RunContext:
 
     def coordinator_pid(self) -> int | None:
         child = self.coordinator
-        return child.pid if child is not None and child.proc.returncode is None else None
+        return child.pid if child is not None and child.returncode is None else None
 
     def note_processes(self) -> None:
         pid = self.coordinator_pid()

@@ -39,9 +39,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .. import faults
-from ..cluster.processes import spawn, stop
+from ..connect import open_shard
 from ..persist.errors import ShardNotFound
-from ..persist.shard import open_shard
+from ..process import Child, Launch, SpawnStarter, module_payload
 from ..storage.uri import redact
 from .checks import final_checks
 from .clients import maintenance_loop, read_loop
@@ -190,8 +190,8 @@ def _run(
             run.note_processes()
             child = run.coordinator
             assert child is not None
-            if child.proc.poll() is not None:
-                exits[exit_reason(child.proc.returncode)] += 1
+            if not child.alive():
+                exits[exit_reason(child.returncode)] += 1
                 _wait_gone(run)
                 time.sleep(0.2)
                 _start_coordinator(run, env)
@@ -270,10 +270,15 @@ def _start_coordinator(run: RunContext, env: dict[str, str]) -> None:
         "--json",
         "-v",
     ]
-    with open(run.logs / "summaries.jsonl", "ab") as out:
-        run.coordinator = spawn(
-            "coordinator", "up", args, run_dir=run.logs, stdout=out.fileno(), env=env
-        )
+    launch = Launch(
+        kind="coordinator",
+        name="up",
+        role="module",
+        payload=module_payload("shardsink.cli", args),
+        env=env,
+        stdout=str(run.logs / "summaries.jsonl"),
+    )
+    run.coordinator = Child(launch, SpawnStarter("shardsink.process"), run.logs).start()
     run.note(run.coordinator.pid, "coordinator")
 
 
@@ -282,12 +287,12 @@ def _stop_coordinator(run: RunContext) -> None:
     child = run.coordinator
     if child is None:
         return
-    if child.proc.poll() is None:
-        if not stop(child, signal.SIGINT, STOP_TIMEOUT_S):
+    if child.alive():
+        if not child.stop(STOP_TIMEOUT_S, signal.SIGINT):
             run.violation(f"the coordinator did not stop within {STOP_TIMEOUT_S:g}s of SIGINT")
-        elif child.proc.returncode not in (0, 130):
+        elif child.returncode not in (0, 130):
             run.violation(
-                f"the coordinator's clean stop exited {child.proc.returncode}:\n{child.log_tail()}"
+                f"the coordinator's clean stop exited {child.returncode}:\n{child.log_tail()}"
             )
     _wait_gone(run, maintenance=True)  # the end: maintenance has stopped too
 

@@ -22,8 +22,7 @@ PROGRESS_MIN_INTERVALS = 10
 
 
 def register(commands, bench) -> None:
-    from ..config import MIB, MODES, ClusterConfig
-    from ..workloads import WORKLOADS
+    from ..config import MIB, MODES, STARTS, WORKLOADS, ClusterConfig
 
     d = ClusterConfig()
     up = commands.add_parser(
@@ -150,6 +149,13 @@ def register(commands, bench) -> None:
         "abandoned_attempts)",
     )
     up.add_argument(
+        "--start",
+        choices=STARTS,
+        default=d.start,
+        help="how children start: fork from a zygote that has imported what they need, "
+        f"or spawn fresh interpreters (default {d.start})",
+    )
+    up.add_argument(
         "--seed", type=int, default=d.seed, metavar="X", help="drives the run's random choices"
     )
     up.add_argument("--no-verify", action="store_true", help="do not read the shard back")
@@ -183,6 +189,7 @@ def _config(args: argparse.Namespace):
         consensus_bind=args.consensus_bind,
         interval_timeout_s=args.interval_timeout,
         max_restarts=args.max_restarts,
+        start=args.start,
         seed=args.seed,
         verify=not args.no_verify,
     )

@@ -1,4 +1,4 @@
-"""The coordinator: mint operator, append operator and supervisor of a cluster.
+"""The coordinator: the mint and append operators of a cluster.
 
 One thread, one ZeroMQ ROUTER bound in the run directory. Every builder and
 worker connects a DEALER to it. Per interval the coordinator sends one
@@ -7,7 +7,8 @@ worker connects a DEALER to it. Per interval the coordinator sends one
 :func:`~shardsink.coordinator.accounting.check` and calls compare-and-append
 once with every batch of the interval.
 
-Supervision runs on every poll tick (at most ``POLL_MS`` apart): a group with a
+Its :class:`~shardsink.coordinator.supervisor.Supervisor` starts and watches
+the processes on every poll tick (at most ``POLL_MS`` apart): a group with a
 dead member, one that sent a failure, or one whose reports miss the
 interval's deadline is killed whole (``killpg``, then every member reaped) and
 restarted; the attempt in flight is abandoned (its workers and builders are
@@ -32,7 +33,6 @@ the read-back at the end of a run (``verify``) is what catches it.
 from __future__ import annotations
 
 import logging
-import os
 import random
 import time
 import uuid
@@ -46,21 +46,18 @@ import zmq
 
 from .. import faults, protocol
 from .._address import check_address
-from ..cluster.processes import Child, kill_all, peak_rss, reap, spawn
 from ..config import ClusterConfig
 from ..persist.errors import PersistError, UpperMismatch
 from ..persist.shard import Shard, Writer
-from ..shm import sweep
+from ..process import Child, ConsensusProcess, Starter
 from ..storage.errors import StorageError
 from .accounting import Accepted, AccountingError, batches_of, check
-from .consensus import ConsensusProcess
 from .errors import ClusterError
+from .supervisor import LocalGroups, Supervisor
 
 log = logging.getLogger(__name__)
 
 POLL_MS = 50
-#: How often peak memory of the children is sampled.
-RSS_EVERY_S = 0.25
 #: How long an append keeps being retried through consensus restarts.
 APPEND_RETRY_S = 120.0
 
@@ -120,32 +117,14 @@ class IntervalRecord(msgspec.Struct, frozen=True):
 
 
 @dataclass
-class Group:
-    """The processes of one group: its builder leads the OS process group."""
-
-    index: int
-    builder: Child
-    workers: list[Child]
-    ready: set[str] = field(default_factory=set)
-
-    @property
-    def members(self) -> list[Child]:
-        return [self.builder, *self.workers]
-
-    def dead(self) -> list[Child]:
-        return [c for c in self.members if not c.alive()]
-
-
-@dataclass
 class Counters:
-    """Everything the coordinator counted during its runs."""
+    """What the operators counted during their runs (supervision counts its
+    own: :class:`~shardsink.coordinator.supervisor.SupervisionCounters`)."""
 
     records: list[IntervalRecord] = field(default_factory=list)
-    restarts: int = 0
     abandoned: int = 0
     #: Intervals another writer appended first (see the module doc).
     skipped: int = 0
-    peak_rss: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
 
 
@@ -154,7 +133,8 @@ class Coordinator:
 
     ``shard``/``writer`` are the coordinator's handles on the shard (through
     the consensus server); ``consensus`` is the consensus process to restart
-    when it dies, ``None`` for an external server.
+    when it dies, ``None`` for an external server; ``starter`` starts the
+    groups' processes on this machine.
     """
 
     def __init__(
@@ -164,15 +144,13 @@ class Coordinator:
         run_dir: Path,
         shard: Shard,
         consensus: ConsensusProcess | None,
+        starter: Starter,
     ) -> None:
         self.config = config
         self.cluster_id = cluster_id
         self.run_dir = run_dir
         self.shard = shard
         self.writer: Writer = shard.writer(f"cluster-{cluster_id}")
-        self.consensus = consensus
-        self.inline_max_bytes = shard.state(refresh=False).inline_max_bytes
-        self.groups: dict[int, Group] = {}
         self.counters = Counters()
         self._random = random.Random(config.seed)
         self._ctx = zmq.Context()
@@ -185,147 +163,16 @@ class Coordinator:
         self._sock.bind(check_address(self.address, for_bind=True))
         self._current: tuple[int, int] | None = None
         self._reports: dict[tuple[int, int], protocol.Report] = {}
-        self._failed: dict[int, str] = {}
-        self._last_rss = 0.0
         self._closed = False
-
-    # --- processes ------------------------------------------------------------------
+        inline_max_bytes = shard.state(refresh=False).inline_max_bytes
+        host = LocalGroups(config, cluster_id, run_dir, self.address, inline_max_bytes, starter)
+        self.supervisor = Supervisor(
+            config, host, self._send, self._poll, consensus, poll_ms=POLL_MS
+        )
 
     def start(self) -> None:
         """Start every group and wait until all are ready."""
-        for g in range(self.config.groups):
-            self.groups[g] = self._spawn_group(g)
-        self._await_ready(list(self.groups))
-
-    def children(self) -> list[Child]:
-        """Every live child process this coordinator started (consensus included)."""
-        out = [c for group in self.groups.values() for c in group.members]
-        if self.consensus is not None and self.consensus.child is not None:
-            out.append(self.consensus.child)
-        return out
-
-    def _spawn_group(self, g: int) -> Group:
-        def spec(index: int) -> bytes:
-            return protocol.encode_spec(
-                protocol.ChildSpec(
-                    group=g,
-                    index=index,
-                    cluster_id=self.cluster_id,
-                    coordinator=self.address,
-                    parts=f"ipc://{self.run_dir / f'g{g}.parts'}",
-                    handoff=f"ipc://{self.run_dir / f'g{g}.handoff'}",
-                    inline_max_bytes=self.inline_max_bytes,
-                    config=self.config,
-                )
-            )
-
-        builder = spawn("builder", f"g{g}/b", ["builder"], run_dir=self.run_dir, stdin=spec(0))
-        workers = []
-        try:
-            for w in range(self.config.workers):
-                workers.append(
-                    spawn(
-                        "worker",
-                        f"g{g}/w{w}",
-                        ["worker"],
-                        run_dir=self.run_dir,
-                        stdin=spec(w),
-                        process_group=builder.pid,
-                    )
-                )
-        except BaseException:
-            kill_all([builder, *workers])
-            raise
-        return Group(g, builder, workers)
-
-    def _await_ready(self, groups: list[int]) -> None:
-        """Wait until every member of ``groups`` said hello; a group whose
-        member dies meanwhile is restarted (counted)."""
-        deadline = time.monotonic() + self.config.start_timeout_s
-        while True:
-            pending = [g for g in groups if len(self.groups[g].ready) < self.config.workers + 1]
-            if not pending:
-                return
-            if time.monotonic() > deadline:
-                names = [
-                    c.name for g in pending for c in self.groups[g].members
-                    if c.name not in self.groups[g].ready
-                ]  # fmt: skip
-                raise ClusterError(
-                    f"{', '.join(names)} did not start within {self.config.start_timeout_s}s"
-                    + self._log_tails([c for g in pending for c in self.groups[g].members])
-                )
-            self._poll(POLL_MS)
-            failed = self._failed_groups(groups)
-            if failed:
-                self._restart(failed)
-                deadline = time.monotonic() + self.config.start_timeout_s
-
-    def _restart(self, failed: dict[int, str]) -> None:
-        for g, why in sorted(failed.items()):
-            self.counters.restarts += 1
-            group = self.groups[g]
-            log.warning(
-                "restarting group %d (restart %d): %s%s",
-                g,
-                self.counters.restarts,
-                why,
-                self._log_tails(group.dead()),
-            )
-            if self.counters.restarts > self.config.max_restarts:
-                raise ClusterError(
-                    f"more than {self.config.max_restarts} restarts; the last: group {g}: {why}"
-                    + self._log_tails(group.dead())
-                )
-            self.sample_rss(force=True, own=False)
-            kill_all(group.members)
-            self._failed.pop(g, None)
-            self.groups[g] = self._spawn_group(g)
-        # segments of the killed members: their creators are dead now
-        sweep(self.cluster_id)
-        self._await_ready(list(failed))
-
-    def _failed_groups(self, groups: list[int] | None = None) -> dict[int, str]:
-        """Groups with a dead member or a failure report, and why."""
-        failed: dict[int, str] = {}
-        for g in groups if groups is not None else list(self.groups):
-            dead = self.groups[g].dead()
-            if g in self._failed:
-                failed[g] = self._failed[g]
-            elif dead:
-                failed[g] = ", ".join(
-                    f"{c.name} (pid {c.pid}) exited with {c.proc.returncode}" for c in dead
-                )
-        return failed
-
-    def _check_consensus(self) -> None:
-        if self.consensus is not None and not self.consensus.alive():
-            log.warning("the consensus process died; restarting it on %s", self.consensus.store)
-            self.sample_rss(force=True, own=False)
-            self.consensus.restart()
-
-    def sample_rss(self, force: bool = False, *, own: bool = True) -> None:
-        """Record the peak memory of every live child of the cluster and, with
-        ``own``, of this process (at most every ``RSS_EVERY_S`` unless ``force``)."""
-        now = time.monotonic()
-        if not force and now - self._last_rss < RSS_EVERY_S:
-            return
-        self._last_rss = now
-        peaks = self.counters.peak_rss
-        for child in self.children():
-            if child.proc.returncode is not None:  # reaped: its pid may be another's now
-                continue
-            rss = peak_rss(child.pid)
-            if rss is not None and rss > peaks.get(child.kind, 0):
-                peaks[child.kind] = rss
-        mine = peak_rss(os.getpid()) if own else None
-        if mine is not None and mine > peaks.get("coordinator", 0):
-            peaks["coordinator"] = mine
-
-    @staticmethod
-    def _log_tails(children: list[Child]) -> str:
-        tails = [f"\n--- {c.name} (pid {c.pid}) log ---\n{c.log_tail()}" for c in children]
-        return "".join(t for t in tails if t.strip())
+        self.supervisor.start()
 
     # --- messages ---------------------------------------------------------------------
 
@@ -348,8 +195,7 @@ class Coordinator:
                 except ValueError:  # not two frames
                     continue
                 self._handle(identity.decode(errors="replace"), raw)
-        self.sample_rss()
-        self._check_consensus()
+        self.supervisor.tick()
 
     def _handle(self, identity: str, raw: bytes) -> None:
         try:
@@ -357,20 +203,14 @@ class Coordinator:
         except msgspec.DecodeError as exc:
             log.warning("malformed message from %r: %s", identity, exc)
             return
-        member = self._member(identity)
+        member = self.supervisor.member(identity)
         if member is None:
             log.warning("message from unknown peer %r", identity)
             return
-        group, child = member
         if isinstance(msg, protocol.Hello):
-            if msg.pid != child.pid:
-                return  # a killed incarnation's hello, delivered late
-            group.ready.add(child.name)
-            if msg.role == "builder":
-                self._send(child, protocol.Members(tuple(w.pid for w in group.workers)))
-        elif isinstance(msg, protocol.Failure) and msg.pid == child.pid:
-            log.warning("%s failed: %s", identity, msg.reason)
-            self._failed[group.index] = f"{identity} failed: {msg.reason}"
+            self.supervisor.on_hello(*member, msg)
+        elif isinstance(msg, protocol.Failure):
+            self.supervisor.on_failure(*member, msg)
         elif isinstance(msg, protocol.Report):
             key = (msg.group, msg.worker)
             expected = f"g{msg.group}/w{msg.worker}"
@@ -380,13 +220,6 @@ class Coordinator:
                 log.warning("a second report from %s for %s; ignored", identity, self._current)
             else:
                 self._reports[key] = msg
-
-    def _member(self, identity: str) -> tuple[Group, Child] | None:
-        for group in self.groups.values():
-            for child in group.members:
-                if child.name == identity:
-                    return group, child
-        return None
 
     def _discard(self, reports: Iterable[protocol.Report], why: str) -> None:
         """Delete the blobs of batches that will never be appended."""
@@ -420,7 +253,7 @@ class Coordinator:
                     on_append(record)
         finally:
             self.counters.wall_s += time.monotonic() - start
-            self.sample_rss(force=True)
+            self.supervisor.sample_rss(force=True)
 
     def _follow(self, interval: int) -> int:
         """The interval at the shard's upper, which another writer moved past
@@ -438,9 +271,9 @@ class Coordinator:
     def _wait_until(self, when: float) -> None:
         while (left := when - time.monotonic()) > 0:
             self._poll(min(POLL_MS, max(1, int(left * 1000))))
-            failed = self._failed_groups()
+            failed = self.supervisor.failed_groups()
             if failed:
-                self._restart(failed)
+                self.supervisor.restart(failed)
 
     def _append_interval(self, interval: int, close: float | None) -> IntervalRecord | None:
         """Mint attempts of ``interval`` until one is appended; ``None`` if
@@ -464,7 +297,7 @@ class Coordinator:
                 )
             except GroupFailed as failure:
                 self._abandon(interval, attempt, str(failure))
-                self._restart(failure.groups)
+                self.supervisor.restart(failure.groups)
             except AccountingError as exc:
                 self._abandon(interval, attempt, f"the reports do not add up: {exc}")
             else:
@@ -522,7 +355,7 @@ class Coordinator:
             mode=self.config.mode,
             shared_max_bytes=self.config.shared_max_bytes,
         )
-        workers = [w for group in self.groups.values() for w in group.workers]
+        workers = [w for group in self.supervisor.groups.values() for w in group.workers]
         self._random.shuffle(workers)
         for worker in workers:
             self._send(worker, mint)
@@ -534,9 +367,9 @@ class Coordinator:
         deadline = minted + self.config.interval_timeout_s
         while len(self._reports) < need:
             self._poll(POLL_MS)
-            failed = self._failed_groups()
+            failed = self.supervisor.failed_groups()
             if not failed and time.monotonic() > deadline:
-                for g in self.groups:
+                for g in self.supervisor.groups:
                     late = [w for w in range(self.config.workers) if (g, w) not in self._reports]
                     if late:
                         workers = ", ".join(map(str, late))
@@ -551,7 +384,7 @@ class Coordinator:
     def _abandon(self, interval: int, attempt: int, why: str) -> None:
         log.warning("abandoning attempt %d of interval %d: %s", attempt, interval, why)
         abandon = protocol.Abandon(interval, attempt)
-        for group in self.groups.values():
+        for group in self.supervisor.groups.values():
             for child in group.members:
                 self._send(child, abandon)
         self._discard(self._reports.values(), f"abandoned attempt {attempt}")
@@ -565,7 +398,7 @@ class Coordinator:
         ``UpperMismatch`` (another writer appended first) is raised at once."""
         before = self.shard.stats()
         deadline = time.monotonic() + APPEND_RETRY_S
-        self._check_consensus()
+        self.supervisor.check_consensus()
         token = uuid.uuid4().hex
         while True:
             try:
@@ -585,7 +418,7 @@ class Coordinator:
 
     def _upper(self) -> int:
         deadline = time.monotonic() + APPEND_RETRY_S
-        self._check_consensus()
+        self.supervisor.check_consensus()
         while True:
             try:
                 return self.shard.upper
@@ -601,17 +434,8 @@ class Coordinator:
         if self._closed:
             return
         self._closed = True
-        self.sample_rss(force=True, own=False)
-        members = [c for group in self.groups.values() for c in group.members]
-        for child in members:
-            if child.alive():
-                self._send(child, protocol.Shutdown())
         try:
-            try:
-                reap(members, timeout_s)
-            except TimeoutError as exc:
-                log.warning("%s; killing them", exc)
-            kill_all(members)  # TimeoutError if one is stuck even past SIGKILL
+            self.supervisor.stop(timeout_s)
         finally:
             try:
                 self.writer.close()

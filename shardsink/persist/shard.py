@@ -22,9 +22,9 @@ import pyarrow as pa
 
 from .. import faults
 from .._address import REMOTE_SCHEMES
+from ..storage.backend import open_blob, open_consensus
 from ..storage.contracts import Blob, Consensus
 from ..storage.errors import StorageError
-from ..storage.uri import open_blob, open_consensus
 from . import parts as P
 from .batches import build_batch, check_interval, check_ts, discard, flush_inline, load_part
 from .commands import (
@@ -67,6 +67,12 @@ class ListenEvent(NamedTuple):
     updates: pa.Table
 
 
+#: Opens the shard machine of a consensus server's address (``tcp://``,
+#: ``ipc://``): ``(address, shard, schema bytes, config, create)``. The server
+#: package has one; :func:`shardsink.connect.open_shard` passes it here.
+RemoteOpener = Callable[[str, str, bytes, ShardConfig, bool], ShardMachine]
+
+
 def open_shard(
     name: str = "default",
     *,
@@ -76,6 +82,7 @@ def open_shard(
     config: ShardConfig | None = None,
     create: bool = True,
     clock: Callable[[], int] = wall_clock_ms,
+    remote: RemoteOpener | None = None,
 ) -> Shard:
     """Open (or, with ``create``, create) the shard ``name``.
 
@@ -83,7 +90,9 @@ def open_shard(
     forms; the handle closes what it opened) or open stores (left open).
     A ``consensus`` of ``tcp://HOST:PORT`` or ``ipc:///path`` names a running
     consensus server (``shardsink consensus serve``), which then applies every
-    state change (and whose clock then times leases).
+    state change (and whose clock then times leases); ``remote`` opens it
+    (``ValueError`` without one: open such a shard with
+    :func:`shardsink.open_shard`).
     ``schema`` is the ``key``/``val`` schema (``ts``/``diff`` are added) or the
     full one; ``None`` means the existing shard's schema, or key int64 / val
     string for a new shard. ``clock`` gives milliseconds (leases, sweeps).
@@ -102,7 +111,7 @@ def open_shard(
             blob = open_blob(blob)
             owned.append(blob)
         machine = _open_machine(
-            consensus, blob, name, wanted or P.full_schema(), config, create, clock, owned
+            consensus, blob, name, wanted or P.full_schema(), config, create, clock, owned, remote
         )
         stored = P.schema_from_bytes(machine.state().schema)
         if wanted is not None and not wanted.equals(stored):
@@ -125,21 +134,17 @@ def _open_machine(
     create: bool,
     clock: Callable[[], int],
     owned: list,
+    remote: RemoteOpener | None,
 ) -> ShardMachine:
     """The one place a consensus argument turns into a shard machine."""
     if isinstance(consensus, str):
         if urlsplit(consensus).scheme.lower() in REMOTE_SCHEMES:
-            from ..server.client import RemoteMachine
-
-            machine = RemoteMachine.open(
-                consensus,
-                name,
-                schema=P.schema_to_bytes(schema),
-                config=config,
-                create=create,
-                timeout_s=config.server_timeout_s,
-                retry_for_s=config.server_retry_for_s,
-            )
+            if remote is None:
+                raise ValueError(
+                    f"consensus {consensus!r} names a consensus server: open the shard with "
+                    "shardsink.open_shard, which can reach one"
+                )
+            machine = remote(consensus, name, P.schema_to_bytes(schema), config, create)
             owned.append(machine)
             return machine
         consensus = open_consensus(consensus)

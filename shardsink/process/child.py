@@ -29,15 +29,16 @@ class Launch(msgspec.Struct, frozen=True):
     """What a child runs: ``role`` of its entry module, given ``payload``
     (never in argv: it may hold secrets). ``kind`` groups children in
     summaries (consensus, builder, worker, ...); ``name`` is unique in a run
-    and names its log file; ``env`` is added to its environment;
-    ``capture_stdout`` gives the parent a pipe from its stdout."""
+    and names its log file; ``env`` is added to its environment. Its stdout
+    goes to its log (``"log"``), to a pipe the parent reads (``"pipe"``), to
+    ``/dev/null`` (``"null"``), or is appended to the file at that path."""
 
     kind: str
     name: str
     role: str
     payload: bytes = b""
     env: dict[str, str] = {}
-    capture_stdout: bool = False
+    stdout: str = "log"
 
 
 class Running(Protocol):
@@ -115,6 +116,15 @@ class Child:
     def alive(self) -> bool:
         """Whether it is running (reaps it if it exited)."""
         return self.proc is not None and self.proc.poll() is None
+
+    def wait(self, timeout_s: float) -> int | None:
+        """Its exit status once it exits (reaped), or ``None`` if it still
+        runs after ``timeout_s``."""
+        try:
+            reap([self], timeout_s)
+        except TimeoutError:
+            return None
+        return self.returncode
 
     def stop(self, grace_s: float, sig: int = signal.SIGTERM) -> bool:
         """Send ``sig`` if it is alive and reap it; SIGKILL it after

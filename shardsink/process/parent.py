@@ -5,22 +5,52 @@ a child must check, after the ``prctl``, that its parent is still the one it
 was started by: a parent that died in between left it re-parented already.
 A zygote's children name the zygote; the zygote names the coordinator, so
 the chain holds whoever forked whom.
+
+A parent that starts a child from a thread other than its main one would
+kill it when that thread ends; such a child watches its parent's pidfd from a
+thread of its own instead (``watch``).
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import select
 import signal
+import threading
 
 _PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent(parent: int) -> None:
-    """SIGKILL this process when its parent exits; exit now (status 1) if the
-    parent is no longer ``parent``. ``OSError`` if the kernel refuses."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+def die_with_parent(parent: int, *, watch: bool = False) -> None:
+    """SIGKILL this process when its parent exits (with ``watch``: exit with
+    status 1 when the process ``parent`` exits, whichever thread started
+    us); exit now (status 1) if the parent is no longer ``parent``.
+    ``OSError`` if the kernel refuses."""
+    if watch:
+        pidfd = os.pidfd_open(parent)
+        threading.Thread(target=_exit_with, args=(pidfd,), daemon=True, name="parent").start()
+    else:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
     if os.getppid() != parent:
         os._exit(1)
+
+
+def parent_token() -> str:
+    """How a child names this process as its parent: the pid, with
+    ``/watch`` when this is not the main thread (see the module doc)."""
+    watch = threading.current_thread() is not threading.main_thread()
+    return f"{os.getpid()}/watch" if watch else str(os.getpid())
+
+
+def die_with(token: str) -> None:
+    """:func:`die_with_parent` as :func:`parent_token` named the parent."""
+    pid, _, how = token.partition("/")
+    die_with_parent(int(pid), watch=how == "watch")
+
+
+def _exit_with(pidfd: int) -> None:
+    select.select([pidfd], [], [])
+    os._exit(1)

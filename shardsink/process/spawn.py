@@ -10,12 +10,16 @@ zygote's own start when the parent cannot fork safely.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 from .child import Launch, Running
+from .parent import parent_token
 
 #: Environment of every child: one BLAS thread (children do no linear algebra).
 CHILD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -37,7 +41,7 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 def entry_argv(entry: str, *args: str) -> list[str]:
     """The argv that runs entry module ``entry`` as a child of this process."""
-    return [sys.executable, "-m", entry, str(os.getpid()), *args]
+    return [sys.executable, "-m", entry, parent_token(), *args]
 
 
 class SpawnStarter:
@@ -50,12 +54,12 @@ class SpawnStarter:
         self.entry = entry
 
     def run(self, launch: Launch, *, log_path: Path, pgid: int) -> Running:
-        with open(log_path, "ab") as err:
+        with open(log_path, "ab") as err, _stdout(launch.stdout, err) as out:
             os.fchmod(err.fileno(), 0o600)
             proc = subprocess.Popen(
                 entry_argv(self.entry, "spawn", launch.role),
                 stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE if launch.capture_stdout else err,
+                stdout=out,
                 stderr=err,
                 process_group=pgid,
                 env=child_env(launch.env),
@@ -69,3 +73,17 @@ class SpawnStarter:
             proc.stdin.close()
             proc.stdin = None
         return proc
+
+
+@contextlib.contextmanager
+def _stdout(where: str, log: IO[bytes]) -> Iterator[int | IO[bytes]]:
+    """What ``Popen`` takes as stdout for a :class:`Launch`'s ``stdout``."""
+    if where == "log":
+        yield log
+    elif where == "pipe":
+        yield subprocess.PIPE
+    elif where == "null":
+        yield subprocess.DEVNULL
+    else:
+        with open(where, "ab") as out:
+            yield out

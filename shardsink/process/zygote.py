@@ -21,7 +21,8 @@ control socket and every other inherited descriptor, joins or leads its
 process group (both sides call ``setpgid``, so no kill can race it), arms
 ``PR_SET_PDEATHSIG`` against the zygote, points stdin at ``/dev/null`` and
 stderr (and stdout, unless a pipe was passed) at its log file, adds its
-environment, reseeds ``random`` and runs its role, leaving with ``os._exit``.
+environment, drops the parent's log handlers, reseeds ``random`` and runs
+its role, leaving with ``os._exit``.
 The zygote answers :class:`Forked` with a pidfd of the child, opened while the
 child is unreaped, so the parent can watch and signal it without racing a
 reused pid. The zygote reaps a child only when asked (:class:`Reap`, after
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import os
 import random
 import select
@@ -233,7 +235,7 @@ class Zygote:
         if not self.alive():
             self.restart()
         read_end = write_end = None
-        if launch.capture_stdout:
+        if launch.stdout == "pipe":
             read_end, write_end = os.pipe()
         try:
             request = Fork(launch, str(log_path), pgid, stdout_fd=write_end is not None)
@@ -356,7 +358,7 @@ class _ForkedZygote:
                 _point_stdio(log, log)
                 os.dup2(theirs.fileno(), 3)
                 _close_fds_from(4)
-                serve(zygote.roles, socket.socket(fileno=3), parent=parent)
+                serve(zygote.roles, socket.socket(fileno=3))
                 status = 0
             finally:
                 os._exit(status)
@@ -392,7 +394,7 @@ class _ForkedZygote:
 # --- the zygote's side ---------------------------------------------------------------
 
 
-def serve(roles: Roles, control: socket.socket, *, parent: int) -> None:
+def serve(roles: Roles, control: socket.socket) -> None:
     """Serve forks on ``control`` until it closes (see the module doc)."""
     from setproctitle import setproctitle
 
@@ -443,7 +445,14 @@ def _reap(pid: int) -> int | None:
 
 def _fork(roles: Roles, request: Fork, fds: list[int], control: socket.socket) -> int:
     log = os.open(request.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    stdout = fds[0] if request.stdout_fd and fds else log
+    where = request.launch.stdout
+    if request.stdout_fd and fds:
+        stdout = fds[0]
+    elif where in ("log", "pipe"):
+        stdout = log
+    else:
+        path = os.devnull if where == "null" else where
+        stdout = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     zygote = os.getpid()
     pid = os.fork()
     if pid == 0:
@@ -455,12 +464,16 @@ def _fork(roles: Roles, request: Fork, fds: list[int], control: socket.socket) -
             _point_stdio(stdout, log)
             _close_fds_from(3)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
+            # the parent's log handlers write to descriptors closed above
+            logging.root.handlers.clear()
             os.environ.update(request.launch.env)
             random.seed()
             status = run_role(roles, request.launch.role, request.launch.payload)
         finally:
             os._exit(status)
     os.close(log)
+    if stdout not in (log, *fds):
+        os.close(stdout)
     with contextlib.suppress(PermissionError, ProcessLookupError):
         os.setpgid(pid, request.pgid or pid)
     return pid

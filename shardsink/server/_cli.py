@@ -20,9 +20,6 @@ from ..storage.uri import BLOB_ENV, STORE_ENV
 
 
 def register(commands, bench) -> None:
-    from ..bench import appends
-
-    appends.register(bench)
     consensus = commands.add_parser("consensus", help="the consensus server")
     sub = consensus.add_subparsers(dest="consensus_command", metavar="ACTION", required=True)
 
@@ -32,7 +29,19 @@ def register(commands, bench) -> None:
         description="Run a consensus server in the foreground until SIGTERM or Ctrl-C. "
         "Prints 'listening on ADDR' once it accepts requests.",
     )
-    serve.add_argument(
+    add_serve_arguments(serve)
+    serve.set_defaults(func=_serve)
+
+    stats = sub.add_parser("stats", help="print a server's per-shard counters")
+    stats.add_argument("address", help="the server's address (tcp://... or ipc://...)")
+    stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    stats.add_argument("--timeout", type=float, default=5.0, metavar="S")
+    stats.set_defaults(func=_stats)
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``consensus serve``."""
+    parser.add_argument(
         "--data-dir",
         type=Path,
         metavar="D",
@@ -41,26 +50,26 @@ def register(commands, bench) -> None:
     )
     # The environment, unlike the command line, is not shown to other users
     # (`ps`), so a URI holding a password belongs there.
-    serve.add_argument(
+    parser.add_argument(
         "--store",
         default=os.environ.get(STORE_ENV),
         help=f"consensus store URI (sqlite:///..., ...; overrides D's); default ${STORE_ENV}",
     )
-    serve.add_argument(
+    parser.add_argument(
         "--blob",
         default=os.environ.get(BLOB_ENV),
         help=f"blob URI for rollups (file:///..., ...; overrides D's); default ${BLOB_ENV}",
     )
-    serve.add_argument(
+    parser.add_argument(
         "--bind",
         required=True,
         help="ipc:///path (its directory is made 0700) or tcp://127.0.0.1:PORT (PORT 0: any)",
     )
-    serve.add_argument("--gc-interval", type=float, default=60.0, metavar="S")
-    serve.add_argument("--sweep-interval", type=float, default=600.0, metavar="S")
+    parser.add_argument("--gc-interval", type=float, default=60.0, metavar="S")
+    parser.add_argument("--sweep-interval", type=float, default=600.0, metavar="S")
     served = ShardConfig()
     for name in SERVED_FIELDS:
-        serve.add_argument(
+        parser.add_argument(
             f"--{name.replace('_', '-')}",
             type=int,
             default=getattr(served, name),
@@ -68,13 +77,25 @@ def register(commands, bench) -> None:
             help=f"every shard's {name} here (default {getattr(served, name)}); "
             "a client opening a shard with another is refused",
         )
-    serve.set_defaults(func=_serve)
 
-    stats = sub.add_parser("stats", help="print a server's per-shard counters")
-    stats.add_argument("address", help="the server's address (tcp://... or ipc://...)")
-    stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    stats.add_argument("--timeout", type=float, default=5.0, metavar="S")
-    stats.set_defaults(func=_stats)
+
+def serve_role(payload: bytes) -> int:
+    """``consensus serve`` as a child's role (see :mod:`shardsink.process.consensus`):
+    ``payload`` is its options as a JSON list; the store URIs come in the
+    environment. Bad options or stores: a line naming them, exit status 2."""
+    from .. import faults
+    from ..storage.errors import StorageError
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # its parent stops it, not a Ctrl-C
+    parser = argparse.ArgumentParser(prog="shardsink consensus serve")
+    add_serve_arguments(parser)
+    args = parser.parse_args(msgspec.json.decode(payload, type=list[str]))
+    faults.arm_from_env(role="consensus")
+    try:
+        return _serve(args)
+    except (ValueError, StorageError) as exc:
+        print(f"shardsink consensus serve: error: {exc}", file=sys.stderr, flush=True)
+        return 2
 
 
 def _serve(args: argparse.Namespace) -> int:

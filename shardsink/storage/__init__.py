@@ -1,5 +1,6 @@
 """Storage contracts (``Blob``, ``Consensus``) and their backends."""
 
+from .backend import open_blob, open_consensus
 from .contracts import (
     Blob,
     BlobMeta,
@@ -10,7 +11,6 @@ from .contracts import (
     VersionedData,
 )
 from .errors import DeterminateError, IndeterminateError, StorageError
-from .uri import open_blob, open_consensus
 
 __all__ = [
     "Blob",

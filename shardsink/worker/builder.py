@@ -318,7 +318,7 @@ class GroupBuilder:
 
 def run_builder(spec: protocol.ChildSpec) -> int:
     """The builder process's main loop; returns the exit code."""
-    from ..storage.uri import open_blob
+    from ..storage.backend import open_blob
     from ..workloads import SCHEMA
 
     config = spec.config

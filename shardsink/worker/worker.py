@@ -35,7 +35,7 @@ from ..persist.stats import ShardStats
 from ..shm import PartSender
 from ..storage.contracts import Blob
 from ..storage.errors import StorageError
-from ..workloads import SCHEMA
+from ..workloads import SCHEMA, Workload
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class Worker:
         self.group = spec.group
         self.index = spec.index
         self.global_index = spec.group * config.workers + spec.index
-        self.workload = config.workload_spec()
+        self.workload = Workload.of(config)
         self.blob = blob
         self.coord = ctx.socket(zmq.DEALER)
         self.coord.setsockopt(zmq.IDENTITY, f"g{self.group}/w{self.index}".encode())
@@ -245,7 +245,7 @@ class Worker:
 
 def run_worker(spec: protocol.ChildSpec) -> int:
     """The worker process's main; returns the exit code."""
-    from ..storage.uri import open_blob
+    from ..storage.backend import open_blob
 
     ctx = zmq.Context()
     blob = open_blob(spec.config.blob_uri)

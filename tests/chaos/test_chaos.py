@@ -18,13 +18,14 @@ import msgspec
 import psutil
 import pytest
 
+from shardsink import open_shard
 from shardsink.chaos import FAULT_KINDS, ChaosConfig, run_chaos, schedule
 from shardsink.chaos.checks import check_shard
 from shardsink.chaos.context import RunContext
 from shardsink.chaos.runner import _wait_gone
 from shardsink.chaos.schedule import firings
-from shardsink.cluster.workloads import SCHEMA
-from shardsink.persist import ShardConfig, open_shard
+from shardsink.persist import ShardConfig
+from shardsink.workloads import SCHEMA
 
 
 def _assert_clean(config: ChaosConfig, report) -> None:

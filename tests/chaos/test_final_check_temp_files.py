@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from shardsink import open_shard
 from shardsink.chaos import ChaosConfig
 from shardsink.chaos.checks import check_shard
 from shardsink.chaos.context import RunContext
-from shardsink.cluster.workloads import SCHEMA
-from shardsink.persist import open_shard
+from shardsink.workloads import SCHEMA
 
 
 def test_the_final_check_counts_temp_files_until_the_sweep_removes_them(tmp_path) -> None:

@@ -16,9 +16,9 @@ import pyarrow as pa
 import zmq
 
 from shardsink import protocol
-from shardsink.cluster import Cluster, ClusterStats, IntervalRecord, Workload
-from shardsink.cluster.processes import Child, kill_all, spawn
+from shardsink.cluster import Cluster, ClusterStats, IntervalRecord, Workload, roles
 from shardsink.config import ClusterConfig
+from shardsink.process import Child, Launch, SpawnStarter, kill_all
 from shardsink.shm import PartSender, list_segments
 from shardsink.workloads import SCHEMA
 
@@ -123,9 +123,8 @@ class BuilderHarness:
             inline_max_bytes=4096,
             config=self.config,
         )
-        self.builder: Child = spawn(
-            "builder", "g0/b", ["builder"], run_dir=self.dir, stdin=protocol.encode_spec(spec)
-        )
+        launch = Launch("builder", "g0/b", "builder", payload=protocol.encode_spec(spec))
+        self.builder: Child = Child(launch, SpawnStarter(roles.ENTRY), self.dir).start()
         self.workers: list[FakeWorker] = []
         try:
             assert self.coord.poll(int(TIMEOUT * 1000)), self.builder.log_tail()

@@ -8,8 +8,8 @@ import pytest
 from cluster_helpers import run_cluster, workers_with_rows
 
 from shardsink.cluster import Cluster, ClusterConfig, Workload
+from shardsink.process import ConsensusProcess
 from shardsink.shm import INLINE_MAX_BYTES
-from shardsink.testing.consensus import ServerProcess
 from shardsink.worker.builder import HELD_PER_SENDER_MAX
 
 #: Small but with every feature: churn retracts from interval 2 on; hydrate's
@@ -134,13 +134,13 @@ def test_a_rerun_continues_from_the_shards_upper(tmp_path):
 def test_a_running_consensus_server_is_used_and_left_running(tmp_path):
     blob = f"file://{tmp_path / 'blob'}"
     store = f"sqlite://{tmp_path / 'consensus.db'}"
-    with ServerProcess(store, blob, "tcp://127.0.0.1:0") as server:
+    with ConsensusProcess(store, blob, "tcp://127.0.0.1:0") as server:
         run = run_cluster(
             tmp_path / "d", 3, groups=1, workers=2, consensus=server.address, blob=blob
         )
         assert run.stats.verified is True and run.stats.upper == 3000
         assert "consensus" not in run.stats.peak_rss  # not the cluster's process
-        assert server.proc.poll() is None
+        assert server.alive()
     assert not (tmp_path / "d" / "consensus.db").exists()
 
 

@@ -11,9 +11,8 @@ import threading
 import pytest
 from cluster_helpers import assert_nothing_left, child_pids, run_cluster
 
-from shardsink import faults
+from shardsink import faults, open_shard
 from shardsink.cluster import Cluster, ClusterConfig
-from shardsink.persist import open_shard
 from shardsink.workloads import SCHEMA
 
 #: 100 rows per worker: a shared batch is a Parquet part in blob, not inline.

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from shardsink import open_shard
 from shardsink.cluster import Workload
 from shardsink.cluster.verify import verify
-from shardsink.persist import open_shard
-from shardsink.testing.consensus import ServerProcess
+from shardsink.process import ConsensusProcess
 from shardsink.workloads import SCHEMA
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,7 +27,7 @@ ROWS = 100
 def test_two_clusters_on_one_shard_end_together_and_append_each_interval_once(tmp_path, popen):
     blob = f"file://{tmp_path / 'blob'}"
     store = f"sqlite://{tmp_path / 'consensus.db'}"
-    with ServerProcess(store, blob, "tcp://127.0.0.1:0") as server:
+    with ConsensusProcess(store, blob, "tcp://127.0.0.1:0") as server:
         argv = [
             sys.executable, "-m", "shardsink.cli", "up", "--json",
             "--consensus", server.address, "--blob", blob,

@@ -17,9 +17,9 @@ import pyarrow as pa
 import pytest
 import setproctitle
 
+from shardsink import open_shard
 from shardsink.cli import main
 from shardsink.cluster import Cluster, ClusterConfig
-from shardsink.persist import open_shard
 from shardsink.shm import list_segments
 from shardsink.storage import DeterminateError
 

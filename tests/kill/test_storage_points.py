@@ -10,11 +10,11 @@ import sys
 import threading
 import time
 
-from shardsink import faults
-from shardsink.persist import ShardConfig, open_shard
+from shardsink import faults, open_shard
+from shardsink.persist import ShardConfig
 from shardsink.persist.state import BlobPart
+from shardsink.process import ConsensusProcess
 from shardsink.storage import open_blob
-from shardsink.testing.consensus import ServerProcess
 from shardsink.workloads import Workload
 
 WORKLOAD = Workload("churn", rows_per_interval=16, interval_ms=10)
@@ -75,12 +75,12 @@ def test_consensus_killed_after_store_before_reply(tmp_path) -> None:
     fault_env = faults.environ(
         ["consensus.after_store:kill:0.2:3"], seed=3, fault_dir=tmp_path / "f"
     )
-    server = ServerProcess(store, blob, f"ipc://{tmp_path}/sock/c", env=fault_env)
+    server = ConsensusProcess(store, blob, f"ipc://{tmp_path}/sock/c", env=fault_env)
     stop = threading.Event()
 
     def restarter() -> None:
         while not stop.is_set():
-            if server.proc.poll() is not None:
+            if not server.alive():
                 server.start()
             time.sleep(0.02)
 

@@ -16,7 +16,8 @@ import sys
 
 import pyarrow as pa
 
-from shardsink.persist import UpperMismatch, open_shard
+from shardsink import open_shard
+from shardsink.persist import UpperMismatch
 
 ROWS = 4
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from persist_helpers import interval_rows, memory_stores
 
-from shardsink.persist import ShardConfig, open_shard
+from shardsink import open_shard
+from shardsink.persist import ShardConfig
 from shardsink.persist.state import encode_state
 
 

@@ -9,7 +9,8 @@ import time
 import pytest
 from persist_helpers import interval_rows, memory_stores, rows_of, updates
 
-from shardsink.persist import ShardConfig, open_shard
+from shardsink import open_shard
+from shardsink.persist import ShardConfig
 from shardsink.persist.compaction import plan
 from shardsink.persist.state import BlobPart
 from shardsink.storage import open_blob

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from race_writer import ROWS
 
-from shardsink.persist import open_shard
+from shardsink import open_shard
 
 N = 60
 SCRIPT = Path(__file__).with_name("race_writer.py")

@@ -9,7 +9,8 @@ import contextlib
 import pytest
 from persist_helpers import interval_rows, memory_stores, rows_of
 
-from shardsink.persist import ShardConfig, open_shard
+from shardsink import open_shard
+from shardsink.persist import ShardConfig
 from shardsink.storage import StorageError, open_blob, open_consensus
 from shardsink.storage.faults import FaultyBlob, FaultyConsensus
 

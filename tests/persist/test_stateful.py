@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from persist_helpers import memory_stores, rows_of, updates
 
-from shardsink.persist import NotReadable, ShardConfig, UpperMismatch, open_shard
+from shardsink import open_shard
+from shardsink.persist import NotReadable, ShardConfig, UpperMismatch
 from shardsink.persist.state import InlinePart
 
 CONFIG = ShardConfig(

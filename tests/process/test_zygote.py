@@ -134,7 +134,7 @@ _COORDINATOR = textwrap.dedent(
         open_things()
     zygote = Zygote("tests.process.roles_for_tests", ROLES, run).start()
     open_things()
-    child = Child(Launch("worker", "w", "report", b"x", capture_stdout=True), zygote, run).start()
+    child = Child(Launch("worker", "w", "report", b"x", stdout="pipe"), zygote, run).start()
     line = child.proc.stdout.readline().decode()
     mine = sorted(int(fd) for fd in os.listdir("/proc/self/fd"))
     print(json.dumps({"how": zygote.how, "child": line, "mine": mine}), flush=True)

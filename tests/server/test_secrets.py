@@ -15,7 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from shardsink.persist import ShardNotFound, open_shard
+from shardsink import open_shard
+from shardsink.persist import ShardNotFound
 from shardsink.storage import DeterminateError, open_consensus
 from shardsink.storage.uri import BLOB_ENV, STORE_ENV, redact
 

@@ -10,12 +10,12 @@ import msgspec
 import pytest
 import zmq
 
-from shardsink.persist import open_shard
+from shardsink import open_shard
 from shardsink.persist.config import ShardConfig
+from shardsink.process import ConsensusProcess
 from shardsink.server import ServerClient
 from shardsink.server.wire import REPLY_DECODER, ErrorReply
 from shardsink.storage.errors import DeterminateError, IndeterminateError
-from shardsink.testing.consensus import ServerProcess
 from shardsink.workloads import Workload
 
 WORKLOAD = Workload("churn", rows_per_interval=8, interval_ms=1)
@@ -23,7 +23,7 @@ WORKLOAD = Workload("churn", rows_per_interval=8, interval_ms=1)
 
 @pytest.fixture
 def server(tmp_path):
-    proc = ServerProcess(
+    proc = ConsensusProcess(
         f"sqlite://{tmp_path}/consensus.db",
         f"file://{tmp_path}/blob",
         f"ipc://{tmp_path}/sock/consensus",
@@ -179,7 +179,7 @@ def test_garbage_gets_error_replies_and_the_server_keeps_serving(server, tmp_pat
     assert not sock.poll(500, zmq.POLLIN)
     sock.close()
     ctx.term()
-    assert server.proc.poll() is None
+    assert server.alive()
     with open_shard("s", blob=f"file://{tmp_path}/blob", consensus=server.address) as shard:
         assert shard.writer().compare_and_append_table(WORKLOAD.updates(0), 0, 1) == 1
     client = ServerClient(server.address)
@@ -194,7 +194,7 @@ def test_kills_and_restarts_lose_and_double_nothing(tmp_path) -> None:
     """A client streams appends while the server is SIGKILLed at random moments
     20 times and restarted; every acknowledged append lands exactly once."""
     blob = f"file://{tmp_path}/blob"
-    proc = ServerProcess(
+    proc = ConsensusProcess(
         f"sqlite://{tmp_path}/consensus.db", blob, f"ipc://{tmp_path}/sock/consensus"
     )
     rng = random.Random(20)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from shardsink.persist import open_shard
+from shardsink import open_shard
 from shardsink.persist.config import ShardConfig
 from shardsink.server import ConsensusServer, ServerClient
 from shardsink.storage import open_blob, open_consensus

@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from shardsink.persist import open_shard
+from shardsink import open_shard
 from shardsink.persist.config import ShardConfig
-from shardsink.testing.consensus import ServerProcess
+from shardsink.process import ConsensusProcess
 from shardsink.workloads import Workload
 
 WORKLOAD = Workload("trickle", rows_per_interval=4, interval_ms=1)
 SERVED = ShardConfig(rollup_threshold=4, leaked_blob_grace_ms=0, max_attempts=8)
 
 
-def _server(tmp_path: Path, *flags: str) -> ServerProcess:
-    return ServerProcess(
+def _server(tmp_path: Path, *flags: str) -> ConsensusProcess:
+    return ConsensusProcess(
         f"sqlite://{tmp_path}/consensus.db",
         f"file://{tmp_path}/blob",
         f"ipc://{tmp_path}/sock/consensus",

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from shardsink import Workload
-from shardsink.persist import ShardConfig, open_shard
+from shardsink import Workload, open_shard
+from shardsink.persist import ShardConfig
 from shardsink.storage import VersionedData, open_blob, open_consensus
 
 

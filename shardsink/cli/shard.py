@@ -29,9 +29,10 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from .. import datadir
+from ..connect import open_shard
+from ..persist.errors import PersistError
+from ..persist.shard import Shard
 from ..storage.uri import BLOB_ENV, STORE_ENV
-from .errors import PersistError
-from .shard import Shard, open_shard
 
 FORMATS = ("table", "csv", "json", "parquet")
 

@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 from persist_helpers import interval_rows
 
+from shardsink import open_shard
 from shardsink.cli import main
-from shardsink.persist import _cli as persist_cli
-from shardsink.persist import open_shard
+from shardsink.cli import shard as shard_cli
 
 
 @pytest.fixture
@@ -115,6 +115,6 @@ def test_another_broken_pipe_is_a_failure(capsys, data_dir, monkeypatch):
     def broken(args) -> int:
         raise BrokenPipeError("a child's stdin")
 
-    monkeypatch.setattr(persist_cli, "_read", broken)
+    monkeypatch.setattr(shard_cli, "_read", broken)
     with pytest.raises(BrokenPipeError, match="a child's stdin"):
         main(["read", "--data-dir", str(data_dir)])

@@ -1,8 +1,9 @@
 """The ``shardsink`` command.
 
 Each area of the package contributes its own subcommands through a
-``register(commands, bench)`` function in its ``_cli`` module, so this file
-only assembles them: ``commands`` is the top-level subparser set, ``bench`` the
+``register(commands, bench)`` function in its ``_cli`` module (the shard
+commands, which reach a shard wherever it lives, in :mod:`.shard`), so this
+file only assembles them: ``commands`` is the top-level subparser set, ``bench`` the
 one under ``shardsink bench``.
 """
 
@@ -16,8 +17,7 @@ import sys
 
 # One line per area; each module defines ``register(commands, bench)``.
 AREAS = (
-    "shardsink.storage._cli",
-    "shardsink.persist._cli",
+    "shardsink.cli.shard",
     "shardsink.shm._cli",
     "shardsink.server._cli",
     "shardsink.cluster._cli",
@@ -62,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     A ``ValueError`` or storage error raised by a command is printed as one line
     naming the problem (exit code 2), not as a traceback.
     """
-    from . import faults
-    from .storage.errors import StorageError
+    from .. import faults
+    from ..storage.errors import StorageError
 
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -16,13 +16,14 @@ import os
 import sys
 import time
 
-from ..bench import clients as racing
-from .contracts import Committed, Consensus, VersionedData
-from .errors import StorageError
-from .uri import STORE_ENV, open_consensus, redact
+from ..storage.backend import open_consensus
+from ..storage.contracts import Committed, Consensus, VersionedData
+from ..storage.errors import StorageError
+from ..storage.uri import STORE_ENV, redact
+from . import clients as racing
 
 
-def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
+def register(bench: argparse._SubParsersAction) -> None:
     parser = bench.add_parser(
         "consensus",
         help="compare-and-set throughput of consensus stores under contention",
@@ -90,7 +91,7 @@ def race(uri: str, shard: str, n_clients: int, seconds: float, payload_bytes: in
     """Run one measurement: ``n_clients`` processes racing for ``seconds``.
     Raises ``RuntimeError`` if a client fails to start or to report."""
     reports = racing.race(
-        "shardsink.storage._cli:_client",
+        "shardsink.bench.consensus:_client",
         [[shard, str(c), str(payload_bytes), str(seconds)] for c in range(n_clients)],
         seconds,
         redact(uri),

@@ -1,0 +1,7 @@
+"""``python -m shardsink.cli``: the ``shardsink`` command."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

@@ -29,12 +29,7 @@ def test_ruff(args: list[str]) -> None:
 def test_floors() -> None:
     """Every import runs down the floors (pyproject's import-linter contract)."""
     result = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from importlinter.cli import lint_imports_command as c; c()",
-            "--no-cache",
-        ],  # fmt: skip
+        [sys.executable, "-c", LINT_IMPORTS, "--no-cache"],
         cwd=ROOT,
         capture_output=True,
         text=True,

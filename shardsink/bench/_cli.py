@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def register(commands, bench) -> None:
-    from . import appends, cluster, consensus
+    from . import appends, cluster, consensus, startup
 
     consensus.register(bench)
     appends.register(bench)
@@ -23,6 +23,25 @@ def register(commands, bench) -> None:
         help="also measure small parts inline vs through shared memory",
     )
     transport.set_defaults(func=_transport)
+
+    start = bench.add_parser(
+        "startup",
+        help="cluster cold start, group restart and workers' memory: fork vs spawn",
+        description=startup.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    start.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
+    start.add_argument(
+        "--shapes",
+        default=",".join(f"{g}x{w}" for g, w in startup.DEFAULT_SHAPES),
+        metavar="GxW,...",
+        help="cluster shapes to cold-start (default %(default)s)",
+    )
+    start.add_argument("--repeats", type=int, default=3, metavar="N", help="default 3")
+    start.add_argument(
+        "--restarts", type=int, default=5, metavar="N", help="group restarts timed (default 5)"
+    )
+    start.set_defaults(func=_startup)
 
     parser = bench.add_parser(
         "cluster",
@@ -49,3 +68,15 @@ def _transport(args: argparse.Namespace) -> int:
 
     print_table(run(args.out, inline_sweep=args.inline_sweep))
     return 0
+
+
+def _startup(args: argparse.Namespace) -> int:
+    from .startup import print_table, run
+
+    try:
+        shapes = tuple((int(g), int(w)) for g, w in (s.split("x") for s in args.shapes.split(",")))
+    except ValueError:
+        raise ValueError(f"--shapes {args.shapes!r}: give GxW pairs, e.g. 4x8,16x8") from None
+    result = run(args.out, shapes=shapes, repeats=args.repeats, restart_count=args.restarts)
+    print_table(result)
+    return 0 if result["verified"] else 1

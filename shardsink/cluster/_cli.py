@@ -214,7 +214,7 @@ def _up(args: argparse.Namespace) -> int:
             console.print(
                 f"cluster {cluster.cluster_id}: {config.groups}x{config.workers} {config.mode}, "
                 f"{config.workload}, shard {config.shard!r} from upper {cluster.shard.upper}, "
-                f"started in {cluster.startup_s:.1f}s"
+                f"started in {cluster.startup_s:.2f}s ({config.start})"
             )
             try:
                 _run(cluster, config.intervals, console, args.events)
@@ -273,6 +273,13 @@ def _run(cluster, intervals: int, console, events=None) -> None:
         cluster.run(intervals, on_append=advance)
 
 
+def _restart_times(restart_s: list[float]) -> str:
+    if not restart_s:
+        return ""
+    ordered = sorted(restart_s)
+    return f" (median {ordered[len(ordered) // 2] * 1000:.0f} ms, max {ordered[-1] * 1000:.0f} ms)"
+
+
 def summary_table(stats):
     """The end-of-run summary of ``stats`` as a rich table."""
     from rich.table import Table
@@ -296,9 +303,11 @@ def summary_table(stats):
             "latency p50 / p99",
             f"{stats.append_latency_ms_p50:.1f} / {stats.append_latency_ms_p99:.1f} ms",
         ),
+        ("start-up", f"{stats.startup_s:.3f}s ({stats.start})"),
         (
             "restarts",
-            f"{stats.restarts} groups, {stats.consensus_restarts} consensus, "
+            f"{stats.restarts} groups{_restart_times(stats.restart_s)}, "
+            f"{stats.consensus_restarts} consensus, "
             f"{stats.abandoned_attempts} attempts abandoned",
         ),
         (

@@ -9,7 +9,9 @@ malformed URI is a ``ValueError`` naming the field before any process starts.
 from __future__ import annotations
 
 import os
-from typing import Literal, get_args
+import re
+from pathlib import Path
+from typing import Any, Literal, TypeVar, get_args, get_type_hints
 from urllib.parse import urlsplit
 
 import msgspec
@@ -21,6 +23,25 @@ from .shm.channel import INLINE_MAX_BYTES
 from .storage.uri import redact
 
 MIB = 1 << 20
+#: Multipliers of the size units :func:`parse_size` accepts (unit names compare
+#: case-insensitively; ``k``/``M``/``G`` alone are the binary units, as in ``ls -h``).
+SIZE_UNITS: dict[str, int] = {
+    "": 1,
+    "b": 1,
+    "k": 1 << 10,
+    "kb": 1000,
+    "kib": 1 << 10,
+    "m": 1 << 20,
+    "mb": 1000**2,
+    "mib": 1 << 20,
+    "g": 1 << 30,
+    "gb": 1000**3,
+    "gib": 1 << 30,
+}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*", re.IGNORECASE)
+#: ClusterConfig fields that hold a byte count (a TOML file may write them as "1MiB").
+SIZE_FIELDS = ("shared_max_bytes", "blob_target_bytes", "transport_inline_max_bytes")
+T = TypeVar("T", bound=msgspec.Struct)
 Mode = Literal["off", "best-effort", "barrier"]
 Pace = Literal["realtime", "max"]
 Start = Literal["fork", "spawn"]
@@ -191,3 +212,76 @@ def _check_uri(name: str, uri: str, schemes: tuple[str, ...]) -> None:
             f"invalid {name} URI {redact(uri)!r}: a cluster's processes share it, so it must be "
             f"one of {', '.join(s + '://' for s in schemes)}"
         )
+
+
+def parse_size(text: str) -> int:
+    """A byte count written as ``1048576``, ``1MiB``, ``64 KiB``, ``1.5GiB`` or ``10MB``.
+
+    Units are those of :data:`SIZE_UNITS`; a fraction must come to a whole number
+    of bytes. Raises ``ValueError`` naming ``text`` for anything else.
+    """
+    match = _SIZE.fullmatch(text)
+    unit = SIZE_UNITS.get(match.group(2).lower()) if match else None
+    if unit is None:
+        raise ValueError(
+            f"invalid size {text!r}: a number of bytes, optionally with a unit "
+            "(B, KiB, MiB, GiB, kB, MB, GB), e.g. 1MiB"
+        )
+    value = float(match.group(1)) * unit
+    if not value.is_integer():
+        raise ValueError(f"invalid size {text!r}: not a whole number of bytes")
+    return int(value)
+
+
+def format_size(n: int) -> str:
+    """``n`` bytes in the largest binary unit that divides it (``1MiB``, ``32KiB``, ``100B``)."""
+    for name in ("GiB", "MiB", "KiB"):
+        unit = SIZE_UNITS[name.lower()]
+        if n and n % unit == 0:
+            return f"{n // unit}{name}"
+    return f"{n}B"
+
+
+def load_toml(path: str | os.PathLike) -> dict[str, Any]:
+    """The table of a TOML file, sizes (:data:`SIZE_FIELDS`) written as text converted.
+
+    Raises ``ValueError`` naming the file if it cannot be read or is not TOML, and
+    the key and the file for a size that does not parse.
+    """
+    try:
+        data = msgspec.toml.decode(Path(path).read_bytes())
+    except (OSError, msgspec.DecodeError) as exc:
+        raise ValueError(f"cannot read config file {os.fspath(path)!r}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {os.fspath(path)!r} is not a table")
+    for name in SIZE_FIELDS:
+        if isinstance(data.get(name), str):
+            try:
+                data[name] = parse_size(data[name])
+            except ValueError as exc:
+                raise ValueError(f"{name} in {os.fspath(path)!r}: {exc}") from None
+    return data
+
+
+def build(kind: type[T], fields: dict[str, Any], *, source: str = "options") -> T:
+    """``kind`` (a config Struct) from ``fields``, checked as strictly as a wire message.
+
+    Raises ``ValueError`` naming ``source`` and the offending key: an unknown key,
+    a value of the wrong type, or one its ``__post_init__`` refuses.
+    """
+    try:
+        return msgspec.convert(fields, kind)
+    except msgspec.ValidationError as exc:
+        raise ValueError(f"{source}: {_plain(kind, exc)}") from None
+
+
+def _plain(kind: type, exc: msgspec.ValidationError) -> str:
+    """msgspec's message with its ``$.field`` paths read as a person would write them;
+    a value outside a ``Literal`` is answered with the choices, as ``__post_init__`` does."""
+    text = str(exc)
+    enum = re.fullmatch(r"Invalid enum value (.+) - at `\$\.(\w+)`", text)
+    if enum:
+        choices = get_args(get_type_hints(kind)[enum.group(2)])
+        return f"unknown {enum.group(2)} {enum.group(1)}; choose one of {', '.join(choices)}"
+    text = re.sub(r"Object contains unknown field `([^`]+)`", r"unknown key '\1'", text)
+    return re.sub(r"\s*- at `\$\.([^`]+)`", r" (key '\1')", text)

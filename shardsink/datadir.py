@@ -33,6 +33,8 @@ from ._pids import process_start
 log = logging.getLogger(__name__)
 
 LOCK_NAME = "shardsink.lock"
+#: The data dir commands use when ``--data-dir`` is not given.
+DATA_DIR_ENV = "SHARDSINK_DATA_DIR"
 #: Kinds of holder.
 COORDINATOR = "coordinator"
 CONSENSUS_SERVER = "consensus-server"

@@ -15,6 +15,8 @@ import os
 import select
 import sys
 
+from .. import __version__
+
 # One line per area; each module defines ``register(commands, bench)``.
 AREAS = (
     "shardsink.cli.shard",
@@ -31,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="shardsink",
         description="Coalescing multi-process writer of durable Arrow shards.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(
         "--fault",
         action="append",

@@ -12,9 +12,11 @@ import argparse
 import logging
 import os
 import sys
+from pathlib import Path
 
 import msgspec
 
+from ..datadir import DATA_DIR_ENV
 from ..storage.uri import BLOB_ENV, STORE_ENV
 
 #: Runs with at least this many intervals get a progress bar.
@@ -22,7 +24,7 @@ PROGRESS_MIN_INTERVALS = 10
 
 
 def register(commands, bench) -> None:
-    from ..config import MIB, MODES, STARTS, WORKLOADS, ClusterConfig
+    from ..config import MODES, PACES, STARTS, WORKLOADS, ClusterConfig, format_size
 
     d = ClusterConfig()
     up = commands.add_parser(
@@ -32,91 +34,91 @@ def register(commands, bench) -> None:
         "process groups of one builder and WORKERS workers each, writing WORKLOAD into a "
         "shard, one interval at a time. With no options: a small trickle on SQLite and "
         "local files under ./shardsink-data. Ctrl-C stops cleanly; running again on the "
-        "same data dir continues from the shard's upper.",
+        "same data dir continues from the shard's upper. Settings come from the flags "
+        "given, then the environment, then --config FILE, then the defaults shown.",
     )
-    up.add_argument("--groups", type=int, default=d.groups, metavar="G", help=f"default {d.groups}")
+    # Flags default to SUPPRESS so that only those given override --config;
+    # each dest is the ClusterConfig field it sets.
+    up.argument_default = argparse.SUPPRESS
     up.add_argument(
-        "--workers",
-        type=int,
-        default=d.workers,
-        metavar="W",
-        help=f"per group (default {d.workers})",
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE.toml",
+        help='ClusterConfig fields as TOML keys (groups = 2, mode = "barrier", '
+        'shared_max_bytes = "1MiB", ...); an unknown key or a bad value is refused',
     )
-    up.add_argument("--mode", default=d.mode, help=f"{' | '.join(MODES)} (default {d.mode})")
+    up.add_argument("--groups", type=int, metavar="G", help=f"default {d.groups}")
+    up.add_argument("--workers", type=int, metavar="W", help=f"per group (default {d.workers})")
+    up.add_argument("--mode", help=f"{' | '.join(MODES)} (default {d.mode})")
     up.add_argument(
         "--shared-max-bytes",
-        type=int,
-        default=d.shared_max_bytes,
-        metavar="B",
+        type=_size,
+        metavar="SIZE",
         help="a worker staging more than this many bytes writes its own batch; 0: never "
-        f"share (default {d.shared_max_bytes // MIB} MiB)",
+        f"share (default {format_size(d.shared_max_bytes)})",
     )
     up.add_argument(
         "--linger-ms",
+        dest="best_effort_linger_ms",
         type=int,
-        default=d.best_effort_linger_ms,
         metavar="MS",
         help="best-effort: hold a shared batch this long for workers of the group that have "
         f"not joined it yet; 0: hand it off at once (default {d.best_effort_linger_ms})",
     )
     up.add_argument(
-        "--workload", default=d.workload, help=f"{' | '.join(WORKLOADS)} (default {d.workload})"
+        "--blob-target-bytes",
+        type=_size,
+        metavar="SIZE",
+        help=f"a builder cuts a Parquet part at this size (default "
+        f"{format_size(d.blob_target_bytes)})",
     )
     up.add_argument(
-        "--rows-per-interval",
-        type=int,
-        default=d.rows_per_interval,
-        metavar="R",
-        help=f"default {d.rows_per_interval}",
+        "--inline-max-bytes",
+        dest="transport_inline_max_bytes",
+        type=_size,
+        metavar="SIZE",
+        help="a part up to this size travels inside the worker's message, a larger one "
+        f"through shared memory; 0: always shared memory (default "
+        f"{format_size(d.transport_inline_max_bytes)})",
+    )
+    up.add_argument("--workload", help=f"{' | '.join(WORKLOADS)} (default {d.workload})")
+    up.add_argument(
+        "--rows-per-interval", type=int, metavar="R", help=f"default {d.rows_per_interval}"
     )
     up.add_argument(
         "--snapshot-rows",
         type=int,
-        default=None,
         metavar="S",
-        help="hydrate's interval-0 rows (default 100000 for hydrate)",
+        help=f"hydrate's interval-0 rows (default {HYDRATE_SNAPSHOT_ROWS} for hydrate, "
+        f"{d.snapshot_rows} otherwise)",
     )
     up.add_argument(
         "--intervals",
         type=int,
-        default=d.intervals,
         metavar="N",
         help=f"intervals to append from the shard's upper on (default {d.intervals})",
     )
-    up.add_argument(
-        "--interval-ms",
-        type=int,
-        default=d.interval_ms,
-        metavar="T",
-        help=f"default {d.interval_ms}",
-    )
+    up.add_argument("--interval-ms", type=int, metavar="T", help=f"default {d.interval_ms}")
     up.add_argument(
         "--pace",
-        default=d.pace,
-        help=f"realtime: mint each interval when it closes; max: as fast as appends go "
-        f"(default {d.pace})",
+        help=f"{' | '.join(PACES)}; realtime: mint each interval when it closes; max: as fast "
+        f"as appends go (default {d.pace})",
     )
     up.add_argument(
         "--data-dir",
-        default=d.data_dir,
         metavar="D",
         help=f"made 0700 if new; its lock is held while the cluster serves its stores "
-        f"(default {d.data_dir})",
+        f"(default ${DATA_DIR_ENV}, else {d.data_dir})",
     )
-    up.add_argument(
-        "--blob",
-        metavar="URI",
-        default=os.environ.get(BLOB_ENV),
-        help=f"default: ${BLOB_ENV}, else file://D/blob",
-    )
+    up.add_argument("--blob", metavar="URI", help=f"default ${BLOB_ENV}, else file://D/blob")
     up.add_argument(
         "--consensus",
         metavar="URI",
-        default=os.environ.get(STORE_ENV),
-        help="a store to serve (default sqlite:///D/consensus.db) or a running "
-        "server's address (tcp://..., ipc://...)",
+        help="a store to serve or a running server's address (tcp://..., ipc://...) "
+        f"(default ${STORE_ENV}, else sqlite:///D/consensus.db)",
     )
-    up.add_argument("--shard", default=d.shard, metavar="NAME", help=f"default {d.shard!r}")
+    up.add_argument("--shard", metavar="NAME", help=f"default {d.shard!r}")
     up.add_argument(
         "--consensus-bind",
         metavar="ADDR",
@@ -125,8 +127,8 @@ def register(commands, bench) -> None:
     )
     up.add_argument(
         "--interval-timeout",
+        dest="interval_timeout_s",
         type=float,
-        default=d.interval_timeout_s,
         metavar="S",
         help=f"a group that has not reported an interval within S seconds is restarted "
         f"(default {d.interval_timeout_s:g})",
@@ -134,7 +136,6 @@ def register(commands, bench) -> None:
     up.add_argument(
         "--max-restarts",
         type=int,
-        default=d.max_restarts,
         metavar="N",
         help=f"group restarts (and attempts of one interval) before the run fails "
         f"(default {d.max_restarts})",
@@ -142,57 +143,69 @@ def register(commands, bench) -> None:
     up.add_argument(
         "--events",
         type=argparse.FileType("a"),
+        default=None,
         metavar="FILE",
         help="append one JSON line per appended interval to FILE, flushed as it happens: "
         "the coordinator's pid, the interval's figures (interval, attempt, rows, latency_ms, "
         "...) and the supervision counts so far (restarts, consensus_restarts, "
-        "abandoned_attempts)",
+        "abandoned_attempts) (default: none)",
     )
     up.add_argument(
         "--start",
         choices=STARTS,
-        default=d.start,
         help="how children start: fork from a zygote that has imported what they need, "
         f"or spawn fresh interpreters (default {d.start})",
     )
     up.add_argument(
-        "--seed", type=int, default=d.seed, metavar="X", help="drives the run's random choices"
+        "--seed", type=int, metavar="X", help=f"drives the run's random choices (default {d.seed})"
     )
-    up.add_argument("--no-verify", action="store_true", help="do not read the shard back")
-    up.add_argument("--json", action="store_true", help="print the summary as JSON")
-    up.add_argument("-v", "--verbose", action="store_true", help="log supervision events")
+    up.add_argument(
+        "--no-verify",
+        dest="verify",
+        action="store_false",
+        help="do not read the shard back (default: read it back and compare)",
+    )
+    up.add_argument("--json", action="store_true", default=False, help="print the summary as JSON")
+    up.add_argument(
+        "-v", "--verbose", action="store_true", default=False, help="log supervision events"
+    )
     up.set_defaults(func=_up)
 
 
-def _config(args: argparse.Namespace):
-    from ..config import ClusterConfig
+#: hydrate's interval-0 rows when neither a flag nor the config file sets them.
+HYDRATE_SNAPSHOT_ROWS = 100_000
+#: Where each environment variable goes when its flag is not given.
+ENVIRONMENT = {DATA_DIR_ENV: "data_dir", BLOB_ENV: "blob", STORE_ENV: "consensus"}
 
-    snapshot = args.snapshot_rows
-    if snapshot is None:
-        snapshot = 100_000 if args.workload == "hydrate" else 0
-    return ClusterConfig(
-        groups=args.groups,
-        workers=args.workers,
-        mode=args.mode,
-        shared_max_bytes=args.shared_max_bytes,
-        best_effort_linger_ms=args.linger_ms,
-        workload=args.workload,
-        rows_per_interval=args.rows_per_interval,
-        snapshot_rows=snapshot,
-        intervals=args.intervals,
-        interval_ms=args.interval_ms,
-        pace=args.pace,
-        data_dir=args.data_dir,
-        blob=args.blob,
-        consensus=args.consensus,
-        shard=args.shard,
-        consensus_bind=args.consensus_bind,
-        interval_timeout_s=args.interval_timeout,
-        max_restarts=args.max_restarts,
-        start=args.start,
-        seed=args.seed,
-        verify=not args.no_verify,
-    )
+
+def _size(text: str) -> int:
+    from ..config import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def config_of(args: argparse.Namespace):
+    """The ClusterConfig ``up`` runs with the parsed ``args``.
+
+    Each field comes from its flag if given, else its environment variable
+    (:data:`ENVIRONMENT`), else ``--config``'s file, else the default. Raises
+    ``ValueError`` naming the key for an unknown key or a bad value, and the
+    file if it is the file's (the file alone must make a valid config).
+    """
+    from ..config import ClusterConfig, build, load_toml
+
+    fields: dict = {}
+    if args.config:
+        fields = load_toml(args.config)
+        build(ClusterConfig, fields, source=f"config file {os.fspath(args.config)!r}")
+    fields.update({f: os.environ[v] for v, f in ENVIRONMENT.items() if os.environ.get(v)})
+    fields.update({k: v for k, v in vars(args).items() if k in ClusterConfig.__struct_fields__})
+    if "snapshot_rows" not in fields and fields.get("workload") == "hydrate":
+        fields["snapshot_rows"] = HYDRATE_SNAPSHOT_ROWS
+    return build(ClusterConfig, fields, source="up")
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -201,7 +214,7 @@ def _up(args: argparse.Namespace) -> int:
 
     from .cluster import Cluster, ClusterError
 
-    config = _config(args)
+    config = config_of(args)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(message)s",

@@ -172,3 +172,25 @@ def test_a_data_dir_in_use_is_refused(tmp_path):
         Cluster(config).start()
     with Cluster(config) as again:  # released at close
         assert again.run().verified is True
+
+
+def test_a_toml_file_runs_the_same_cluster_as_the_flags(tmp_path, popen):
+    flags = ("--groups", "1", "--workers", "2", "--mode", "barrier", "--workload", "churn")
+    flags += ("--rows-per-interval", "300", "--intervals", "3", "--shared-max-bytes", "1MiB")
+    config = tmp_path / "c.toml"
+    config.write_text(
+        'groups = 1\nworkers = 2\nmode = "barrier"\nworkload = "churn"\n'
+        'rows_per_interval = 300\nintervals = 3\nshared_max_bytes = "1MiB"\n'
+    )
+    runs = []
+    for args in (flags, ("--config", str(config))):
+        data = tmp_path / f"d{len(runs)}"
+        proc = _up(popen, tmp_path, "--data-dir", str(data), "--json", *args)
+        out, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, err
+        runs.append(json.loads(out))
+    expected = {"groups": 1, "workers": 2, "mode": "barrier", "workload": "churn"}
+    expected |= {"rows_per_interval": 300, "appends": 3, "verified": True}
+    shown = [*expected, "upper", "rows"]
+    by_flags, by_file = ({k: run[k] for k in shown} for run in runs)
+    assert by_flags == by_file and by_flags.items() >= expected.items()

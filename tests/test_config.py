@@ -1,0 +1,160 @@
+"""Config files, sizes and the environment: ``up --config FILE.toml`` decodes
+into the same ClusterConfig as the equivalent flags, flags given override it,
+and an unknown key or a bad value is refused with its name."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardsink import __version__
+from shardsink.cli import build_parser, main
+from shardsink.cluster._cli import config_of
+from shardsink.config import MIB, ClusterConfig, format_size, parse_size
+
+FLAGS = [
+    *("--groups", "1", "--workers", "3", "--mode", "barrier", "--shared-max-bytes", "2MiB"),
+    *("--linger-ms", "0", "--inline-max-bytes", "0", "--workload", "churn"),
+    *("--rows-per-interval", "50", "--intervals", "3", "--interval-ms", "200"),
+    *("--pace", "realtime", "--shard", "s1", "--interval-timeout", "9.5", "--max-restarts", "4"),
+    *("--start", "spawn", "--seed", "7", "--no-verify"),
+]
+TOML = """
+groups = 1
+workers = 3
+mode = "barrier"
+shared_max_bytes = "2MiB"
+best_effort_linger_ms = 0
+transport_inline_max_bytes = 0
+workload = "churn"
+rows_per_interval = 50
+intervals = 3
+interval_ms = 200
+pace = "realtime"
+shard = "s1"
+interval_timeout_s = 9.5
+max_restarts = 4
+start = "spawn"
+seed = 7
+verify = false
+"""
+
+
+@pytest.fixture(autouse=True)
+def no_environment(monkeypatch):
+    for name in ("SHARDSINK_DATA_DIR", "SHARDSINK_STORE", "SHARDSINK_BLOB"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _config(*argv: str) -> ClusterConfig:
+    return config_of(build_parser().parse_args(["up", *argv]))
+
+
+@pytest.mark.parametrize(
+    ("text", "n"),
+    [
+        *[("0", 0), ("4096", 4096), ("1MiB", MIB), ("64 KiB", 65536), ("1.5GiB", 3 << 29)],
+        *[("10MB", 10_000_000), ("2kB", 2000), ("3k", 3072), ("12B", 12), ("1mib", MIB)],
+    ],
+)
+def test_sizes_parse(text, n):
+    assert parse_size(text) == n
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        *[("", "invalid size ''"), ("-1", "invalid size '-1'"), ("1XB", "invalid size '1XB'")],
+        *[("MiB", "invalid size 'MiB'"), ("0.3B", "not a whole number of bytes")],
+    ],
+)
+def test_bad_sizes_are_refused(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_size(text)
+
+
+@pytest.mark.parametrize("n", [0, 100, 1024, 32768, MIB, 3 * MIB + 1, 128 * MIB, 1 << 30])
+def test_format_size_reads_back(n):
+    assert parse_size(format_size(n)) == n
+
+
+def test_a_toml_file_is_the_same_config_as_the_flags(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text(TOML)
+    data = str(tmp_path / "d")
+    from_flags = _config("--data-dir", data, *FLAGS)
+    assert from_flags == _config("--data-dir", data, "--config", str(path))
+    assert from_flags.shared_max_bytes == 2 * MIB and from_flags != ClusterConfig(data_dir=data)
+
+
+def test_flags_given_override_the_file_and_the_file_overrides_defaults(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('groups = 3\nworkers = 2\nmode = "off"\n')
+    config = _config("--config", str(path), "--workers", "5", "--no-verify")
+    assert (config.groups, config.workers, config.mode, config.verify) == (3, 5, "off", False)
+    assert config.intervals == ClusterConfig().intervals
+
+
+def test_environment_between_flags_and_the_file(tmp_path, monkeypatch):
+    path = tmp_path / "c.toml"
+    path.write_text(f'data_dir = "{tmp_path / "file"}"\n')
+    monkeypatch.setenv("SHARDSINK_DATA_DIR", str(tmp_path / "env"))
+    assert _config().data_dir == str(tmp_path / "env")
+    assert _config("--config", str(path)).data_dir == str(tmp_path / "env")
+    assert _config("--data-dir", "x").data_dir == "x"
+    monkeypatch.delenv("SHARDSINK_DATA_DIR")
+    assert _config("--config", str(path)).data_dir == str(tmp_path / "file")
+
+
+def test_hydrate_gets_its_snapshot_unless_told(tmp_path):
+    assert _config("--workload", "hydrate").snapshot_rows == 100_000
+    assert _config("--workload", "hydrate", "--snapshot-rows", "5").snapshot_rows == 5
+    path = tmp_path / "c.toml"
+    path.write_text('workload = "hydrate"\nsnapshot_rows = 0\n')
+    assert _config("--config", str(path)).snapshot_rows == 0
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ("grups = 2\n", "unknown key 'grups'"),
+        ('groups = "two"\n', "Expected `int`, got `str` (key 'groups')"),
+        ("groups = 0\n", "groups must be >= 1, got 0"),
+        ('mode = "always"\n', "unknown mode 'always'; choose one of off, best-effort, barrier"),
+        ('shared_max_bytes = "lots"\n', "shared_max_bytes in "),
+        ("groups = \n", "cannot read config file"),
+    ],
+)
+def test_a_bad_file_is_refused_naming_the_key(tmp_path, capsys, toml, message):
+    path = tmp_path / "c.toml"
+    path.write_text(toml)
+    assert main(["up", "--config", str(path), "--data-dir", str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("shardsink up: error: ") and message in err, err
+    assert str(path) in err
+    assert "Traceback" not in err and not (tmp_path / "d").exists()
+
+
+def test_a_missing_file_is_named(tmp_path, capsys):
+    assert main(["up", "--config", str(tmp_path / "none.toml")]) == 2
+    assert f"cannot read config file '{tmp_path / 'none.toml'}'" in capsys.readouterr().err
+
+
+def test_a_bad_size_flag_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["up", "--shared-max-bytes", "1XB"])
+    assert exc.value.code == 2
+    assert "--shared-max-bytes: invalid size '1XB'" in capsys.readouterr().err
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"shardsink {__version__}"
+
+
+def test_every_up_flag_shows_its_default():
+    up = build_parser()._subparsers._group_actions[0].choices["up"]
+    for action in up._actions:
+        if action.help and action.dest not in ("help", "config", "json", "verbose"):
+            assert "default" in action.help, action.option_strings

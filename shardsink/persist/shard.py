@@ -9,11 +9,13 @@ read, so garbage collection cannot delete what they are about to fetch.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
@@ -26,6 +28,7 @@ from ..storage.backend import open_blob, open_consensus
 from ..storage.contracts import Blob, Consensus
 from ..storage.errors import StorageError
 from . import parts as P
+from . import read
 from .batches import build_batch, check_interval, check_ts, discard, flush_inline, load_part
 from .commands import (
     AdvanceSince,
@@ -57,6 +60,9 @@ log = logging.getLogger(__name__)
 
 #: How many times a read restarts from refreshed state after a part went missing.
 PART_RETRIES = 2
+
+#: Rows per record batch of a streamed read.
+BATCH_ROWS = 64 * 1024
 
 
 class ListenEvent(NamedTuple):
@@ -265,6 +271,18 @@ class Shard:
         """``Reader.snapshot`` through a short-lived reader."""
         with self.reader() as reader:
             return reader.snapshot(as_of)
+
+    def batches(
+        self,
+        as_of: int | None = None,
+        columns: Sequence[str] | None = None,
+        *,
+        wait: float = 0.0,
+        max_rows: int = BATCH_ROWS,
+    ) -> pa.RecordBatchReader:
+        """``Reader.batches`` through a reader of its own, whose lease the
+        stream holds until it is exhausted or dropped (or the shard closed)."""
+        return self.reader()._batches(as_of, columns, wait, max_rows, release=True)
 
     # --- maintenance ----------------------------------------------------------------
 
@@ -497,18 +515,95 @@ class Reader:
             self._register()
 
     def snapshot(self, as_of: int | None = None, *, wait: float = 0.0) -> pa.Table:
-        """The consolidated collection as of ``as_of`` (default: upper - 1):
-        columns key, val, ts (= ``as_of``), diff, no zero diffs, sorted by key
-        then val. Empty if nothing was ever written and ``as_of`` is ``None``.
+        """The consolidated collection as of ``as_of``, all of it in memory:
+        :meth:`batches` read to the end."""
+        return self.batches(as_of, wait=wait).read_all()
 
-        Errors: :class:`NotReadable` if ``as_of`` is below ``since``, or not
-        below the upper after waiting up to ``wait`` seconds;
-        :class:`PartMissing` if a part stays missing through
-        ``PART_RETRIES`` refreshes."""
+    def batches(
+        self,
+        as_of: int | None = None,
+        columns: Sequence[str] | None = None,
+        *,
+        wait: float = 0.0,
+        max_rows: int = BATCH_ROWS,
+    ) -> pa.RecordBatchReader:
+        """Stream the consolidated collection as of ``as_of`` (default: upper -
+        1): ``columns`` (default key, val, ts, diff) of every ``(key, val)``
+        whose diffs at ``ts <= as_of`` do not sum to zero, with ts = ``as_of``
+        and diff = the sum, sorted by key then val, in record batches of at
+        most ``max_rows`` rows. Empty if nothing was ever written and
+        ``as_of`` is ``None``.
+
+        Memory is bounded by the parts overlapping one key range
+        (:func:`~.read.windows`), not by the shard. The stream holds its own
+        lease (heartbeated while it is read), taken before it selects parts
+        and released when it is exhausted, or dropped, or its shard closed; a part gone missing
+        mid-stream (an expired lease) resumes after the last key sent from
+        refreshed state.
+
+        Errors, raised here: ``ValueError`` for an unknown column;
+        :class:`NotReadable` if ``as_of`` is below ``since``, or not below the
+        upper after waiting up to ``wait`` seconds. While reading:
+        :class:`PartMissing` if a part stays missing through ``PART_RETRIES``
+        refreshes, :class:`NotReadable` if ``since`` passed ``as_of`` meanwhile."""
+        return self._batches(as_of, columns, wait, max_rows, release=False)
+
+    def _batches(
+        self,
+        as_of: int | None,
+        columns: Sequence[str] | None,
+        wait: float,
+        max_rows: int,
+        *,
+        release: bool,
+    ) -> pa.RecordBatchReader:
+        """:meth:`batches`; with ``release`` the stream closes this reader
+        when it is exhausted or dropped (and an error raised here closes it)."""
+        try:
+            self._check_open()
+            names = read.output_columns(self.shard.schema, columns)
+            if max_rows < 1:
+                raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+            state, as_of = self._readable(as_of, wait)
+        except BaseException:
+            if release:
+                self.close()
+            raise
+        schema = pa.schema([self.shard.schema.field(n) for n in names])
+        if as_of is None:
+            if release:
+                self.close()
+            return pa.RecordBatchReader.from_batches(schema, iter(()))
+        batches = self._stream(state, as_of, names, max_rows, release)
+        if release:
+            # a stream dropped before its first batch never runs its generator's finally
+            weakref.finalize(batches, self.close)
+        return pa.RecordBatchReader.from_batches(schema, batches)
+
+    def to_duckdb(self, connection=None, as_of: int | None = None, columns=None):
+        """The snapshot as a DuckDB relation on ``connection`` (default: a new
+        in-memory one) that scans :meth:`batches` as DuckDB reads it (needs
+        the ``read`` extra)."""
+        import duckdb
+
+        connection = connection or duckdb.connect()
+        return connection.from_arrow(self.batches(as_of, columns))
+
+    def to_polars(self, as_of: int | None = None, columns=None):
+        """The snapshot as a Polars DataFrame built from :meth:`batches`'
+        Arrow buffers (needs the ``read`` extra)."""
+        import polars
+
+        return polars.from_arrow(self.batches(as_of, columns).read_all())
+
+    def _readable(self, as_of: int | None, wait: float) -> tuple[ShardState, int | None]:
+        """Lease, then the leased state and the as-of to read (``None``: the
+        shard was never written and none was asked); :class:`NotReadable` as
+        for :meth:`batches`."""
         state = self.lease()
         if as_of is None:
             if state.upper == 0:
-                return P.empty(self.shard.schema)
+                return state, None
             as_of = state.upper - 1
         if as_of >= state.upper:
             if wait > 0:
@@ -520,17 +615,47 @@ class Reader:
                     f"shard {self.shard.name!r}: as_of {as_of} is not below the upper "
                     f"{state.upper} (not yet written)"
                 )
+        self._check_since(state, as_of)
+        return state, as_of
 
-        def select(state: ShardState) -> list[Batch]:
-            if as_of < state.since:
-                raise NotReadable(
-                    f"shard {self.shard.name!r}: as_of {as_of} is below the since "
-                    f"{state.since} (merged forward)"
-                )
-            return [b for b in state.ordered_batches() if b.lower <= as_of]
+    def _check_since(self, state: ShardState, as_of: int) -> None:
+        if as_of < state.since:
+            raise NotReadable(
+                f"shard {self.shard.name!r}: as_of {as_of} is below the since "
+                f"{state.since} (merged forward)"
+            )
 
-        _, tables = self._read(state, select)
-        return P.at_time(P.concat(tables, self.shard.schema), as_of)
+    def _stream(
+        self, state: ShardState, as_of: int, names: list[str], max_rows: int, release: bool
+    ) -> Iterator[pa.RecordBatch]:
+        """The record batches of :meth:`batches`; with ``release``, closes
+        this reader when exhausted, closed or failed."""
+        shard = self.shard
+        after = None
+        beat = time.monotonic()
+        try:
+            for attempt in range(PART_RETRIES + 1):
+                if attempt:
+                    shard._counters.part_refetches += 1
+                    state = self.lease()
+                    self._check_since(state, as_of)
+                faults.point("reader.before_fetch")
+                parts = [p for b in state.ordered_batches() if b.lower <= as_of for p in b.parts]
+                load = functools.partial(load_part, shard.blob, shard.name, schema=shard.schema)
+                try:
+                    for table, cut in read.windows(parts, load, as_of, shard.schema, after):
+                        after = cut
+                        if time.monotonic() - beat > self.lease_ms / 3000.0:
+                            self.heartbeat()
+                            beat = time.monotonic()
+                        yield from table.select(names).to_batches(max_chunksize=max_rows)
+                    return
+                except read.Missing as missing:
+                    key = missing.key
+            raise PartMissing(shard.name, key, PART_RETRIES + 1)
+        finally:
+            if release:
+                self.close()
 
     def listen(
         self,

@@ -1,0 +1,118 @@
+"""Streaming consolidation: a shard's snapshot as key-ordered windows.
+
+The snapshot as of ``as_of`` sums the ``diff`` of each ``(key, val)`` over the
+updates with ``ts <= as_of``, drops zero sums and sets ``ts = as_of``. Every
+part records its key min/max and holds its rows sorted by key (writers and
+compaction consolidate before they write), so the sweep in :func:`windows`
+never needs the whole shard: it loads parts in order of their smallest key,
+cuts at the smallest largest-key among the loaded ones (every part that may
+hold a key at or below the cut is loaded by then), consolidates the rows up to
+the cut with Arrow's ``group_by`` and keeps the rest. Memory is bounded by the
+parts that overlap one key, not by the shard.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import parts as P
+from .state import KeyBound, Part
+
+#: Loads a part's rows; ``None`` if its blob is missing.
+Loader = Callable[[Part], pa.Table | None]
+
+
+class Missing(Exception):
+    """A part's blob was missing; ``key`` names it. The sweep can resume from
+    refreshed state after the last key it emitted."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def output_columns(schema: pa.Schema, columns: Sequence[str] | None) -> list[str]:
+    """The columns a read returns: ``columns`` in their order (default: all).
+    ``ValueError`` naming an unknown or repeated column, or an empty list."""
+    if columns is None:
+        return list(schema.names)
+    columns = list(columns)
+    unknown = [c for c in columns if c not in schema.names]
+    if unknown:
+        raise ValueError(
+            f"unknown column(s) {', '.join(map(repr, unknown))}; the shard has "
+            f"{', '.join(schema.names)}"
+        )
+    if not columns or len(set(columns)) != len(columns):
+        raise ValueError(f"columns must be distinct and at least one, got {columns}")
+    return columns
+
+
+def readable(parts: Iterable[Part], as_of: int) -> list[Part]:
+    """The parts holding some update at or before ``as_of``."""
+    return [p for p in parts if p.ts_lo <= as_of]
+
+
+def windows(
+    parts: Iterable[Part],
+    load: Loader,
+    as_of: int,
+    schema: pa.Schema,
+    after: KeyBound = None,
+) -> Iterator[tuple[pa.Table, KeyBound]]:
+    """The snapshot as of ``as_of`` of ``parts`` with keys above ``after``
+    (all keys if ``None``), as ``(table, cut)`` pairs in key order: ``table``
+    (sorted by key, val) holds exactly the keys in ``(previous cut, cut]``.
+
+    Parts without key bounds (key types without a MessagePack-native value)
+    make one window of everything, with cut ``None``. Raises :class:`Missing`
+    when ``load`` finds a part's blob gone; nothing of that window was yielded.
+    """
+    parts = [p for p in readable(parts, as_of) if _may_hold_after(p, after)]
+    if any(p.key_lo is None or p.key_hi is None for p in parts):
+        tables = [_load(p, load, as_of, after) for p in parts]
+        yield P.at_time(P.concat(tables, schema), as_of), None
+        return
+    pending = deque(sorted(parts, key=lambda p: p.key_lo))
+    loaded: list[tuple[KeyBound, pa.Table]] = []
+    key_type = schema.field("key").type
+    while pending or loaded:
+        if not loaded:
+            part = pending.popleft()
+            loaded.append((part.key_hi, _load(part, load, as_of, after)))
+        cut = min(hi for hi, _ in loaded)
+        while pending and pending[0].key_lo <= cut:
+            part = pending.popleft()
+            loaded.append((part.key_hi, _load(part, load, as_of, after)))
+            cut = min(cut, part.key_hi)
+        bound = pa.scalar(cut, key_type)
+        taken, kept = [], []
+        for hi, table in loaded:
+            n = pc.sum(pc.less_equal(table["key"], bound)).as_py() or 0
+            taken.append(table.slice(0, n))
+            if hi > cut:
+                kept.append((hi, table.slice(n)))
+        loaded = kept
+        yield P.at_time(P.concat(taken, schema), as_of), cut
+
+
+def _may_hold_after(part: Part, after: KeyBound) -> bool:
+    return after is None or part.key_hi is None or part.key_hi > after
+
+
+def _load(part: Part, load: Loader, as_of: int, after: KeyBound) -> pa.Table:
+    """``part``'s updates at or before ``as_of`` with keys above ``after``,
+    sorted by key."""
+    table = load(part)
+    if table is None:
+        raise Missing(part.key)
+    mask = pc.less_equal(table["ts"], pa.scalar(as_of, pa.uint64()))
+    if after is not None:
+        mask = pc.and_(
+            mask, pc.greater(table["key"], pa.scalar(after, table.schema.field("key").type))
+        )
+    return table.filter(mask).sort_by("key")

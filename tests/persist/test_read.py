@@ -1,0 +1,226 @@
+"""Streaming reads: ``Reader.batches``, ``Shard.batches``, DuckDB and Polars,
+and the key-range sweep of ``persist.read``."""
+
+from __future__ import annotations
+
+import gc
+import random
+
+import pyarrow as pa
+import pytest
+from persist_helpers import SCHEMA, updates
+
+from shardsink import open_shard
+from shardsink.persist import parts as P
+from shardsink.persist import read
+from shardsink.persist.config import ShardConfig
+from shardsink.persist.errors import NotReadable
+from shardsink.persist.state import BlobPart
+from shardsink.workloads import Workload
+
+CHURN = Workload("churn", rows_per_interval=300, interval_ms=10)
+INTERVALS = 8
+#: Small blob parts, so every interval's batch is several parts.
+SPLIT = ShardConfig(inline_max_bytes=0, blob_target_bytes=4096)
+#: A compactor that merges every batch of the shard into one run.
+MERGE = ShardConfig(inline_max_bytes=0, blob_target_bytes=64 * 1024 * 1024)
+
+
+def fill_churn(shard, intervals: int = INTERVALS) -> None:
+    writer = shard.writer()
+    for i in range(intervals):
+        t = i * CHURN.interval_ms
+        writer.compare_and_append_table(CHURN.updates(i), t, t + CHURN.interval_ms)
+
+
+@pytest.fixture
+def churn(stores):
+    blob, consensus = stores
+    with open_shard("s", blob=blob, consensus=consensus, config=SPLIT) as shard:
+        fill_churn(shard)
+        yield shard
+
+
+def test_batches_equal_the_churn_collection_before_and_after_compaction(churn, stores):
+    expected = CHURN.expected(INTERVALS)
+    assert len(churn.state().ordered_batches()[-1].parts) > 1
+    stream = churn.batches(max_rows=100)
+    sizes = [b.num_rows for b in stream]
+    assert max(sizes) <= 100 and sum(sizes) == expected.num_rows
+    assert churn.batches().read_all().equals(expected)
+    blob, consensus = stores
+    with open_shard("s", blob=blob, consensus=consensus, config=MERGE) as other:
+        assert other.compact().applied >= 1
+        other.collect_garbage()
+    assert len(churn.state().batches) < INTERVALS
+    assert churn.batches().read_all().equals(expected)
+    with churn.reader() as reader:
+        assert reader.snapshot().equals(expected)
+        for i in (2, 5):
+            as_of = (i + 1) * CHURN.interval_ms - 1
+            assert reader.snapshot(as_of).equals(CHURN.expected(i + 1, as_of))
+
+
+def test_columns_project_in_the_order_asked(churn):
+    table = churn.batches(columns=["val", "key"]).read_all()
+    expected = CHURN.expected(INTERVALS)
+    assert table.column_names == ["val", "key"]
+    assert table.equals(expected.select(["val", "key"]))
+    for bad, match in ((["key", "nope"], "unknown column.*'nope'"), (["key", "key"], "distinct")):
+        with pytest.raises(ValueError, match=match):
+            churn.batches(columns=bad)
+    assert not churn.state().readers  # a refused stream releases its reader
+
+
+def test_as_of_outside_the_readable_times_is_refused(churn):
+    upper = churn.upper
+    with pytest.raises(NotReadable, match=f"as_of {upper} is not below the upper {upper}"):
+        churn.batches(upper)
+    churn.advance_since(20)
+    with pytest.raises(NotReadable, match="as_of 19 is below the since 20"):
+        churn.batches(19)
+    assert not churn.state().readers
+
+
+def test_a_shard_stream_holds_its_lease_until_exhausted_or_dropped(churn):
+    stream = churn.batches(max_rows=50)
+    assert len(churn.state().readers) == 1
+    stream.read_next_batch()
+    assert len(churn.state().readers) == 1
+    stream.read_all()
+    assert not churn.state().readers
+    dropped = churn.batches()
+    assert len(churn.state().readers) == 1
+    del dropped
+    gc.collect()
+    assert not churn.state().readers
+
+
+def test_empty_shard_streams_nothing(stores):
+    blob, consensus = stores
+    with open_shard("s", blob=blob, consensus=consensus) as shard:
+        assert shard.batches().read_all().num_rows == 0
+        assert shard.batches(columns=["diff"]).schema.names == ["diff"]
+        assert not shard.state().readers
+
+
+def test_a_stream_survives_compaction_and_gc_while_it_reads(churn, stores):
+    """The stream's lease keeps what it selected: compaction and GC between
+    its batches change nothing it returns."""
+    blob, consensus = stores
+    expected = CHURN.expected(INTERVALS)
+    with (
+        churn.reader() as reader,
+        open_shard("s", blob=blob, consensus=consensus, config=MERGE) as other,
+    ):
+        stream = reader.batches(max_rows=64)
+        got = [stream.read_next_batch()]
+        assert other.compact().applied >= 1
+        other.collect_garbage()
+        for batch in stream:
+            got.append(batch)
+            other.collect_garbage()
+        assert pa.Table.from_batches(got).equals(expected)
+        assert churn.stats().part_refetches == 0
+
+
+def test_a_stream_whose_parts_were_reclaimed_resumes_after_its_last_key(stores):
+    """An expired lease lets GC delete the parts a stream selected; it goes on
+    from refreshed state after the last key it sent, neither losing nor
+    repeating a row."""
+    blob, consensus = stores
+    now = [0]
+    config = ShardConfig(inline_max_bytes=0, blob_target_bytes=4096, reader_lease_ms=10)
+    with (
+        open_shard(
+            "s", blob=blob, consensus=consensus, config=config, clock=lambda: now[0]
+        ) as shard,
+        open_shard(
+            "s", blob=blob, consensus=consensus, config=MERGE, clock=lambda: now[0]
+        ) as other,
+    ):
+        fill_churn(shard)
+        expected = CHURN.expected(INTERVALS)
+        with shard.reader() as reader:
+            stream = reader.batches(max_rows=32)
+            got = [stream.read_next_batch()]
+            assert other.compact().applied >= 1
+            now[0] += 1000  # the reader's lease runs out: GC may take what it selected
+            assert other.collect_garbage().blobs_deleted
+            got.extend(stream)
+        assert pa.Table.from_batches(got).equals(expected)
+        assert shard.stats().part_refetches >= 1
+
+
+def test_duckdb_and_polars_read_the_stream(churn):
+    import duckdb
+
+    expected = CHURN.expected(INTERVALS)
+    with churn.reader() as reader:
+        connection = duckdb.connect()
+        relation = reader.to_duckdb(connection)
+        assert relation.aggregate("count(*), sum(diff), min(key), max(key)").fetchall() == [
+            (
+                expected.num_rows,
+                expected.num_rows,
+                *(expected["key"][i].as_py() for i in (0, -1)),
+            )
+        ]
+        frame = reader.to_polars(columns=["key", "diff"])
+        assert frame.to_arrow().equals(expected.select(["key", "diff"]))
+
+
+# --- the sweep, on in-memory parts ------------------------------------------------
+
+
+def _parts(tables):
+    """Blob parts (with key bounds) of ``tables`` and their data by key."""
+    parts, data = [], {}
+    for i, table in enumerate(tables):
+        part, _ = P.blob_part(P.consolidate(table), f"p{i}")
+        parts.append(part)
+        data[part.key] = P.consolidate(table)
+    return parts, data
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_windows_equal_consolidating_everything(seed):
+    rng = random.Random(seed)
+    tables = []
+    for _ in range(rng.randint(1, 8)):
+        lo = rng.randint(0, 50)
+        rows = [
+            (k, rng.choice("ab"), rng.randint(0, 5), rng.choice((-1, 1, 2)))
+            for k in (rng.randint(lo, lo + rng.randint(0, 30)) for _ in range(rng.randint(1, 40)))
+        ]
+        tables.append(updates(rows))
+    parts, data = _parts(tables)
+    as_of = rng.randint(0, 5)
+    after = rng.choice((None, rng.randint(0, 60)))
+    got = list(read.windows(parts, lambda p: data[p.key], as_of, SCHEMA, after))
+    whole = P.at_time(P.concat(tables, SCHEMA), as_of)
+    if after is not None:
+        whole = whole.filter(pa.compute.greater(whole["key"], after))
+    assert P.concat([t for t, _ in got], SCHEMA).equals(whole)
+    cuts = [c for _, c in got]
+    assert cuts == sorted(cuts)
+    for (table, cut), previous in zip(got, [after, *cuts], strict=False):
+        keys = table["key"].to_pylist()
+        assert all((previous is None or k > previous) and k <= cut for k in keys)
+
+
+def test_windows_hold_only_the_parts_that_overlap():
+    """Disjoint key ranges: one window per part, each loaded alone."""
+    tables = [updates([(k, "v", 0, 1) for k in range(i * 10, i * 10 + 10)]) for i in range(5)]
+    parts, data = _parts(reversed(tables))
+    got = list(read.windows(parts, lambda p: data[p.key], 0, SCHEMA))
+    assert [c for _, c in got] == [9, 19, 29, 39, 49]
+    assert [t.num_rows for t, _ in got] == [10] * 5
+
+
+def test_windows_name_a_missing_part():
+    parts, _ = _parts([updates([(1, "v", 0, 1)])])
+    with pytest.raises(read.Missing) as missing:
+        list(read.windows(parts, lambda p: None, 0, SCHEMA))
+    assert missing.value.key == parts[0].key
+    assert isinstance(parts[0], BlobPart)

@@ -23,7 +23,7 @@ import msgspec
 import pyarrow as pa
 
 from .. import faults
-from .._address import REMOTE_SCHEMES
+from .._address import REMOTE_SCHEMES, check_address
 from ..storage.backend import open_blob, open_consensus
 from ..storage.contracts import Blob, Consensus
 from ..storage.errors import StorageError
@@ -146,6 +146,7 @@ def _open_machine(
     if isinstance(consensus, str):
         if urlsplit(consensus).scheme.lower() in REMOTE_SCHEMES:
             if remote is None:
+                check_address(consensus, for_bind=False)  # a malformed one is named as such
                 raise ValueError(
                     f"consensus {consensus!r} names a consensus server: open the shard with "
                     "shardsink.open_shard, which can reach one"

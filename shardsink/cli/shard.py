@@ -1,4 +1,4 @@
-"""``shardsink read`` and ``shardsink shard inspect|compact|gc``.
+"""``shardsink read``, ``shardsink export`` and ``shardsink shard inspect|compact|gc``.
 
 Every command names the shard's stores with ``--data-dir D`` (meaning
 ``file://D/blob`` and ``sqlite:///D/consensus.db``) or with ``--blob`` and
@@ -19,6 +19,7 @@ import functools
 import io
 import json
 import os
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +36,21 @@ from ..persist.shard import Shard
 from ..storage.uri import BLOB_ENV, STORE_ENV
 
 FORMATS = ("table", "csv", "json", "parquet")
+#: Rows ``read --format table`` shows unless ``--limit`` says otherwise.
+TABLE_ROWS = 20
+#: Rows per file of ``export``.
+EXPORT_FILE_ROWS = 1_000_000
+
+
+def _column_list(text: str) -> list[str]:
+    return [c.strip() for c in text.split(",")]
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
@@ -47,8 +63,39 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     _store_args(read)
     read.add_argument("--as-of", type=int, metavar="T", help="read as of T (default upper - 1)")
     read.add_argument("--format", choices=FORMATS, default="table", help="default: table")
+    read.add_argument(
+        "--columns",
+        type=_column_list,
+        metavar="C,...",
+        help="these columns, in this order (default key,val,ts,diff)",
+    )
+    read.add_argument(
+        "--limit",
+        type=_count,
+        metavar="N",
+        help=f"the first N rows (default for --format table: {TABLE_ROWS}, and it counts the rest)",
+    )
     read.add_argument("--output", type=Path, metavar="FILE", help="write here, not to stdout")
     read.set_defaults(func=_read)
+
+    export = commands.add_parser(
+        "export",
+        help="write a shard's consolidated snapshot as a Parquet dataset any engine reads",
+        description="DIR gets part-NNNNN.parquet files (the snapshot, sorted by key), "
+        "manifest.json (shard, as-of, rows, schema, files) and an empty _SUCCESS. DIR must "
+        "not exist or be empty; it appears whole or not at all.",
+    )
+    _store_args(export)
+    export.add_argument("--as-of", type=int, metavar="T", help="as of T (default upper - 1)")
+    export.add_argument("--output", type=Path, metavar="DIR", required=True)
+    export.add_argument(
+        "--file-rows",
+        type=_count,
+        default=EXPORT_FILE_ROWS,
+        metavar="N",
+        help=f"rows per Parquet file (default {EXPORT_FILE_ROWS})",
+    )
+    export.set_defaults(func=_export)
 
     shard = commands.add_parser("shard", help="inspect and maintain a shard")
     sub = shard.add_subparsers(dest="shard_command", metavar="SUBCOMMAND", required=True)
@@ -148,25 +195,155 @@ def _with_shard(func):
 
 @_with_shard
 def _read(args: argparse.Namespace, shard: Shard) -> int:
-    table = shard.snapshot(args.as_of)
+    stream = shard.batches(args.as_of, args.columns)
     if args.output is None:
-        _write(table, args.format, sys.stdout.buffer)
+        _write(stream, args.format, args.limit, sys.stdout.buffer)
         sys.stdout.flush()
     else:
-        with open(args.output, "wb") as out:
-            _write(table, args.format, out)
+        with _replaced(args.output) as out:
+            _write(stream, args.format, args.limit, out)
     return 0
 
 
-def _write(table: pa.Table, fmt: str, out: io.BufferedIOBase) -> None:
+def _write(
+    stream: pa.RecordBatchReader, fmt: str, limit: int | None, out: io.BufferedIOBase
+) -> None:
+    """Write ``stream`` (at most ``limit`` rows) to ``out`` in ``fmt``, one
+    record batch at a time; the table format shows ``limit`` (default
+    :data:`TABLE_ROWS`) rows and then how many the stream has."""
+    if fmt == "table":
+        shown, total, first = limit or TABLE_ROWS, 0, []
+        for batch in stream:
+            if total < shown:
+                first.append(batch.slice(0, shown - total))
+            total += batch.num_rows
+        head = pa.Table.from_batches(first, stream.schema)
+        out.write(format_table(head).encode())
+        if total > head.num_rows:
+            out.write(f"({head.num_rows} of {total} rows; --limit N shows more)\n".encode())
+        else:
+            out.write(f"({total} rows)\n".encode())
+        return
+    batches = _head(stream, limit) if limit is not None else stream
     if fmt == "parquet":
-        pq.write_table(table, out)
+        with pq.ParquetWriter(out, batches.schema) as writer:
+            for batch in batches:
+                writer.write_batch(batch)
     elif fmt == "csv":
-        pacsv.write_csv(table, out)
-    elif fmt == "json":
-        out.write(msgspec.json.encode(table.to_pylist()) + b"\n")
+        with pacsv.CSVWriter(out, batches.schema) as writer:
+            for batch in batches:
+                writer.write_batch(batch)
     else:
-        out.write(format_table(table).encode())
+        out.write(b"[")
+        first = True
+        for batch in batches:
+            if batch.num_rows:
+                out.write((b"" if first else b",") + msgspec.json.encode(batch.to_pylist())[1:-1])
+                first = False
+        out.write(b"]\n")
+
+
+def _head(stream: pa.RecordBatchReader, rows: int) -> pa.RecordBatchReader:
+    """The first ``rows`` rows of ``stream``, read from it lazily."""
+
+    def head() -> Iterator[pa.RecordBatch]:
+        left = rows
+        for batch in stream:
+            yield batch.slice(0, left)
+            left -= batch.num_rows
+            if left <= 0:
+                return
+
+    return pa.RecordBatchReader.from_batches(stream.schema, head())
+
+
+@contextlib.contextmanager
+def _replaced(path: Path) -> Iterator[io.BufferedIOBase]:
+    """A file written under a temporary name beside ``path`` and renamed to
+    it when the block succeeds (removed if it fails); ``ValueError`` naming
+    ``path`` if it cannot be written there."""
+    temp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        out = open(temp, "xb")  # noqa: SIM115 (closed below, before the rename)
+    except OSError as exc:
+        raise ValueError(f"cannot write --output {path}: {exc.strerror}") from None
+    try:
+        with out:
+            yield out
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+@_with_shard
+def _export(args: argparse.Namespace, shard: Shard) -> int:
+    """Write the dataset to a temporary directory beside ``--output``, then
+    rename it into place (see the command's description)."""
+    target: Path = args.output
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise ValueError(f"--output {target}: exists and is not an empty directory")
+    as_of = args.as_of
+    if as_of is None and shard.upper > 0:
+        as_of = shard.upper - 1
+    stream = shard.batches(as_of)
+    temp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    try:
+        temp.mkdir()
+    except OSError as exc:
+        raise ValueError(f"cannot write --output {target}: {exc.strerror}") from None
+    try:
+        files, rows = _export_files(stream, temp, args.file_rows)
+        manifest = {
+            "shard": shard.name,
+            "as_of": as_of,
+            "rows": rows,
+            "schema": [{"name": f.name, "type": str(f.type)} for f in stream.schema],
+            "files": files,
+            "sorted_by": ["key", "val"],
+        }
+        (temp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        (temp / "_SUCCESS").touch()
+        if target.exists():
+            target.rmdir()
+        temp.rename(target)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+    print(json.dumps({"output": str(target), "rows": rows, "files": len(files)}))
+    return 0
+
+
+def _export_files(
+    stream: pa.RecordBatchReader, directory: Path, file_rows: int
+) -> tuple[list[str], int]:
+    """Write ``stream`` as ``part-NNNNN.parquet`` files of at most
+    ``file_rows`` rows in ``directory`` (one, empty, for an empty stream);
+    return their names and the row count."""
+    files: list[str] = []
+    rows = writer_rows = 0
+    writer = None
+    try:
+        for batch in stream:
+            while batch.num_rows:
+                if writer is None or writer_rows == file_rows:
+                    if writer is not None:
+                        writer.close()
+                    files.append(f"part-{len(files):05d}.parquet")
+                    writer = pq.ParquetWriter(directory / files[-1], stream.schema)
+                    writer_rows = 0
+                take = batch.slice(0, file_rows - writer_rows)
+                writer.write_batch(take)
+                writer_rows += take.num_rows
+                rows += take.num_rows
+                batch = batch.slice(take.num_rows)
+        if writer is None:
+            files.append("part-00000.parquet")
+            pq.write_table(stream.schema.empty_table(), directory / files[0])
+    finally:
+        if writer is not None:
+            writer.close()
+    return files, rows
 
 
 def format_table(table: pa.Table) -> str:

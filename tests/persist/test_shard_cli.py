@@ -1,4 +1,4 @@
-"""``shardsink read`` and ``shardsink shard inspect|compact|gc``."""
+"""``shardsink read``, ``shardsink export`` and ``shardsink shard inspect|compact|gc``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 
+import duckdb
 import pyarrow.parquet as pq
 import pytest
 from persist_helpers import interval_rows
@@ -15,6 +16,8 @@ from persist_helpers import interval_rows
 from shardsink import open_shard
 from shardsink.cli import main
 from shardsink.cli import shard as shard_cli
+from shardsink.persist.config import ShardConfig
+from shardsink.workloads import Workload
 
 
 @pytest.fixture
@@ -40,8 +43,9 @@ def test_read_table_sorted_by_key(capsys, data_dir):
     code, out, _ = run(capsys, "read", "--data-dir", str(data_dir))
     lines = out.splitlines()
     assert code == 0 and lines[0].split() == ["key", "val", "ts", "diff"]
-    assert [line.split()[0] for line in lines[1:]] == ["1", "2", "3", "4"]
+    assert [line.split()[0] for line in lines[1:-1]] == ["1", "2", "3", "4"]
     assert lines[1].split() == ["1", format(1, "032x"), "1", "1"]
+    assert lines[-1] == "(4 rows)"
 
 
 def test_read_csv_json_as_of(capsys, data_dir):
@@ -118,3 +122,140 @@ def test_another_broken_pipe_is_a_failure(capsys, data_dir, monkeypatch):
     monkeypatch.setattr(shard_cli, "_read", broken)
     with pytest.raises(BrokenPipeError, match="a child's stdin"):
         main(["read", "--data-dir", str(data_dir)])
+
+
+CHURN = Workload("churn", rows_per_interval=500, interval_ms=10)
+INTERVALS = 6
+
+
+@pytest.fixture
+def churn_dir(tmp_path):
+    """A data directory whose shard holds the churn workload (retractions
+    included) in many small blob parts."""
+    config = ShardConfig(inline_max_bytes=0, blob_target_bytes=8192)
+    with open_shard(
+        blob=f"file://{tmp_path}/blob", consensus=f"sqlite://{tmp_path}/consensus.db", config=config
+    ) as shard:
+        w = shard.writer()
+        for i in range(INTERVALS):
+            t = i * CHURN.interval_ms
+            w.compare_and_append_table(CHURN.updates(i), t, t + CHURN.interval_ms)
+    return tmp_path
+
+
+def test_table_shows_the_first_rows_and_counts_them_all(capsys, churn_dir):
+    expected = CHURN.expected(INTERVALS)
+    code, out, _ = run(capsys, "read", "--data-dir", str(churn_dir))
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 1 + shard_cli.TABLE_ROWS + 1
+    assert (
+        lines[-1] == f"({shard_cli.TABLE_ROWS} of {expected.num_rows} rows; --limit N shows more)"
+    )
+    assert lines[1].split()[0] == str(expected["key"][0])
+    _, out, _ = run(
+        capsys, "read", "--data-dir", str(churn_dir), "--limit", "3", "--columns", "key"
+    )
+    assert [line.strip() for line in out.splitlines()] == [
+        "key",
+        *(str(k) for k in expected["key"][:3].to_pylist()),
+        f"(3 of {expected.num_rows} rows; --limit N shows more)",
+    ]
+
+
+def test_every_format_streams_the_churn_collection(capsys, churn_dir, tmp_path):
+    expected = CHURN.expected(INTERVALS)
+    out_file = tmp_path / "snap.parquet"
+    code, _, _ = run(
+        capsys,
+        "read",
+        "--data-dir",
+        str(churn_dir),
+        "--format",
+        "parquet",
+        "--output",
+        str(out_file),
+    )
+    assert code == 0 and pq.read_table(out_file).equals(expected)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    _, out, _ = run(capsys, "read", "--data-dir", str(churn_dir), "--format", "csv")
+    assert [int(r["key"]) for r in csv.DictReader(io.StringIO(out))] == expected["key"].to_pylist()
+    _, out, _ = run(
+        capsys,
+        "read",
+        "--data-dir",
+        str(churn_dir),
+        "--format",
+        "json",
+        "--columns",
+        "diff,key",
+        "--limit",
+        "1500",
+    )
+    assert json.loads(out) == expected.select(["diff", "key"]).slice(0, 1500).to_pylist()
+
+
+def test_export_read_by_duckdb_equals_the_collection_before_and_after_compaction(
+    capsys, churn_dir, tmp_path
+):
+    expected = CHURN.expected(INTERVALS)
+    for name in ("before", "after"):
+        if name == "after":
+            code, out, _ = run(capsys, "shard", "compact", "--data-dir", str(churn_dir))
+            assert code == 0 and json.loads(out)["applied"] >= 1
+        target = tmp_path / name
+        code, out, _ = run(
+            capsys,
+            "export",
+            "--data-dir",
+            str(churn_dir),
+            "--output",
+            str(target),
+            "--file-rows",
+            "400",
+        )
+        assert code == 0 and json.loads(out)["rows"] == expected.num_rows
+        manifest = json.loads((target / "manifest.json").read_text())
+        assert manifest["shard"] == "default" and manifest["rows"] == expected.num_rows
+        assert manifest["as_of"] == INTERVALS * CHURN.interval_ms - 1
+        assert [f["name"] for f in manifest["schema"]] == ["key", "val", "ts", "diff"]
+        assert len(manifest["files"]) == -(-expected.num_rows // 400)
+        assert (target / "_SUCCESS").is_file()
+        got = duckdb.sql(
+            f"select * from read_parquet('{target}/*.parquet') order by key, val"
+        ).to_arrow_table()
+        assert got.cast(expected.schema).equals(expected)
+
+
+def test_bad_input_is_one_line_and_writes_nothing(capsys, churn_dir, tmp_path):
+    d = str(churn_dir)
+    upper = INTERVALS * CHURN.interval_ms
+    for argv, message in (
+        (["read", "--data-dir", d, "--as-of", str(upper)], f"as_of {upper} is not below the upper"),
+        (["read", "--data-dir", d, "--columns", "key,colour"], "unknown column(s) 'colour'"),
+        (
+            ["read", "--data-dir", d, "--output", str(tmp_path / "no" / "f")],
+            "cannot write --output",
+        ),
+        (
+            ["export", "--data-dir", d, "--output", str(tmp_path / "no" / "x")],
+            "cannot write --output",
+        ),
+        (["export", "--data-dir", d, "--output", str(churn_dir)], "not an empty directory"),
+    ):
+        code, _, err = run(capsys, *argv)
+        assert code == 2 and message in err and "Traceback" not in err, (argv, err)
+    with open_shard(blob=f"file://{d}/blob", consensus=f"sqlite://{d}/consensus.db") as shard:
+        shard.advance_since(20)
+    code, _, err = run(capsys, "read", "--data-dir", d, "--as-of", "19")
+    assert code == 2 and "as_of 19 is below the since 20" in err
+    assert not (tmp_path / "no").exists()
+    assert [p for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_export_of_a_shard_never_written(capsys, tmp_path):
+    with open_shard(blob=f"file://{tmp_path}/blob", consensus=f"sqlite://{tmp_path}/consensus.db"):
+        pass
+    code, _, _ = run(capsys, "export", "--data-dir", str(tmp_path), "--output", str(tmp_path / "e"))
+    manifest = json.loads((tmp_path / "e" / "manifest.json").read_text())
+    assert code == 0 and (manifest["rows"], manifest["as_of"]) == (0, None)
+    assert pq.read_table(tmp_path / "e" / manifest["files"][0]).num_rows == 0

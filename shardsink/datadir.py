@@ -76,7 +76,9 @@ class Holder(msgspec.Struct, frozen=True, kw_only=True):
     pid is not mistaken for the holder), its ``kind`` (:data:`COORDINATOR`,
     :data:`CONSENSUS_SERVER`, :data:`SHARD_COMMAND`) and ``address``, where the
     consensus server serving the data dir answers (``None`` until it does, and
-    for a ``shard`` command).
+    for a ``shard`` command), and, for a coordinator, ``control``, the address
+    of its control socket (:mod:`shardsink.cluster.control`; ``None`` until it
+    serves one).
 
     Fields added later have defaults, and decoding ignores fields it does not
     know, so a record written by another version of shardsink still reads."""
@@ -85,6 +87,7 @@ class Holder(msgspec.Struct, frozen=True, kw_only=True):
     start: int
     kind: str
     address: str | None = None
+    control: str | None = None
 
     def alive(self) -> bool:
         """Whether the holder's process still runs (a zombie does not)."""
@@ -125,9 +128,13 @@ class DataDirLock:
     def holder(self) -> Holder:
         return self._holder
 
-    def update(self, *, address: str | None) -> None:
-        """Record where this holder's consensus server answers."""
-        self._holder = msgspec.structs.replace(self._holder, address=address)
+    def update(self, *, address: str | None = None, control: str | None = None) -> None:
+        """Record where this holder's consensus server (``address``) and control
+        socket (``control``) answer; a field not given keeps its value."""
+        given = {"address": address, "control": control}
+        self._holder = msgspec.structs.replace(
+            self._holder, **{k: v for k, v in given.items() if v is not None}
+        )
         self._write()
 
     def close(self) -> None:
@@ -184,15 +191,21 @@ def current_holder(data_dir: str | os.PathLike) -> Holder | None:
     """The holder the lock file of ``data_dir`` names, if its process still
     runs; ``None`` if it names none (free, stale or not yet written). Takes no
     lock, so it never gets in a taker's way."""
+    holder = recorded_holder(data_dir)
+    return holder if holder is not None and holder.alive() else None
+
+
+def recorded_holder(data_dir: str | os.PathLike) -> Holder | None:
+    """The record in the lock file of ``data_dir``, stale or not (``None`` if
+    there is none); :meth:`Holder.alive` tells which. Takes no lock."""
     try:
         fd = os.open(Path(data_dir) / LOCK_NAME, os.O_RDONLY)
     except FileNotFoundError:
         return None
     try:
-        holder = _read(fd)
+        return _read(fd)
     finally:
         os.close(fd)
-    return holder if holder is not None and holder.alive() else None
 
 
 def _take(

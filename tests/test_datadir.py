@@ -32,11 +32,11 @@ def _mode(path: Path) -> int:
 
 
 def test_the_record_reads_with_fields_it_does_not_know(tmp_path):
-    """Issue 16 adds a control socket to the record: this version still reads it."""
-    record = {"pid": 1, "start": 2, "kind": "coordinator", "address": None, "control": "ipc://x"}
+    """A later version may add fields to the record (a metrics URL): this one still reads it."""
+    record = {"pid": 1, "start": 2, "kind": "coordinator", "control": "ipc://x", "metrics": "h"}
     (tmp_path / datadir.LOCK_NAME).write_text(json.dumps(record))
     holder = msgspec.json.decode((tmp_path / datadir.LOCK_NAME).read_bytes(), type=datadir.Holder)
-    assert holder == datadir.Holder(pid=1, start=2, kind="coordinator")
+    assert holder == datadir.Holder(pid=1, start=2, kind="coordinator", control="ipc://x")
 
 
 def test_a_second_taker_is_refused_naming_the_holder(tmp_path):

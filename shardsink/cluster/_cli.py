@@ -9,9 +9,12 @@ on the same data dir continues from the shard's upper.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import signal
 import sys
+import time
 from pathlib import Path
 
 import msgspec
@@ -171,7 +174,52 @@ def register(commands, bench) -> None:
     )
     up.set_defaults(func=_up)
 
+    from .control import TIMEOUT_S
 
+    status = commands.add_parser(
+        "status",
+        help="show the cluster running on a data dir",
+        description="Ask the coordinator of the cluster running on the data dir (its lock "
+        "names the control socket) for its shape, mode, upper, rates, latency over the last "
+        "minute, per-append costs, restarts and processes. Exit 1 if no cluster runs there.",
+    )
+    stop = commands.add_parser(
+        "stop",
+        help="stop the cluster running on a data dir, as Ctrl-C does",
+        description="Ask the coordinator of the cluster running on the data dir to stop as "
+        "Ctrl-C does (the interval in flight is abandoned, every process stopped, the "
+        "summary printed by up) and wait until it has exited. Exit 1 if no cluster runs "
+        "there or it has not exited within the timeout.",
+    )
+    for parser in (status, stop):
+        parser.add_argument(
+            "--data-dir",
+            default=os.environ.get(DATA_DIR_ENV) or d.data_dir,
+            metavar="D",
+            help=f"default ${DATA_DIR_ENV}, else {d.data_dir}",
+        )
+    status.add_argument(
+        "--timeout",
+        type=float,
+        default=TIMEOUT_S,
+        metavar="S",
+        help=f"wait this long for the answer (default {TIMEOUT_S:g})",
+    )
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
+    status.set_defaults(func=_status)
+    stop.add_argument(
+        "--timeout",
+        type=float,
+        default=STOP_TIMEOUT_S,
+        metavar="S",
+        help=f"wait this long for the cluster to exit (default {STOP_TIMEOUT_S:g})",
+    )
+    stop.set_defaults(func=_stop)
+
+
+#: How long ``shardsink stop`` waits for the coordinator to exit by default.
+STOP_TIMEOUT_S = 60.0
+STOP_POLL_S = 0.05
 #: hydrate's interval-0 rows when neither a flag nor the config file sets them.
 HYDRATE_SNAPSHOT_ROWS = 100_000
 #: Where each environment variable goes when its flag is not given.
@@ -213,6 +261,7 @@ def _up(args: argparse.Namespace) -> int:
     from setproctitle import setproctitle
 
     from .cluster import Cluster, ClusterError
+    from .control import StopRequested
 
     config = config_of(args)
     logging.basicConfig(
@@ -222,18 +271,32 @@ def _up(args: argparse.Namespace) -> int:
     setproctitle("shardsink coordinator")
     console = Console(stderr=True)
     interrupted = False
+    term = _TermHandler()
     try:
-        with Cluster(config) as cluster:
+        with term, Cluster(config) as cluster:
             console.print(
                 f"cluster {cluster.cluster_id}: {config.groups}x{config.workers} {config.mode}, "
                 f"{config.workload}, shard {config.shard!r} from upper {cluster.shard.upper}, "
-                f"started in {cluster.startup_s:.2f}s ({config.start})"
+                f"started in {cluster.startup_s:.2f}s ({config.start})",
+                soft_wrap=True,
+            )
+            console.print(
+                f"coordinator pid {os.getpid()}, data dir {config.data_path}, consensus at "
+                f"{cluster.shard_address}; "
+                + (
+                    f"status: shardsink status --data-dir {config.data_path}; stop: Ctrl-C "
+                    f"or shardsink stop --data-dir {config.data_path}"
+                    if cluster.control is not None
+                    else "stop: Ctrl-C"
+                ),
+                soft_wrap=True,
             )
             try:
-                _run(cluster, config.intervals, console, args.events)
-            except KeyboardInterrupt:
-                interrupted = True
-                console.print("interrupted: stopping cleanly")
+                with term.raising():
+                    _run(cluster, config.intervals, console, args.events)
+            except (KeyboardInterrupt, StopRequested) as exc:
+                interrupted = isinstance(exc, KeyboardInterrupt)  # a requested stop exits 0
+                console.print(f"{'interrupted' if interrupted else exc}: stopping cleanly")
                 if config.verify:  # what was appended before the interrupt
                     cluster.verify()
             stats = cluster.stats()
@@ -247,6 +310,128 @@ def _up(args: argparse.Namespace) -> int:
     if interrupted:
         return 130
     return 0 if stats.verified in (True, None) else 1
+
+
+class _TermHandler:
+    """SIGTERM stops ``up`` as Ctrl-C does: inside :meth:`raising` it raises
+    :class:`~shardsink.cluster.control.StopRequested`; outside (starting,
+    closing, reading back) it is held and raised on entering ``raising``, so
+    cleanup is never cut short."""
+
+    def __init__(self) -> None:
+        self._pending = False
+        self._raising = False
+        self._previous = None
+
+    def __enter__(self) -> _TermHandler:
+        self._previous = signal.signal(signal.SIGTERM, self._on_term)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        signal.signal(signal.SIGTERM, self._previous)
+
+    def _on_term(self, signum: int, frame: object) -> None:
+        self._pending = True
+        if self._raising:
+            self._stop()
+
+    def _stop(self) -> None:
+        from .control import StopRequested
+
+        self._raising = False
+        raise StopRequested("SIGTERM")
+
+    @contextlib.contextmanager
+    def raising(self):
+        self._raising = True
+        try:
+            if self._pending:
+                self._stop()
+            yield
+        finally:
+            self._raising = False
+
+
+def _status(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from .control import ControlError, StatusRequest, find, request
+
+    try:
+        status = request(find(args.data_dir), StatusRequest(), timeout_s=args.timeout)
+    except ControlError as exc:
+        print(f"shardsink status: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(msgspec.json.encode(status).decode())
+    else:
+        Console().print(*status_tables(status))
+    return 0
+
+
+def _stop(args: argparse.Namespace) -> int:
+    from .control import ControlError, StopRequest, find, request
+
+    try:
+        holder = find(args.data_dir)
+        request(holder, StopRequest(), timeout_s=min(args.timeout, 5.0))
+    except ControlError as exc:
+        print(f"shardsink stop: {exc}", file=sys.stderr)
+        return 1
+    deadline = time.monotonic() + args.timeout
+    while holder.alive():  # not a child of ours: polled (and a zombie counts as gone)
+        if time.monotonic() > deadline:
+            print(
+                f"shardsink stop: coordinator pid {holder.pid} is stopping but has not "
+                f"exited within {args.timeout:g} s",
+                file=sys.stderr,
+            )
+            return 1
+        time.sleep(STOP_POLL_S)
+    print(f"stopped the cluster of coordinator pid {holder.pid}")
+    return 0
+
+
+def status_tables(status):
+    """``shardsink status`` as rich tables: the cluster, then its processes."""
+    from rich.table import Table
+
+    summary = Table(title=f"cluster {status.cluster_id}", show_header=False)
+    summary.add_column(style="bold")
+    summary.add_column()
+    rows = [
+        ("shape", f"{status.groups}x{status.workers} {status.mode}"),
+        ("workload", f"{status.workload} ({status.pace})"),
+        ("shard", f"{status.shard!r}, upper {status.upper}, {status.appends} appends"),
+        ("intervals / s", f"{status.intervals_per_s:.2f} (last {status.window_s:g} s)"),
+        (
+            "latency p50 / p99",
+            f"{status.append_latency_ms_p50:.1f} / {status.append_latency_ms_p99:.1f} ms",
+        ),
+        ("data parts / append", f"{status.data_parts_per_append:.2f}"),
+        ("blob PUTs / append", f"{status.blob_puts_per_append:.2f}"),
+        ("diff bytes / append", f"{status.diff_bytes_per_append:,.0f}"),
+        (
+            "restarts",
+            f"{status.restarts} groups, {status.consensus_restarts} consensus, "
+            f"{status.abandoned_attempts} attempts abandoned",
+        ),
+        ("consensus", status.consensus),
+        ("data dir", status.data_dir),
+    ]
+    for name, value in rows:
+        summary.add_row(name, value)
+    procs = Table("kind", "name", "pid", "alive", "RSS", "CPU %", title="processes")
+    for p in status.processes:
+        procs.add_row(
+            p.kind,
+            p.name,
+            str(p.pid),
+            "yes" if p.alive else "NO",
+            f"{p.rss_bytes / (1 << 20):.1f} MiB",
+            f"{p.cpu_percent:.0f}",
+        )
+    return summary, procs
 
 
 def _run(cluster, intervals: int, console, events=None) -> None:

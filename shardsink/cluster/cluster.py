@@ -31,11 +31,13 @@ import signal
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
 import numpy as np
+import psutil
 
 from .. import datadir
 from ..config import ClusterConfig
@@ -56,11 +58,16 @@ from ..process import (
     reset_own_peak_rss,
 )
 from ..shm import sweep, unlink_cluster
+from ..storage.uri import redact
 from ..workloads import SCHEMA, Workload
 from . import roles
+from .control import ControlServer, ProcessStatus, Status
 from .verify import Verification, verify
 
 log = logging.getLogger(__name__)
+
+#: :meth:`Cluster.status` gives rates and latencies over this many seconds.
+STATUS_WINDOW_S = 60.0
 
 __all__ = [
     "Cluster",
@@ -169,6 +176,10 @@ class Cluster:
         self._verification: Verification | None = None
         self._final: ClusterStats | None = None
         self._closed = False
+        self.control: ControlServer | None = None
+        self._run_started: float | None = None
+        self._appended_at: deque[tuple[float, IntervalRecord]] = deque()
+        self._ps: dict[int, psutil.Process] = {}
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -222,6 +233,10 @@ class Cluster:
                 config, self.cluster_id, self.run_dir, self.shard, self.consensus, starter
             )
             self.coordinator.start()
+            if self._lock is not None:  # its lock is where `shardsink status` finds it
+                self.control = ControlServer(self.run_dir, self.status)
+                self._lock.update(control=self.control.address)
+                self.coordinator.on_poll = self.control.poll
         except BaseException:
             self.close()
             raise
@@ -242,6 +257,8 @@ class Cluster:
                     finally:
                         self._final = self._stats()
             finally:
+                if self.control is not None:
+                    self.control.close()
                 unlink_cluster(self.cluster_id)
                 if self.shard is not None:
                     self.shard.close()
@@ -264,12 +281,23 @@ class Cluster:
     ) -> ClusterStats:
         """Append ``intervals`` intervals (default ``config.intervals``) from the
         shard's upper on, calling ``on_append`` after each; then, if
-        ``config.verify``, read the shard back. Returns :meth:`stats`."""
+        ``config.verify``, read the shard back. Returns :meth:`stats`.
+
+        A stop request on the control socket raises
+        :class:`~shardsink.cluster.control.StopRequested` out of it, as Ctrl-C
+        raises ``KeyboardInterrupt``; the shard holds whole intervals either way."""
         coordinator = self._running()
         n = self.config.intervals if intervals is None else intervals
         if n < 0:
             raise ValueError(f"intervals must be >= 0, got {n}")
-        coordinator.run(n, on_append)
+
+        def appended(record: IntervalRecord) -> None:
+            self._appended_at.append((time.monotonic(), record))
+            if on_append is not None:
+                on_append(record)
+
+        self._run_started = self._run_started or time.monotonic()
+        coordinator.run(n, appended)
         if self.config.verify:
             self.verify()
         return self.stats()
@@ -312,6 +340,84 @@ class Cluster:
                 if child.returncode is None:
                     out.append(ProcessInfo(child.kind, child.name, child.pid, child.pgid))
         return out
+
+    def status(self) -> Status:
+        """What ``shardsink status`` shows (see :class:`~shardsink.cluster.control.Status`)."""
+        coordinator = self._running()
+        assert self.shard is not None
+        now = time.monotonic()
+        while self._appended_at and self._appended_at[0][0] < now - STATUS_WINDOW_S:
+            self._appended_at.popleft()
+        recent = [r for _, r in self._appended_at]
+        latencies = [r.latency_ms for r in recent] or [0.0]
+        span = min(STATUS_WINDOW_S, now - (self._run_started or now))
+        records = coordinator.counters.records
+        appends = len(records)
+
+        def per_append(total: float) -> float:
+            return total / appends if appends else 0.0
+
+        supervision = self.supervision()
+        config = self.config
+        return Status(
+            cluster_id=self.cluster_id,
+            coordinator_pid=os.getpid(),
+            data_dir=config.data_path,
+            shard=config.shard,
+            groups=config.groups,
+            workers=config.workers,
+            mode=config.mode,
+            workload=config.workload,
+            pace=config.pace,
+            # from what it appended: a request to consensus here could nest in one in flight
+            upper=max(
+                self.shard.state(refresh=False).upper,
+                (records[-1].interval + 1) * config.interval_ms if records else 0,
+            ),
+            appends=appends,
+            window_s=STATUS_WINDOW_S,
+            appends_in_window=len(recent),
+            intervals_per_s=len(recent) / span if span > 0 else 0.0,
+            append_latency_ms_p50=float(np.percentile(latencies, 50)),
+            append_latency_ms_p99=float(np.percentile(latencies, 99)),
+            data_parts_per_append=per_append(sum(r.data_parts for r in records)),
+            blob_puts_per_append=per_append(sum(r.blob_puts for r in records)),
+            diff_bytes_per_append=per_append(sum(r.diff_bytes for r in records)),
+            restarts=supervision.restarts,
+            consensus_restarts=supervision.consensus_restarts,
+            abandoned_attempts=supervision.abandoned_attempts,
+            consensus=self.shard_address,
+            processes=[self._process_status(*p) for p in self._members()],
+        )
+
+    @property
+    def shard_address(self) -> str:
+        """Where the cluster's consensus answers: its process's address, or
+        ``config.consensus`` for a running server."""
+        if self.consensus is not None and self.consensus.address is not None:
+            return self.consensus.address
+        return redact(self.config.consensus_uri)
+
+    def _members(self) -> list[tuple[str, str, int, bool]]:
+        """(kind, name, pid, alive) of the coordinator and every child."""
+        out = [("coordinator", "coordinator", os.getpid(), True)]
+        if self.coordinator is not None:
+            for child in self.coordinator.supervisor.children():
+                out.append((child.kind, child.name, child.pid, child.returncode is None))
+        return out
+
+    def _process_status(self, kind: str, name: str, pid: int, alive: bool) -> ProcessStatus:
+        rss, cpu = 0, 0.0
+        if alive:
+            try:
+                # kept per pid: cpu_percent measures since the previous call on the object
+                proc = self._ps.setdefault(pid, psutil.Process(pid))
+                rss, cpu = proc.memory_info().rss, proc.cpu_percent(None)
+            except psutil.Error:  # exited since the supervisor last looked
+                alive = False
+        return ProcessStatus(
+            kind=kind, name=name, pid=pid, alive=alive, rss_bytes=rss, cpu_percent=cpu
+        )
 
     def stats(self) -> ClusterStats:
         """The figures of every run so far (see :class:`ClusterStats`); after

@@ -164,6 +164,9 @@ class Coordinator:
         self._current: tuple[int, int] | None = None
         self._reports: dict[tuple[int, int], protocol.Report] = {}
         self._closed = False
+        #: Called at the end of every poll (the cluster's control socket); what it
+        #: raises propagates out of the operation in progress, as Ctrl-C does.
+        self.on_poll: Callable[[], None] | None = None
         inline_max_bytes = shard.state(refresh=False).inline_max_bytes
         host = LocalGroups(config, cluster_id, run_dir, self.address, inline_max_bytes, starter)
         self.supervisor = Supervisor(
@@ -196,6 +199,8 @@ class Coordinator:
                     continue
                 self._handle(identity.decode(errors="replace"), raw)
         self.supervisor.tick()
+        if self.on_poll is not None:
+            self.on_poll()
 
     def _handle(self, identity: str, raw: bytes) -> None:
         try:

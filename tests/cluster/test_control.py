@@ -1,0 +1,195 @@
+"""Operating a running cluster: ``shardsink status`` and ``shardsink stop`` from
+another process, through the control socket its data dir's lock names, and
+SIGTERM stopping ``up`` as Ctrl-C does."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+import psutil
+import pytest
+import zmq
+
+from shardsink import datadir
+from shardsink.cluster.control import (
+    ControlServer,
+    Refused,
+    Status,
+    StatusRequest,
+    Stopping,
+    StopRequest,
+    StopRequested,
+)
+from shardsink.shm import list_segments
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def _shardsink(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "shardsink.cli", *args],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _up(popen, data: Path) -> tuple[subprocess.Popen, str]:
+    """A 1x2 realtime cluster that would run for minutes; its id once it is up."""
+    proc = popen(
+        [
+            *(sys.executable, "-m", "shardsink.cli", "up", "--data-dir", str(data), "--json"),
+            *("--groups", "1", "--workers", "2", "--pace", "realtime", "--interval-ms", "100"),
+            *("--intervals", "3000"),
+        ],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    first = proc.stderr.readline()
+    assert first.startswith("cluster "), first + proc.stderr.read()
+    second = proc.stderr.readline()
+    assert f"coordinator pid {proc.pid}" in second and "shardsink stop --data-dir" in second
+    return proc, first.split()[1].rstrip(":")
+
+
+def _status(data: Path) -> dict:
+    done = _shardsink("status", "--data-dir", str(data), "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _wait_appends(data: Path, n: int) -> dict:
+    deadline = time.monotonic() + 60
+    while (status := _status(data))["appends"] < n:
+        assert time.monotonic() < deadline, f"fewer than {n} appends in 60 s"
+        time.sleep(0.2)
+    return status
+
+
+def _ends_cleanly(proc: subprocess.Popen, children, cluster_id: str, message: str) -> dict:
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert f"{message}: stopping cleanly" in err
+    stats = json.loads(out)
+    assert stats["verified"] is True
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+    assert list_segments(cluster_id) == []
+    return stats
+
+
+def test_status_lists_every_process_and_stop_ends_the_run(tmp_path, popen):
+    data = tmp_path / "d"
+    proc, cluster_id = _up(popen, data)
+    status = _wait_appends(data, 3)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    by_pid = {c.pid: c for c in children}
+    listed = status["processes"]
+    assert [p["kind"] for p in listed].count("worker") == 2
+    assert {p["kind"] for p in listed} == {"coordinator", "consensus", "builder", "worker"}
+    assert all(p["alive"] and p["rss_bytes"] > 0 for p in listed), listed
+    coordinator, *rest = listed
+    assert coordinator["pid"] == proc.pid and status["coordinator_pid"] == proc.pid
+    for p in rest:  # every child named is a live child of up, and every such child is named
+        assert p["pid"] in by_pid, p
+    zygote = {c.pid for c in children if c.name() == "shardsink zygote"}
+    assert {p["pid"] for p in rest} == set(by_pid) - zygote
+    assert (status["cluster_id"], status["groups"], status["workers"]) == (cluster_id, 1, 2)
+    assert status["upper"] == status["appends"] * 100 and status["intervals_per_s"] > 1
+    assert status["append_latency_ms_p99"] >= status["append_latency_ms_p50"] > 0
+    assert status["consensus"].startswith("ipc://")
+
+    text = _shardsink("status", "--data-dir", str(data))
+    assert text.returncode == 0 and "1x2 best-effort" in text.stdout and "g0/w1" in text.stdout
+
+    stop = _shardsink("stop", "--data-dir", str(data))
+    assert stop.returncode == 0, stop.stderr
+    assert f"stopped the cluster of coordinator pid {proc.pid}" in stop.stdout
+    assert proc.poll() is not None  # stop returned once up had exited
+    stats = _ends_cleanly(proc, children, cluster_id, "stop requested over the control socket")
+    assert stats["appends"] >= status["appends"]
+    gone = _shardsink("status", "--data-dir", str(data))
+    assert gone.returncode == 1 and f"no cluster runs on data dir {data}" in gone.stderr
+
+
+def test_sigterm_stops_up_as_ctrl_c_does(tmp_path, popen):
+    data = tmp_path / "d"
+    proc, cluster_id = _up(popen, data)
+    _wait_appends(data, 2)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(signal.SIGTERM)
+    assert _ends_cleanly(proc, children, cluster_id, "SIGTERM")["appends"] >= 2
+
+
+def test_no_cluster_and_a_stale_lock_are_reported_not_obeyed(tmp_path):
+    for command in ("status", "stop"):
+        done = _shardsink(command, "--data-dir", str(tmp_path / "none"))
+        assert done.returncode == 1
+        assert done.stderr == f"shardsink {command}: no cluster runs on data dir " + str(
+            tmp_path / "none\n"
+        )
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    holder = datadir.Holder(
+        pid=int(dead.stdout), start=1, kind=datadir.COORDINATOR, control="ipc:///nowhere"
+    )
+    (tmp_path / datadir.LOCK_NAME).write_bytes(msgspec.json.encode(holder))
+    done = _shardsink("stop", "--data-dir", str(tmp_path))
+    assert done.returncode == 1
+    assert f"its lock names coordinator pid {dead.stdout.strip()}" in done.stderr
+    assert "no longer running (a stale lock" in done.stderr
+
+
+def test_control_server_answers_strictly(tmp_path):
+    status = Status(
+        **dict.fromkeys(("cluster_id", "data_dir", "shard", "mode", "workload", "pace"), "x"),
+        **dict.fromkeys(("coordinator_pid", "groups", "workers", "upper", "appends"), 1),
+        **dict.fromkeys(("restarts", "consensus_restarts", "abandoned_attempts"), 0),
+        **dict.fromkeys(("window_s", "intervals_per_s", "append_latency_ms_p50"), 0.0),
+        **dict.fromkeys(("append_latency_ms_p99", "data_parts_per_append"), 0.0),
+        **dict.fromkeys(("blob_puts_per_append", "diff_bytes_per_append"), 0.0),
+        appends_in_window=0,
+        consensus="ipc:///c",
+        processes=[],
+    )
+    server = ControlServer(tmp_path, lambda: status)
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.REQ)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(server.address)
+
+    def ask(raw: bytes):
+        sock.send(raw)
+        while not sock.poll(10):
+            server.poll()
+        return msgspec.json.decode(sock.recv(), type=Status | Stopping | Refused)
+
+    try:
+        assert ask(msgspec.json.encode(StatusRequest())) == status
+        refused = ask(b'{"type": "status", "extra": 1}')
+        assert isinstance(refused, Refused) and "extra" in refused.error
+        assert isinstance(ask(b'{"type": "reboot"}'), Refused)
+        sock.send(msgspec.json.encode(StopRequest()))
+        time.sleep(0.05)
+        with pytest.raises(StopRequested):
+            server.poll()
+        assert msgspec.json.decode(sock.recv(), type=Stopping) == Stopping(os.getpid())
+    finally:
+        sock.close()
+        ctx.term()
+        server.close()

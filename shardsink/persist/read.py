@@ -22,6 +22,10 @@ import pyarrow.compute as pc
 from . import parts as P
 from .state import KeyBound, Part
 
+#: Rows of one loaded part a window consolidates at most (plus rows of the
+#: cut's own key): the group-by's working set.
+WINDOW_ROWS = 256 * 1024
+
 #: Loads a part's rows; ``None`` if its blob is missing.
 Loader = Callable[[Part], pa.Table | None]
 
@@ -63,10 +67,13 @@ def windows(
     as_of: int,
     schema: pa.Schema,
     after: KeyBound = None,
+    window_rows: int = WINDOW_ROWS,
 ) -> Iterator[tuple[pa.Table, KeyBound]]:
     """The snapshot as of ``as_of`` of ``parts`` with keys above ``after``
     (all keys if ``None``), as ``(table, cut)`` pairs in key order: ``table``
     (sorted by key, val) holds exactly the keys in ``(previous cut, cut]``.
+    A cut falls at most ``window_rows`` rows into any loaded part, so a large
+    part is consolidated a slice at a time.
 
     Parts without key bounds (key types without a MessagePack-native value)
     make one window of everything, with cut ``None``. Raises :class:`Missing`
@@ -84,11 +91,12 @@ def windows(
         if not loaded:
             part = pending.popleft()
             loaded.append((part.key_hi, _load(part, load, as_of, after)))
-        cut = min(hi for hi, _ in loaded)
+        cut = min(_cut(hi, table, window_rows) for hi, table in loaded)
         while pending and pending[0].key_lo <= cut:
             part = pending.popleft()
-            loaded.append((part.key_hi, _load(part, load, as_of, after)))
-            cut = min(cut, part.key_hi)
+            table = _load(part, load, as_of, after)
+            loaded.append((part.key_hi, table))
+            cut = min(cut, _cut(part.key_hi, table, window_rows))
         bound = pa.scalar(cut, key_type)
         taken, kept = [], []
         for hi, table in loaded:
@@ -104,15 +112,25 @@ def _may_hold_after(part: Part, after: KeyBound) -> bool:
     return after is None or part.key_hi is None or part.key_hi > after
 
 
+def _cut(hi: KeyBound, table: pa.Table, window_rows: int) -> KeyBound:
+    """The highest cut ``table`` (sorted by key, largest key ``hi``) allows."""
+    return table["key"][window_rows - 1].as_py() if table.num_rows > window_rows else hi
+
+
 def _load(part: Part, load: Loader, as_of: int, after: KeyBound) -> pa.Table:
     """``part``'s updates at or before ``as_of`` with keys above ``after``,
-    sorted by key."""
+    sorted by key. Copies only what needs filtering or sorting: parts are
+    written sorted, and most lie wholly at or before the as-of."""
     table = load(part)
     if table is None:
         raise Missing(part.key)
-    mask = pc.less_equal(table["ts"], pa.scalar(as_of, pa.uint64()))
+    if part.ts_hi > as_of:
+        table = table.filter(pc.less_equal(table["ts"], pa.scalar(as_of, pa.uint64())))
     if after is not None:
-        mask = pc.and_(
-            mask, pc.greater(table["key"], pa.scalar(after, table.schema.field("key").type))
+        table = table.filter(
+            pc.greater(table["key"], pa.scalar(after, table.schema.field("key").type))
         )
-    return table.filter(mask).sort_by("key")
+    keys = table["key"]
+    if len(keys) > 1 and not pc.all(pc.less_equal(keys[:-1], keys[1:])).as_py():
+        table = table.sort_by("key")
+    return table

@@ -197,7 +197,8 @@ def test_windows_equal_consolidating_everything(seed):
     parts, data = _parts(tables)
     as_of = rng.randint(0, 5)
     after = rng.choice((None, rng.randint(0, 60)))
-    got = list(read.windows(parts, lambda p: data[p.key], as_of, SCHEMA, after))
+    window_rows = rng.choice((1, 3, 1000))
+    got = list(read.windows(parts, lambda p: data[p.key], as_of, SCHEMA, after, window_rows))
     whole = P.at_time(P.concat(tables, SCHEMA), as_of)
     if after is not None:
         whole = whole.filter(pa.compute.greater(whole["key"], after))
@@ -216,6 +217,13 @@ def test_windows_hold_only_the_parts_that_overlap():
     got = list(read.windows(parts, lambda p: data[p.key], 0, SCHEMA))
     assert [c for _, c in got] == [9, 19, 29, 39, 49]
     assert [t.num_rows for t, _ in got] == [10] * 5
+
+
+def test_a_large_part_is_consolidated_a_slice_at_a_time():
+    parts, data = _parts([updates([(k, "v", 0, 1) for k in range(100)])])
+    got = list(read.windows(parts, lambda p: data[p.key], 0, SCHEMA, window_rows=30))
+    assert [c for _, c in got] == [29, 59, 89, 99]
+    assert [t.num_rows for t, _ in got] == [30, 30, 30, 10]
 
 
 def test_windows_name_a_missing_part():

@@ -263,6 +263,31 @@ def load_toml(path: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
+def layered(
+    kind: type[T],
+    path: str | os.PathLike | None,
+    given: dict[str, Any],
+    environment: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The fields of a ``kind`` a command runs with, for :func:`build`.
+
+    Each comes from ``given`` (the flags given, by field name; other names are
+    ignored), else its environment variable (``environment`` maps variable to
+    field), else the TOML file at ``path``, else ``kind``'s default (left out).
+    The file alone must make a valid ``kind``: ``ValueError`` naming the file
+    and the key otherwise.
+    """
+    fields: dict[str, Any] = {}
+    if path is not None:
+        fields = load_toml(path)
+        build(kind, fields, source=f"config file {os.fspath(path)!r}")
+    for variable, name in (environment or {}).items():
+        if os.environ.get(variable):
+            fields[name] = os.environ[variable]
+    fields.update({k: v for k, v in given.items() if k in kind.__struct_fields__})
+    return fields
+
+
 def build(kind: type[T], fields: dict[str, Any], *, source: str = "options") -> T:
     """``kind`` (a config Struct) from ``fields``, checked as strictly as a wire message.
 

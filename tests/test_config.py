@@ -158,3 +158,28 @@ def test_every_up_flag_shows_its_default():
     for action in up._actions:
         if action.help and action.dest not in ("help", "config", "json", "verbose"):
             assert "default" in action.help, action.option_strings
+
+
+def test_chaos_takes_a_toml_file_as_its_flags(tmp_path):
+    from shardsink.chaos._cli import config_of as chaos_config
+
+    path = tmp_path / "c.toml"
+    path.write_text(
+        'duration_s = 12.5\nseed = 3\ngroups = 1\nmode = "off"\nfaults = ["kill-worker", "pause"]\n'
+        "mean_gap_s = 1.0\nreaders = 0\n"
+    )
+    flags = ["--duration", "12.5", "--seed", "3", "--groups", "1", "--mode", "off"]
+    flags += ["--faults", "kill-worker,pause", "--mean-gap", "1", "--readers", "0"]
+    from_flags = chaos_config(build_parser().parse_args(["chaos", *flags]))
+    from_file = chaos_config(build_parser().parse_args(["chaos", "--config", str(path)]))
+    assert from_flags == from_file and from_file.faults == ("kill-worker", "pause")
+    again = chaos_config(build_parser().parse_args(["chaos", "--config", str(path), "--seed", "9"]))
+    assert again.seed == 9 and again.duration_s == 12.5
+
+
+def test_chaos_refuses_a_bad_key_by_name(tmp_path, capsys):
+    path = tmp_path / "c.toml"
+    path.write_text("duration = 5\n")
+    assert main(["chaos", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"shardsink chaos: error: config file '{path}': unknown key 'duration'" in err

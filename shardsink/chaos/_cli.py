@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 
 def register(commands, bench) -> None:
@@ -22,10 +23,25 @@ def register(commands, bench) -> None:
         "shared-memory segment is left. Exits 1 on any violation. The same seed replays the "
         "same fault schedule.",
     )
+    # Flags default to SUPPRESS so that only those given override --config;
+    # each dest is the ChaosConfig field it sets.
+    chaos.argument_default = argparse.SUPPRESS
     chaos.add_argument(
-        "--duration", type=float, default=d.duration_s, metavar="S", help="seconds of faults"
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE.toml",
+        help='ChaosConfig fields as TOML keys (duration_s = 30.0, faults = ["kill-worker"], '
+        "...); flags given override it; an unknown key or a bad value is refused",
     )
-    chaos.add_argument("--seed", type=int, default=d.seed, metavar="X")
+    chaos.add_argument(
+        "--duration",
+        dest="duration_s",
+        type=float,
+        metavar="S",
+        help=f"seconds of faults (default {d.duration_s:g})",
+    )
+    chaos.add_argument("--seed", type=int, metavar="X", help=f"default {d.seed}")
     chaos.add_argument(
         "--data-dir",
         metavar="D",
@@ -38,27 +54,44 @@ def register(commands, bench) -> None:
         metavar="URI",
         help="consensus store (default: sqlite:///D/data/consensus.db), e.g. postgresql://...",
     )
-    chaos.add_argument("--groups", type=int, default=d.groups, metavar="G")
-    chaos.add_argument("--workers", type=int, default=d.workers, metavar="W")
-    chaos.add_argument("--mode", default=d.mode, help=f"off | best-effort | barrier ({d.mode})")
-    chaos.add_argument("--rows-per-interval", type=int, default=d.rows_per_interval, metavar="R")
+    chaos.add_argument("--groups", type=int, metavar="G", help=f"default {d.groups}")
+    chaos.add_argument("--workers", type=int, metavar="W", help=f"per group (default {d.workers})")
+    chaos.add_argument("--mode", help=f"off | best-effort | barrier (default {d.mode})")
+    chaos.add_argument(
+        "--rows-per-interval", type=int, metavar="R", help=f"default {d.rows_per_interval}"
+    )
     chaos.add_argument(
         "--faults",
-        default=",".join(FAULT_KINDS),
+        type=lambda text: tuple(k.strip() for k in text.split(",") if k.strip()),
         metavar="KINDS",
         help=f"comma-separated fault kinds (default all: {','.join(FAULT_KINDS)})",
     )
     chaos.add_argument(
         "--mean-gap",
+        dest="mean_gap_s",
         type=float,
-        default=d.mean_gap_s,
         metavar="S",
         help=f"mean seconds between faults (default {d.mean_gap_s:g})",
     )
-    chaos.add_argument("--readers", type=int, default=d.readers, metavar="N")
-    chaos.add_argument("--json", action="store_true", help="print the report as JSON")
-    chaos.add_argument("-v", "--verbose", action="store_true", help="log what happens")
+    chaos.add_argument(
+        "--readers", type=int, metavar="N", help=f"snapshot checkers (default {d.readers})"
+    )
+    chaos.add_argument(
+        "--json", action="store_true", default=False, help="print the report as JSON"
+    )
+    chaos.add_argument(
+        "-v", "--verbose", action="store_true", default=False, help="log what happens"
+    )
     chaos.set_defaults(func=_chaos)
+
+
+def config_of(args: argparse.Namespace):
+    """The ChaosConfig ``chaos`` runs with: each field from its flag if given,
+    else ``--config``'s file, else the default (``ValueError`` naming a bad key)."""
+    from ..config import build, layered
+    from .config import ChaosConfig
+
+    return build(ChaosConfig, layered(ChaosConfig, args.config, vars(args)), source="chaos")
 
 
 def _chaos(args: argparse.Namespace) -> int:
@@ -66,23 +99,9 @@ def _chaos(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .config import ChaosConfig
     from .runner import run_chaos
 
-    config = ChaosConfig(
-        duration_s=args.duration,
-        seed=args.seed,
-        data_dir=args.data_dir,
-        blob=args.blob,
-        consensus=args.consensus,
-        groups=args.groups,
-        workers=args.workers,
-        mode=args.mode,
-        rows_per_interval=args.rows_per_interval,
-        faults=tuple(k.strip() for k in args.faults.split(",") if k.strip()),
-        mean_gap_s=args.mean_gap,
-        readers=args.readers,
-    )
+    config = config_of(args)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(threadName)s %(levelname)s %(message)s",
@@ -148,6 +167,7 @@ def report_table(report):
         ),
         ("intervals", f"{report.intervals} ({report.intervals_redone} redone)"),
         ("supervision", counts(report.supervision)),
+        ("group restarts", counts(report.restart_ms)),
         (
             "coordinator",
             f"{report.coordinator_starts} starts; earlier ones ended: "

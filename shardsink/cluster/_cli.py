@@ -243,14 +243,9 @@ def config_of(args: argparse.Namespace):
     ``ValueError`` naming the key for an unknown key or a bad value, and the
     file if it is the file's (the file alone must make a valid config).
     """
-    from ..config import ClusterConfig, build, load_toml
+    from ..config import ClusterConfig, build, layered
 
-    fields: dict = {}
-    if args.config:
-        fields = load_toml(args.config)
-        build(ClusterConfig, fields, source=f"config file {os.fspath(args.config)!r}")
-    fields.update({f: os.environ[v] for v, f in ENVIRONMENT.items() if os.environ.get(v)})
-    fields.update({k: v for k, v in vars(args).items() if k in ClusterConfig.__struct_fields__})
+    fields = layered(ClusterConfig, args.config, vars(args), ENVIRONMENT)
     if "snapshot_rows" not in fields and fields.get("workload") == "hydrate":
         fields["snapshot_rows"] = HYDRATE_SNAPSHOT_ROWS
     return build(ClusterConfig, fields, source="up")

@@ -16,7 +16,10 @@ told, the blobs of batches reported for it are deleted, batches nobody
 reported are left to the leaked-blob sweep) and the interval is minted again
 with the next attempt from the shard's upper. A dead consensus process is
 restarted on its store; an append whose outcome was unknown is retried with
-the same idempotency token, so it takes effect exactly once.
+the same idempotency token, so it takes effect exactly once. The poll loop
+heartbeats the coordinator's writer every third of the shard machine's
+``writer_lease_ms``, so long intervals and pauses shorter than the lease do not
+get it expired.
 
 Another writer on the same shard (a second cluster through the same
 consensus server) makes this one a replica: the workloads are deterministic,
@@ -47,6 +50,7 @@ import zmq
 from .. import faults, protocol
 from .._address import check_address
 from ..config import ClusterConfig
+from ..persist.commands import HeartbeatWriter
 from ..persist.errors import PersistError, UpperMismatch
 from ..persist.shard import Shard, Writer
 from ..process import Child, ConsensusProcess, Starter
@@ -151,6 +155,9 @@ class Coordinator:
         self.run_dir = run_dir
         self.shard = shard
         self.writer: Writer = shard.writer(f"cluster-{cluster_id}")
+        # the machine's lease is the one its writers are expired by (a server's own)
+        self._heartbeat_s = shard.machine.config.writer_lease_ms / 3000
+        self._last_heartbeat = time.monotonic()
         self.counters = Counters()
         self._random = random.Random(config.seed)
         self._ctx = zmq.Context()
@@ -199,8 +206,22 @@ class Coordinator:
                     continue
                 self._handle(identity.decode(errors="replace"), raw)
         self.supervisor.tick()
+        self._heartbeat()
         if self.on_poll is not None:
             self.on_poll()
+
+    def _heartbeat(self) -> None:
+        """Heartbeat the writer if a third of its lease passed since the last
+        try; a failure is logged and tried again a third of a lease later (a
+        dead consensus process is the supervisor's to restart)."""
+        now = time.monotonic()
+        if now - self._last_heartbeat < self._heartbeat_s:
+            return
+        self._last_heartbeat = now
+        try:
+            self.shard.machine.run(HeartbeatWriter(self.writer.writer_id))
+        except (StorageError, PersistError) as exc:
+            log.warning("could not heartbeat the writer: %s", exc)
 
     def _handle(self, identity: str, raw: bytes) -> None:
         try:

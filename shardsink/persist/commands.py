@@ -31,6 +31,24 @@ class ExpireWriter(msgspec.Struct, tag="expire_writer", **_OPTS):
     writer_id: str
 
 
+class HeartbeatWriter(msgspec.Struct, tag="heartbeat_writer", **_OPTS):
+    """Record that ``writer_id`` is alive now, registering it if it is not in
+    state (expired while paused past its lease, it comes back on its next
+    heartbeat). Answer: :class:`Done`."""
+
+    writer_id: str
+
+
+class ExpireWriters(msgspec.Struct, tag="expire_writers", **_OPTS):
+    """Drop every writer last seen (registered, appended or heartbeated) more
+    than ``lease_ms`` ago. An expired writer loses its idempotency token: a
+    retry of its last append is then answered :class:`WrongUpper`, not
+    :class:`AlreadyAppended`, so the lease must outlast any retry. Answers:
+    :class:`Done`, :class:`Rejected` for a lease below 1 ms."""
+
+    lease_ms: int
+
+
 class CompareAndAppend(msgspec.Struct, tag="compare_and_append", **_OPTS):
     """Append ``batches`` (each ``[expected_upper, new_upper)``) and advance the
     upper to ``new_upper`` iff the upper is ``expected_upper``.
@@ -127,6 +145,8 @@ class ForgetRollups(msgspec.Struct, tag="forget_rollups", **_OPTS):
 Command = (
     RegisterWriter
     | ExpireWriter
+    | HeartbeatWriter
+    | ExpireWriters
     | CompareAndAppend
     | RegisterReader
     | LeaseSeqno

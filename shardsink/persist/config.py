@@ -26,6 +26,12 @@ class ShardConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
       compaction merges up to it).
     - ``reader_lease_ms``: a reader not heartbeated for this long stops holding
       its seqno and may be expired.
+    - ``writer_lease_ms``: a writer neither appending nor heartbeating for
+      this long is removed from state by maintenance (a crashed coordinator's
+      writer goes); a live writer heartbeats every third of it. Where a
+      consensus server holds the shard, its lease (``--writer-lease-ms``)
+      replaces the handle's in the machine's ``config`` (read it there): the
+      server expires writers, whatever lease a client asked for.
     - ``leaked_blob_grace_ms``: the leaked-blob sweep only deletes unreferenced
       blobs older than this.
     - ``max_attempts``: how many lost compare-and-sets or failed storage calls
@@ -41,6 +47,7 @@ class ShardConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     inline_total_max_bytes: int = MIB
     blob_target_bytes: int = 128 * MIB
     reader_lease_ms: int = 15 * 60 * 1000
+    writer_lease_ms: int = 15 * 60 * 1000
     leaked_blob_grace_ms: int = 60 * 60 * 1000
     max_attempts: int = 64
     server_timeout_s: float = 5.0
@@ -51,6 +58,7 @@ class ShardConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             "rollup_threshold",
             "blob_target_bytes",
             "reader_lease_ms",
+            "writer_lease_ms",
             "max_attempts",
         ):
             if getattr(self, name) < 1:

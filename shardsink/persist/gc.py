@@ -13,7 +13,7 @@ import msgspec
 
 from .. import faults
 from ..storage.contracts import Blob, temp_files
-from .commands import ExpireReaders, ForgetRetired, ForgetRollups
+from .commands import ExpireReaders, ExpireWriters, ForgetRetired, ForgetRollups
 from .machine import ShardMachine
 
 
@@ -21,6 +21,7 @@ class GcReport(msgspec.Struct, kw_only=True):
     """What one :func:`collect_garbage` run did."""
 
     readers_expired: tuple[str, ...] = ()
+    writers_expired: tuple[str, ...] = ()
     seqno_hold: int = 0
     blobs_deleted: tuple[str, ...] = ()
     truncated_below: int = 0
@@ -28,14 +29,28 @@ class GcReport(msgspec.Struct, kw_only=True):
     rollups_retired: int = 0
 
 
+def expire(machine: ShardMachine) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Drop the readers whose lease ran out (releasing their seqno holds) and
+    the writers not seen for the machine's ``config.writer_lease_ms``; return
+    the ids of the readers and of the writers dropped. Cheap when nothing
+    expired: no new version is written."""
+    before = machine.state(refresh=True)
+    machine.run(ExpireReaders())
+    machine.run(ExpireWriters(machine.config.writer_lease_ms))
+    after = machine.state()
+    return (
+        tuple(sorted(before.readers.keys() - after.readers.keys())),
+        tuple(sorted(before.writers.keys() - after.writers.keys())),
+    )
+
+
 def collect_garbage(machine: ShardMachine, blob: Blob) -> GcReport:
-    """Expire readers whose lease ran out; delete the blobs retired at or
+    """:func:`expire` readers and writers; delete the blobs retired at or
     below the smallest held seqno; truncate consensus below the latest rollup
     at or below that seqno (every held version stays rebuildable) and retire
     the older rollups. Safe to run concurrently with anything, including
     itself; a run cut short leaves work for the next one, never damage."""
-    before = set(machine.state(refresh=True).readers)
-    machine.run(ExpireReaders())
+    readers_expired, writers_expired = expire(machine)
     state = machine.state()
     hold = state.seqno_hold()
     live = {k for b in state.batches.values() for k in b.blob_keys()}
@@ -57,7 +72,8 @@ def collect_garbage(machine: ShardMachine, blob: Blob) -> GcReport:
     if older:
         machine.run(ForgetRollups(keep))
     return GcReport(
-        readers_expired=tuple(sorted(before - set(state.readers))),
+        readers_expired=readers_expired,
+        writers_expired=writers_expired,
         seqno_hold=hold,
         blobs_deleted=tuple(deleted),
         truncated_below=keep,

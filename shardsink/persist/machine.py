@@ -64,9 +64,12 @@ class ShardMachine(Protocol):
       must have a rollup, or be at or below the oldest rollup; else
       ``ValueError``) and returns how many.
     - ``stats()`` counts the state-storage work; ``close()`` is idempotent.
+    - ``config`` is the handle's configuration (its ``writer_lease_ms`` is
+      the lease maintenance expires writers by).
     """
 
     shard: str
+    config: ShardConfig
 
     def run(self, command: Command) -> Result: ...
 

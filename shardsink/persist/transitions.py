@@ -23,9 +23,11 @@ from .commands import (
     ExpireReader,
     ExpireReaders,
     ExpireWriter,
+    ExpireWriters,
     ForgetRetired,
     ForgetRollups,
     HeartbeatReader,
+    HeartbeatWriter,
     InlineCapExceeded,
     Leased,
     LeaseSeqno,
@@ -107,6 +109,27 @@ def _expire_writer(state: ShardState, cmd: ExpireWriter, now_ms: int) -> Outcome
     if cmd.writer_id not in state.writers:
         return _unchanged(state)
     writers = {k: v for k, v in state.writers.items() if k != cmd.writer_id}
+    new = _next(state, writers=writers)
+    return new, Done(new.seqno)
+
+
+def _heartbeat_writer(state: ShardState, cmd: HeartbeatWriter, now_ms: int) -> Outcome:
+    known = state.writers.get(cmd.writer_id)
+    beat = (
+        WriterState(token="", upper=state.upper, heartbeat_ms=now_ms)
+        if known is None
+        else msgspec.structs.replace(known, heartbeat_ms=now_ms)
+    )
+    new = _next(state, writers={**state.writers, cmd.writer_id: beat})
+    return new, Done(new.seqno)
+
+
+def _expire_writers(state: ShardState, cmd: ExpireWriters, now_ms: int) -> Outcome:
+    if cmd.lease_ms < 1:
+        return None, Rejected(f"writer lease must be >= 1 ms, got {cmd.lease_ms}")
+    writers = {k: w for k, w in state.writers.items() if now_ms <= w.heartbeat_ms + cmd.lease_ms}
+    if len(writers) == len(state.writers):
+        return _unchanged(state)
     new = _next(state, writers=writers)
     return new, Done(new.seqno)
 
@@ -272,6 +295,8 @@ def _forget_rollups(state: ShardState, cmd: ForgetRollups, now_ms: int) -> Outco
 _HANDLERS: dict[type, Callable[[ShardState, object, int], Outcome]] = {
     RegisterWriter: _register_writer,
     ExpireWriter: _expire_writer,
+    HeartbeatWriter: _heartbeat_writer,
+    ExpireWriters: _expire_writers,
     CompareAndAppend: _compare_and_append,
     RegisterReader: _register_reader,
     LeaseSeqno: _lease_seqno,

@@ -68,6 +68,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gc-interval", type=float, default=60.0, metavar="S")
     parser.add_argument("--sweep-interval", type=float, default=600.0, metavar="S")
     served = ShardConfig()
+    parser.add_argument(
+        "--writer-lease-ms",
+        type=int,
+        default=served.writer_lease_ms,
+        metavar="MS",
+        help="a writer not seen (append or heartbeat) for this long leaves state "
+        f"(default {served.writer_lease_ms}, 15 minutes); clients heartbeat by it",
+    )
     for name in SERVED_FIELDS:
         parser.add_argument(
             f"--{name.replace('_', '-')}",
@@ -109,7 +117,10 @@ def _serve(args: argparse.Namespace) -> int:
             f"name the stores with --data-dir D, or --store and --blob (or ${STORE_ENV} "
             f"and ${BLOB_ENV})"
         )
-    config = ShardConfig(**{name: getattr(args, name) for name in SERVED_FIELDS})
+    config = ShardConfig(
+        writer_lease_ms=args.writer_lease_ms,
+        **{name: getattr(args, name) for name in SERVED_FIELDS},
+    )
     setproctitle("shardsink consensus")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     stop = threading.Event()
@@ -178,6 +189,8 @@ def _stats(args: argparse.Namespace) -> int:
         "gc runs": lambda s: s.gc_runs,
         "blobs deleted": lambda s: s.blobs_deleted,
         "leaked swept": lambda s: s.leaked_swept,
+        "readers expired": lambda s: s.readers_expired,
+        "writers expired": lambda s: s.writers_expired,
     }
     for name in columns:
         table.add_column(name, justify="left" if name == "shard" else "right")

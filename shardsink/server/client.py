@@ -30,6 +30,7 @@ from .wire import (
     ErrorReply,
     FetchState,
     GetStats,
+    OpenedReply,
     OpenShard,
     Ping,
     Pong,
@@ -138,9 +139,12 @@ class RemoteMachine:
         try:
             client.ping(timeout_s)
             machine = cls(client, shard, config)
-            machine._state = machine._expect(
-                client.request(OpenShard(shard, schema, config, create)), StateReply
-            ).state
+            reply = machine._expect(
+                client.request(OpenShard(shard, schema, config, create)), OpenedReply
+            )
+            # the server expires writers, so its lease is the one to heartbeat by
+            machine.config = msgspec.structs.replace(config, writer_lease_ms=reply.writer_lease_ms)
+            machine._state = reply.state
             return machine
         except BaseException:
             client.close()

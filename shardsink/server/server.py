@@ -9,7 +9,10 @@ command's new version is stored durably before its reply is sent.
 
 GC and the leaked-blob sweep run on a schedule in a background thread: their
 blob deletes never block the request loop, and their state changes go through
-the same thread-safe machine.
+the same thread-safe machine. So does expiry: every tenth of the writer lease
+(``writer_lease_ms``, a served setting) readers whose lease ran out and
+writers not seen for the writer lease leave state, so a writer whose process
+died is gone at most 1.1 leases after it was last seen.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import zmq
 
 from .. import faults
 from ..persist.config import ShardConfig, check_served
-from ..persist.gc import collect_garbage, sweep_leaked_blobs
+from ..persist.gc import collect_garbage, expire, sweep_leaked_blobs
 from ..persist.machine import LocalMachine, wall_clock_ms
 from ..persist.stats import MachineStats
 from ..storage.contracts import Blob, Consensus
@@ -38,6 +41,7 @@ from .wire import (
     ErrorReply,
     FetchState,
     GetStats,
+    OpenedReply,
     OpenShard,
     Ping,
     Pong,
@@ -72,6 +76,9 @@ class _Shard:
         self.gc_runs = 0
         self.blobs_deleted = 0
         self.leaked_swept = 0
+        self.readers_expired = 0
+        self.writers_expired = 0
+        self.last_expiry = time.monotonic()
         self.last_gc = time.monotonic()
         self.last_sweep = time.monotonic()
         self.maintenance: Future | None = None
@@ -94,7 +101,9 @@ class ConsensusServer:
     every shard runs with here, whoever opened it first and after a restart
     alike (its :data:`~shardsink.persist.config.SERVED_FIELDS`: rollup
     threshold, leaked-blob grace, max attempts); a client opening a shard with
-    others gets a ``bad_request`` error naming them. Use :meth:`serve` to run
+    others gets a ``bad_request`` error naming them. Its ``writer_lease_ms``
+    is the lease writers are expired by, told to every client that opens a
+    shard. Use :meth:`serve` to run
     the loop until ``stop`` is set, :meth:`close` (idempotent) to release
     everything.
     """
@@ -165,7 +174,8 @@ class ConsensusServer:
         if isinstance(request, GetStats):
             return self._stats()
         if isinstance(request, OpenShard):
-            return StateReply(self._open(request).machine.state(refresh=True))
+            state = self._open(request).machine.state(refresh=True)
+            return OpenedReply(state, self.config.writer_lease_ms)
         shard = self._shard(request.shard)
         machine = shard.machine
         if isinstance(request, RunCommand):
@@ -199,7 +209,10 @@ class ConsensusServer:
                 self._blob,
                 request.shard,
                 schema=request.schema,
-                config=request.config,
+                # writers here are expired by this server's lease, not the opener's
+                config=msgspec.structs.replace(
+                    request.config, writer_lease_ms=self.config.writer_lease_ms
+                ),
                 create=request.create,
                 clock=self._clock,
                 exclusive=True,
@@ -233,28 +246,37 @@ class ConsensusServer:
 
     def _schedule_maintenance(self) -> None:
         now = time.monotonic()
+        expiry_interval_s = self.config.writer_lease_ms / 10_000
         for shard in self._shards.values():
             if shard.maintenance is not None and not shard.maintenance.done():
                 continue
+            expiry_due = now - shard.last_expiry >= expiry_interval_s
             gc_due = self._gc_interval_s > 0 and now - shard.last_gc >= self._gc_interval_s
             sweep_due = (
                 self._sweep_interval_s > 0 and now - shard.last_sweep >= self._sweep_interval_s
             )
-            if gc_due or sweep_due:
+            if expiry_due or gc_due or sweep_due:
+                shard.last_expiry = now if expiry_due else shard.last_expiry
                 shard.last_gc = now if gc_due else shard.last_gc
                 shard.last_sweep = now if sweep_due else shard.last_sweep
                 shard.maintenance = self._maintenance.submit(
-                    self._maintain, shard, gc_due, sweep_due
+                    self._maintain, shard, expiry_due, gc_due, sweep_due
                 )
 
-    def _maintain(self, shard: _Shard, gc: bool, sweep: bool) -> None:
+    def _maintain(self, shard: _Shard, expiry: bool, gc: bool, sweep: bool) -> None:
         """Runs on the maintenance thread: blob deletes happen here, never in
         the request loop; state changes go through the thread-safe machine."""
         machine = shard.machine
         try:
+            if expiry and not gc:  # GC expires first itself
+                readers, writers = expire(machine)
+                shard.readers_expired += len(readers)
+                shard.writers_expired += len(writers)
             if gc:
                 report = collect_garbage(machine, self._blob)
                 shard.gc_runs += 1
+                shard.readers_expired += len(report.readers_expired)
+                shard.writers_expired += len(report.writers_expired)
                 shard.blobs_deleted += len(report.blobs_deleted)
             if sweep:
                 grace = self.config.leaked_blob_grace_ms
@@ -282,6 +304,8 @@ class ConsensusServer:
                     gc_runs=shard.gc_runs,
                     blobs_deleted=shard.blobs_deleted,
                     leaked_swept=shard.leaked_swept,
+                    readers_expired=shard.readers_expired,
+                    writers_expired=shard.writers_expired,
                 )
             )
         return StatsReply(os.getpid(), self.requests, self.errors, self._rpc.dropped, tuple(shards))

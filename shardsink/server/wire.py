@@ -29,7 +29,7 @@ class Ping(msgspec.Struct, tag="ping", **_OPTS):
 
 class OpenShard(msgspec.Struct, tag="open_shard", **_OPTS):
     """Load (or, with ``create``, create with ``schema``) ``shard``.
-    Answer: :class:`StateReply`."""
+    Answer: :class:`OpenedReply`."""
 
     shard: str
     schema: bytes
@@ -87,6 +87,14 @@ class StateReply(msgspec.Struct, tag="state", **_OPTS):
     state: ShardState
 
 
+class OpenedReply(msgspec.Struct, tag="opened", **_OPTS):
+    """The opened shard's latest ``state``, and the writer lease this server
+    expires writers by (a client heartbeats its writers by it)."""
+
+    state: ShardState
+    writer_lease_ms: int
+
+
 class RunReply(msgspec.Struct, tag="ran", **_OPTS):
     """``result`` of the command and the state-storage work it caused."""
 
@@ -111,6 +119,8 @@ class ShardCounters(msgspec.Struct, **_OPTS):
     gc_runs: int
     blobs_deleted: int
     leaked_swept: int
+    readers_expired: int
+    writers_expired: int
 
 
 class StatsReply(msgspec.Struct, tag="stats", **_OPTS):
@@ -130,7 +140,7 @@ class ErrorReply(msgspec.Struct, tag="error", **_OPTS):
     message: str
 
 
-Reply = Pong | StateReply | RunReply | CountReply | StatsReply | ErrorReply
+Reply = Pong | StateReply | OpenedReply | RunReply | CountReply | StatsReply | ErrorReply
 
 #: The error kinds of an :class:`ErrorReply` and the exception each stands
 #: for, most specific first: the server sends the first kind whose class the

@@ -17,9 +17,11 @@ from shardsink.persist.commands import (
     CompareAndAppend,
     ExpireReader,
     ExpireReaders,
+    ExpireWriters,
     ForgetRetired,
     ForgetRollups,
     HeartbeatReader,
+    HeartbeatWriter,
     LeaseSeqno,
     RegisterReader,
     RegisterWriter,
@@ -46,7 +48,15 @@ def command(draw, state: ShardState):
     if kind == 4:
         return draw(st.sampled_from([LeaseSeqno, HeartbeatReader, ExpireReader]))(draw(names))
     if kind == 5:
-        return ExpireReaders()
+        return draw(
+            st.sampled_from(
+                [
+                    ExpireReaders(),
+                    HeartbeatWriter(draw(names)),
+                    ExpireWriters(draw(st.integers(1, 50))),
+                ]
+            )
+        )
     if kind == 6:
         return AdvanceSince(draw(st.integers(0, max(up, 0))))
     if kind == 7:

@@ -19,9 +19,11 @@ from shardsink.persist.commands import (
     ExpireReader,
     ExpireReaders,
     ExpireWriter,
+    ExpireWriters,
     ForgetRetired,
     ForgetRollups,
     HeartbeatReader,
+    HeartbeatWriter,
     InlineCapExceeded,
     Leased,
     LeaseSeqno,
@@ -265,9 +267,39 @@ class TestRollupsAndRetired:
         assert apply(new, ForgetRetired((seqno,)), 0)[0] is None
 
 
+class TestWriterExpiry:
+    def test_heartbeat_renews_without_touching_token_or_upper(self):
+        state, _ = run(s0(), caa([blob_batch("a", 0, 1)], 0, 1, token="x"), now=5)
+        new, res = apply(state, HeartbeatWriter("w"), 90)
+        assert res == Done(new.seqno) and new.writers["w"].heartbeat_ms == 90
+        assert (new.writers["w"].token, new.writers["w"].upper) == ("x", 1)
+
+    def test_heartbeat_of_an_expired_writer_registers_it_again(self):
+        state, _ = run(s0(), caa([], 0, 4), ExpireWriters(10), now=0)
+        state, _ = run(state, ExpireWriters(10), now=11)
+        assert state.writers == {}
+        new, res = apply(state, HeartbeatWriter("w"), 12)
+        assert res == Done(new.seqno)
+        assert new.writers["w"].heartbeat_ms == 12 and new.writers["w"].upper == 4
+
+    def test_expires_exactly_the_writers_past_their_lease(self):
+        state, _ = run(s0(), RegisterWriter("old"), now=0)
+        state, _ = run(state, RegisterWriter("beat"), now=0)
+        state, _ = run(state, HeartbeatWriter("beat"), caa([], 0, 1, writer="appended"), now=50)
+        assert apply(state, ExpireWriters(100), 100)[0] is None  # 0 + 100 not yet passed
+        new, res = apply(state, ExpireWriters(100), 101)
+        assert res == Done(new.seqno) and set(new.writers) == {"beat", "appended"}
+        assert set(run(new, ExpireWriters(100), now=151)[0].writers) == set()
+
+    def test_lease_below_one_ms_is_rejected(self):
+        new, res = apply(s0(), ExpireWriters(0), 0)
+        assert new is None and isinstance(res, Rejected) and ">= 1 ms" in res.reason
+
+
 def test_commands_and_results_round_trip_as_msgpack():
     state, _ = run(s0(), caa([inline_batch("a", 0, 1)], 0, 1))
     cmds = [caa([blob_batch("b", 1, 2)], 1, 2), ExpireReaders(), AddRollup(1, "k")]
+    cmds += [HeartbeatWriter("w"), ExpireWriters(5)]
     for cmd in cmds:
         assert COMMAND_DECODER.decode(msgspec.msgpack.encode(cmd)) == cmd
     for res in [Leased(state), WrongUpper(1, 2), InlineCapExceeded(1, 2, 3)]:

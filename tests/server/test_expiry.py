@@ -1,0 +1,117 @@
+"""Expiry by the consensus server's maintenance: a writer whose process died
+leaves state within its lease, a live coordinator heartbeats through
+intervals longer than its lease, and a reader that stops heartbeating stops
+holding back GC."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from shardsink import open_shard
+from shardsink.persist.config import ShardConfig
+from shardsink.process import ConsensusProcess
+from shardsink.server import ConsensusServer
+from shardsink.storage import open_blob, open_consensus
+from shardsink.workloads import Workload
+
+LEASE_MS = 1500
+WORKLOAD = Workload("trickle", rows_per_interval=16, interval_ms=1)
+
+
+def _inspect(consensus: str, blob: str) -> dict:
+    """``shard inspect --json``; no writers before the cluster creates the shard."""
+    argv = [sys.executable, "-m", "shardsink.cli", "shard", "inspect", "--json"]
+    argv += ["--consensus", consensus, "--blob", blob]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    if done.returncode != 0 and "does not exist" in done.stderr:
+        return {"writers": {}}
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _writers(consensus: str, blob: str) -> set[str]:
+    return set(_inspect(consensus, blob)["writers"])
+
+
+def test_a_killed_coordinators_writer_leaves_state_within_its_lease(tmp_path, popen) -> None:
+    blob = f"file://{tmp_path}/blob"
+    server = ConsensusProcess(
+        f"sqlite://{tmp_path}/c.db",
+        blob,
+        f"ipc://{tmp_path}/sock/c",
+        "--writer-lease-ms",
+        str(LEASE_MS),
+    )
+    with server:
+        # intervals of 4 s: the coordinator appends less often than its lease,
+        # so only its heartbeats keep its writer
+        argv = [sys.executable, "-m", "shardsink.cli", "up", "--data-dir", str(tmp_path / "d")]
+        argv += ["--consensus", server.address, "--blob", blob, "--groups", "1"]
+        argv += ["--workers", "1", "--rows-per-interval", "8", "--interval-ms", "4000"]
+        argv += ["--pace", "realtime", "--intervals", "1000"]
+        up = popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while not _writers(server.address, blob):
+            assert up.poll() is None, up.stderr.read().decode()
+            assert time.monotonic() < deadline, "the coordinator never registered its writer"
+            time.sleep(0.2)
+        (writer,) = _writers(server.address, blob)
+        with open_shard(blob=blob, consensus=server.address, create=False) as shard:
+            seen_until = time.monotonic() + 3 * LEASE_MS / 1000
+            while time.monotonic() < seen_until:
+                writers = shard.state(refresh=True).writers
+                assert writer in writers, "a live coordinator's writer expired"
+                time.sleep(0.05)
+            os.kill(up.pid, signal.SIGKILL)
+            killed = time.monotonic()
+            while writer in shard.state(refresh=True).writers:
+                assert time.monotonic() - killed < 10, "the dead coordinator's writer stayed"
+                time.sleep(0.02)
+            gone_after_s = time.monotonic() - killed
+        up.wait(10)
+        assert _writers(server.address, blob) == set()
+    # last seen at most a third of a lease before the kill, and expiry runs
+    # every tenth of one: gone within the lease (plus scheduling slack)
+    assert gone_after_s <= LEASE_MS / 1000 + 0.3
+
+
+def test_a_reader_that_stops_heartbeating_stops_holding_back_gc(tmp_path) -> None:
+    blob_uri = f"file://{tmp_path}/blob"
+    server = ConsensusServer(
+        open_consensus(f"sqlite://{tmp_path}/c.db"),
+        open_blob(blob_uri),
+        f"ipc://{tmp_path}/sock/c",
+        gc_interval_s=0.05,
+        sweep_interval_s=0,
+    )
+    stop = threading.Event()
+    loop = threading.Thread(target=server.serve, args=(stop,))
+    loop.start()
+    config = ShardConfig(inline_max_bytes=0)  # every part in blob, so compaction retires blobs
+    try:
+        with open_shard("g", blob=blob_uri, consensus=server.address, config=config) as shard:
+            writer = shard.writer()
+            for i in range(4):
+                writer.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
+            held = set(shard.blob.list("g/part/"))
+            reader = shard.reader(lease_ms=1000)  # then never heartbeats again
+            assert shard.compact().applied == 1
+            time.sleep(0.5)  # several GC runs inside the lease: the hold keeps the parts
+            assert held <= set(shard.blob.list("g/part/"))
+            assert reader.reader_id in shard.state(refresh=True).readers
+            deadline = time.monotonic() + 10
+            while held & set(shard.blob.list("g/part/")):
+                assert time.monotonic() < deadline, "an expired reader still holds back GC"
+                time.sleep(0.05)
+            assert reader.reader_id not in shard.state(refresh=True).readers
+            assert shard.reader().snapshot().equals(WORKLOAD.expected(4))
+    finally:
+        stop.set()
+        loop.join(10)
+        server.close()

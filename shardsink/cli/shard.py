@@ -1,4 +1,5 @@
-"""``shardsink read``, ``shardsink export`` and ``shardsink shard inspect|compact|gc``.
+"""``shardsink read``, ``shardsink export`` and ``shardsink shard
+inspect|manifest|compact|gc``.
 
 Every command names the shard's stores with ``--data-dir D`` (meaning
 ``file://D/blob`` and ``sqlite:///D/consensus.db``) or with ``--blob`` and
@@ -23,6 +24,7 @@ import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 import pyarrow as pa
@@ -106,6 +108,15 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     _store_args(inspect)
     inspect.add_argument("--json", action="store_true", help="print JSON")
     inspect.set_defaults(func=_inspect)
+    manifest = sub.add_parser(
+        "manifest",
+        help="the live parts and inline updates of an as-of, the consolidation rule, and a "
+        "DuckDB statement that reads the snapshot through them",
+    )
+    _store_args(manifest)
+    manifest.add_argument("--as-of", type=int, metavar="T", help="as of T (default upper - 1)")
+    manifest.add_argument("--json", action="store_true", help="print JSON")
+    manifest.set_defaults(func=_manifest)
     compact = sub.add_parser("compact", help="merge runs of adjacent small batches")
     _store_args(compact)
     compact.set_defaults(func=_compact)
@@ -373,6 +384,77 @@ def _inspect(args: argparse.Namespace, shard: Shard) -> int:
         else:
             print(f"{name}: {value}")
     return 0
+
+
+@_with_shard
+def _manifest(args: argparse.Namespace, shard: Shard) -> int:
+    blob, _ = store_uris(args)
+    with shard.reader() as reader:
+        manifest = reader.manifest(args.as_of)
+    for part in manifest["parts"]:
+        part["uri"] = part_uri(blob, part["key"])
+    manifest["sql"] = duckdb_sql(manifest)
+    if args.json:
+        print(msgspec.json.encode(manifest).decode())
+        return 0
+    print(f"shard {manifest['shard']} as of {manifest['as_of']} (seqno {manifest['seqno']})")
+    print(f"rule: {manifest['rule']}")
+    for part in manifest["parts"]:
+        print(f"  {part['uri']}  rows={part['rows']}  keys=[{part['key_lo']}, {part['key_hi']}]")
+    print(f"inline updates: {len(manifest['inline'])}")
+    return 0
+
+
+def part_uri(blob: str, key: str) -> str:
+    """Where the part ``key`` of the blob store ``blob`` is, as a path for a
+    ``file://`` store, else a URI without the store's query (its endpoint and
+    any secret)."""
+    parts = urlsplit(blob)
+    path = parts.path.rstrip("/") + "/" + key
+    return (
+        path if parts.scheme == "file" else urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+    )
+
+
+def duckdb_sql(manifest: dict) -> str | None:
+    """One DuckDB statement computing the manifest's snapshot (its rule) from
+    its parts and inline rows; ``None`` if an inline value has no SQL literal
+    here (only ints, floats, strings, booleans and nulls do)."""
+    as_of = manifest["as_of"]
+    sources = []
+    if manifest["parts"]:
+        files = ", ".join(_literal(p["uri"]) for p in manifest["parts"])
+        sources.append(f"select key, val, ts, diff from read_parquet([{files}])")
+    if manifest["inline"]:
+        try:
+            rows = ", ".join(
+                "(" + ", ".join(_literal(r[c]) for c in ("key", "val", "ts", "diff")) + ")"
+                for r in manifest["inline"]
+            )
+        except TypeError:
+            return None
+        sources.append(f"select * from (values {rows}) as inline_rows(key, val, ts, diff)")
+    if not sources:
+        return (
+            "select * from (values (null, null, null, null)) as t(key, val, ts, diff) where false"
+        )
+    return (
+        f"select key, val, cast({as_of} as ubigint) as ts, cast(sum(diff) as bigint) as diff "
+        f"from ({' union all '.join(sources)}) where ts <= {as_of} "
+        "group by key, val having sum(diff) <> 0 order by key, val"
+    )
+
+
+def _literal(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    raise TypeError(f"no SQL literal for {type(value).__name__}")
 
 
 @_with_shard

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import parts as P
-from .state import KeyBound, Part
+from .state import BlobPart, KeyBound, Part, ShardState
 
 #: Rows of one loaded part a window consolidates at most (plus rows of the
 #: cut's own key): the group-by's working set.
@@ -134,3 +134,52 @@ def _load(part: Part, load: Loader, as_of: int, after: KeyBound) -> pa.Table:
     if len(keys) > 1 and not pc.all(pc.less_equal(keys[:-1], keys[1:])).as_py():
         table = table.sort_by("key")
     return table
+
+
+#: How a snapshot is computed from a manifest's updates (parts and inline).
+RULE = (
+    "updates = the rows of every part, and the inline rows; keep ts <= as_of; per (key, val) "
+    "sum diff; drop zero sums; ts = as_of; order by key, val"
+)
+
+
+def manifest(state: ShardState, as_of: int | None, schema: pa.Schema) -> dict:
+    """What a snapshot of ``state`` as of ``as_of`` reads, for any engine:
+    the blob parts holding updates at or before it (key, rows, bytes, key and
+    ts bounds, batch), the inline updates at or before it as rows, the
+    schema and :data:`RULE`. ``as_of`` ``None`` (a shard never written) reads
+    nothing. The parts stay in blob while a version that lists them is leased
+    or current; after a compaction, GC may delete them."""
+    parts: list[dict] = []
+    inline: list[dict] = []
+    batches = [] if as_of is None else [b for b in state.ordered_batches() if b.lower <= as_of]
+    for batch in batches:
+        for part in readable(batch.parts, as_of):
+            if isinstance(part, BlobPart):
+                parts.append(
+                    {
+                        "key": part.key,
+                        "batch": batch.id,
+                        "rows": part.rows,
+                        "bytes": part.encoded_bytes,
+                        "ts_lo": part.ts_lo,
+                        "ts_hi": part.ts_hi,
+                        "key_lo": part.key_lo,
+                        "key_hi": part.key_hi,
+                    }
+                )
+            else:
+                table = P.decode_inline(part, schema)
+                at = table.filter(pc.less_equal(table["ts"], pa.scalar(as_of, pa.uint64())))
+                inline.extend(at.to_pylist())
+    return {
+        "shard": state.shard,
+        "seqno": state.seqno,
+        "as_of": as_of,
+        "upper": state.upper,
+        "since": state.since,
+        "schema": [{"name": f.name, "type": str(f.type)} for f in schema],
+        "rule": RULE,
+        "parts": parts,
+        "inline": inline,
+    }

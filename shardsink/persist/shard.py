@@ -597,6 +597,14 @@ class Reader:
 
         return polars.from_arrow(self.batches(as_of, columns).read_all())
 
+    def manifest(self, as_of: int | None = None) -> dict:
+        """The live parts and inline updates a snapshot as of ``as_of`` reads,
+        from the version this reader leases (see :func:`~.read.manifest`);
+        :class:`NotReadable` as for :meth:`batches`."""
+        self._check_open()
+        state, as_of = self._readable(as_of, 0.0)
+        return read.manifest(state, as_of, self.shard.schema)
+
     def _readable(self, as_of: int | None, wait: float) -> tuple[ShardState, int | None]:
         """Lease, then the leased state and the as-of to read (``None``: the
         shard was never written and none was asked); :class:`NotReadable` as

@@ -259,3 +259,40 @@ def test_export_of_a_shard_never_written(capsys, tmp_path):
     manifest = json.loads((tmp_path / "e" / "manifest.json").read_text())
     assert code == 0 and (manifest["rows"], manifest["as_of"]) == (0, None)
     assert pq.read_table(tmp_path / "e" / manifest["files"][0]).num_rows == 0
+
+
+def manifest_snapshot(capsys, data_dir, *argv):
+    code, out, _ = run(capsys, "shard", "manifest", "--data-dir", str(data_dir), "--json", *argv)
+    assert code == 0
+    manifest = json.loads(out)
+    return manifest, duckdb.sql(manifest["sql"]).to_arrow_table()
+
+
+def test_manifest_sql_equals_the_collection_before_and_after_compaction(capsys, churn_dir):
+    expected = CHURN.expected(INTERVALS)
+    manifest, got = manifest_snapshot(capsys, churn_dir)
+    assert len(manifest["parts"]) > INTERVALS and manifest["inline"] == []
+    assert got.cast(expected.schema).equals(expected)
+    run(capsys, "shard", "compact", "--data-dir", str(churn_dir))
+    run(capsys, "shard", "gc", "--data-dir", str(churn_dir))
+    after, got = manifest_snapshot(capsys, churn_dir)
+    assert len(after["parts"]) < len(manifest["parts"])
+    assert all(p["key_lo"] <= p["key_hi"] for p in after["parts"])
+    assert got.cast(expected.schema).equals(expected)
+    as_of = 3 * CHURN.interval_ms - 1
+    _, got = manifest_snapshot(capsys, churn_dir, "--as-of", str(as_of))
+    assert got.cast(expected.schema).equals(CHURN.expected(3, as_of))
+
+
+def test_manifest_of_inline_updates_equals_read(capsys, data_dir):
+    """The small shard's parts are all inline: the statement reads them from
+    the manifest, retraction included."""
+    manifest, got = manifest_snapshot(capsys, data_dir)
+    assert manifest["parts"] == [] and len(manifest["inline"]) == 6
+    assert manifest["rule"].startswith("updates = the rows of every part")
+    _, out, _ = run(capsys, "read", "--data-dir", str(data_dir), "--format", "json")
+    assert got.to_pylist() == json.loads(out)
+    _, got = manifest_snapshot(capsys, data_dir, "--as-of", "0")
+    assert got["key"].to_pylist() == [0, 1, 2, 3, 4]
+    code, _, err = run(capsys, "shard", "manifest", "--data-dir", str(data_dir), "--as-of", "2")
+    assert code == 2 and "not below the upper 2" in err

@@ -296,3 +296,25 @@ def test_manifest_of_inline_updates_equals_read(capsys, data_dir):
     assert got["key"].to_pylist() == [0, 1, 2, 3, 4]
     code, _, err = run(capsys, "shard", "manifest", "--data-dir", str(data_dir), "--as-of", "2")
     assert code == 2 and "not below the upper 2" in err
+
+
+def test_a_part_missing_for_good_is_named_and_nothing_is_written(capsys, churn_dir, tmp_path):
+    lost = sorted((churn_dir / "blob" / "default" / "part").iterdir())[-1]
+    lost.unlink()
+    out_file = tmp_path / "snap.parquet"
+    code, _, err = run(
+        capsys,
+        "read",
+        "--data-dir",
+        str(churn_dir),
+        "--format",
+        "parquet",
+        "--output",
+        str(out_file),
+    )
+    assert code == 2 and f"part 'default/part/{lost.name}' is missing" in err
+    assert not out_file.exists() and not list(tmp_path.glob(".snap.parquet*"))
+    code, _, err = run(
+        capsys, "export", "--data-dir", str(churn_dir), "--output", str(tmp_path / "x")
+    )
+    assert code == 2 and lost.name in err and not list(tmp_path.glob("*x*"))

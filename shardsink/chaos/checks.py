@@ -71,6 +71,7 @@ def final_checks(
         intervals=intervals,
         intervals_redone=run.appended.redone,
         supervision=run.appended.totals(),
+        restart_ms=run.appended.restart_figures(),
         snapshots_checked=counts["checked"],
         snapshots_skipped={k[9:]: v for k, v in counts.items() if k.startswith("skipped: ")},
         maintenance={k: v for k, v in counts.items() if not k.startswith(("skipped", "checked"))},

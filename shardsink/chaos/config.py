@@ -100,10 +100,12 @@ class ChaosReport(msgspec.Struct, kw_only=True):
     why each earlier one ended. ``intervals_redone`` counts intervals appended
     by an attempt after the first; ``supervision`` the coordinators' group
     restarts, consensus restarts and abandoned attempts (each as of its last
-    append). ``violations`` is empty for a good run. ``ran_s`` is how long
-    faults were injected: longer than ``duration_s`` by the time the last
-    ones took to fire and the cluster to append again, shorter if
-    ``interrupted`` (Ctrl-C stops the run early; the checks still run)."""
+    append), ``restart_ms`` how long group restarts took (count, median and
+    largest, from the kill to every member ready again). ``violations`` is
+    empty for a good run. ``ran_s`` is how long faults were injected: longer
+    than ``duration_s`` by the time the last ones took to fire and the
+    cluster to append again, shorter if ``interrupted`` (Ctrl-C stops the
+    run early; the checks still run)."""
 
     seed: int
     duration_s: float
@@ -120,6 +122,7 @@ class ChaosReport(msgspec.Struct, kw_only=True):
     intervals: int
     intervals_redone: int
     supervision: dict[str, int]
+    restart_ms: dict[str, float]
     snapshots_checked: int
     snapshots_skipped: dict[str, int]
     maintenance: dict[str, int]

@@ -107,10 +107,14 @@ class RunContext:
         return ShardConfig(server_timeout_s=2.0, server_retry_for_s=10.0)
 
 
+#: The supervision counts an event carries, summed over coordinators.
+_COUNTS = tuple(f for f in Supervision.__struct_fields__ if f != "restart_s")
+
+
 class AppendLog:
     """Follows the coordinators' ``--events`` file: intervals appended, how
     many of them by an attempt after the first, and each coordinator's last
-    supervision counts."""
+    supervision counts and group restart times."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -118,6 +122,7 @@ class AppendLog:
         self.count = 0
         self.redone = 0
         self.supervision: dict[int, dict[str, int]] = {}
+        self.restart_s: dict[int, list[float]] = {}
 
     def totals(self) -> dict[str, int]:
         """Supervision counts summed over coordinators (as of their last append)."""
@@ -125,6 +130,18 @@ class AppendLog:
         for counts in self.supervision.values():
             out.update(counts)
         return dict(out)
+
+    def restart_figures(self) -> dict[str, float]:
+        """Group restarts timed over every coordinator (each as of its last
+        append): how many, and their median and largest duration in ms."""
+        times = sorted(t for each in self.restart_s.values() for t in each)
+        if not times:
+            return {"count": 0}
+        return {
+            "count": len(times),
+            "p50_ms": round(times[len(times) // 2] * 1000, 1),
+            "max_ms": round(times[-1] * 1000, 1),
+        }
 
     def poll(self) -> int:
         try:
@@ -139,9 +156,8 @@ class AppendLog:
             event = json.loads(line)
             self.count += 1
             self.redone += event["attempt"] > 0
-            self.supervision[event["coordinator"]] = {
-                k: event[k] for k in Supervision.__struct_fields__
-            }
+            self.supervision[event["coordinator"]] = {k: event[k] for k in _COUNTS}
+            self.restart_s[event["coordinator"]] = event["restart_s"]
         return self.count
 
 

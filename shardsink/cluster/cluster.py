@@ -89,11 +89,14 @@ class ProcessInfo(msgspec.Struct, frozen=True):
 
 
 class Supervision(msgspec.Struct, frozen=True, kw_only=True):
-    """Group restarts, consensus-process restarts and abandoned attempts so far."""
+    """Group restarts, consensus-process restarts and abandoned attempts so
+    far; ``restart_s``: per group restart, the time from its kill to every
+    member ready again."""
 
     restarts: int
     consensus_restarts: int
     abandoned_attempts: int
+    restart_s: list[float]
 
 
 class ClusterStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -327,6 +330,7 @@ class Cluster:
         """What supervision has done so far (cheap: no figures are computed)."""
         coordinator = self._running_or_closing()
         return Supervision(
+            restart_s=list(coordinator.supervisor.counters.restart_s),
             restarts=coordinator.supervisor.counters.restarts,
             consensus_restarts=self.consensus.restarts if self.consensus is not None else 0,
             abandoned_attempts=coordinator.counters.abandoned,

@@ -232,3 +232,47 @@ def test_windows_name_a_missing_part():
         list(read.windows(parts, lambda p: None, 0, SCHEMA))
     assert missing.value.key == parts[0].key
     assert isinstance(parts[0], BlobPart)
+
+
+def test_streams_read_while_appends_compaction_and_gc_run_are_never_wrong(tmp_path):
+    """Another handle appends, compacts and collects garbage in a thread while
+    streams read every as-of written so far, each checked against the
+    workload's collection."""
+    import threading
+
+    blob, consensus = f"file://{tmp_path}/blob", f"sqlite://{tmp_path}/consensus.db"
+    intervals = 16
+    failures: list[BaseException] = []
+    compacted: list[int] = []
+    done = threading.Event()
+
+    def churn_and_maintain() -> None:
+        try:
+            with open_shard("s", blob=blob, consensus=consensus, config=MERGE) as other:
+                writer = other.writer()
+                for i in range(INTERVALS, intervals):
+                    t = i * CHURN.interval_ms
+                    writer.compare_and_append_table(CHURN.updates(i), t, t + CHURN.interval_ms)
+                    compacted.append(other.compact().applied)
+                    other.collect_garbage()
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            done.set()
+
+    with open_shard("s", blob=blob, consensus=consensus, config=SPLIT) as shard:
+        fill_churn(shard)
+        thread = threading.Thread(target=churn_and_maintain)
+        thread.start()
+        reads = 0
+        while not done.is_set() or reads == 0:
+            written = shard.upper // CHURN.interval_ms
+            as_of = written * CHURN.interval_ms - 1
+            got = shard.batches(as_of, max_rows=200).read_all()
+            assert got.equals(CHURN.expected(written, as_of)), written
+            reads += 1
+        thread.join()
+        assert not failures, failures
+        assert sum(compacted) >= 1
+        assert shard.batches().read_all().equals(CHURN.expected(intervals))
+        assert reads >= 2 and not shard.state().readers

@@ -1,5 +1,5 @@
 """``shardsink read``, ``shardsink export`` and ``shardsink shard
-inspect|manifest|compact|gc``.
+inspect|manifest|history|compact|gc``.
 
 Every command names the shard's stores with ``--data-dir D`` (meaning
 ``file://D/blob`` and ``sqlite:///D/consensus.db``) or with ``--blob`` and
@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -32,10 +33,13 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from .. import datadir
+from .._address import REMOTE_SCHEMES
 from ..connect import open_shard
+from ..persist import read
 from ..persist.errors import PersistError
 from ..persist.shard import Shard
-from ..storage.uri import BLOB_ENV, STORE_ENV
+from ..storage.backend import open_consensus
+from ..storage.uri import BLOB_ENV, STORE_ENV, redact
 
 FORMATS = ("table", "csv", "json", "parquet")
 #: Rows ``read --format table`` shows unless ``--limit`` says otherwise.
@@ -117,6 +121,19 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     manifest.add_argument("--as-of", type=int, metavar="T", help="as of T (default upper - 1)")
     manifest.add_argument("--json", action="store_true", help="print JSON")
     manifest.set_defaults(func=_manifest)
+    history = sub.add_parser(
+        "history",
+        help="the versions that changed the data: upper, batches added and replaced, writer, time",
+        description="Reads the consensus store itself (--data-dir's SQLite database or a "
+        "--consensus store URI, not a server's address), so it works while a cluster runs. "
+        "Versions truncated by gc are gone.",
+    )
+    _store_args(history)
+    history.add_argument(
+        "--limit", type=_count, default=20, metavar="N", help="the last N (default 20)"
+    )
+    history.add_argument("--json", action="store_true", help="print JSON")
+    history.set_defaults(func=_history)
     compact = sub.add_parser("compact", help="merge runs of adjacent small batches")
     _store_args(compact)
     compact.set_defaults(func=_compact)
@@ -455,6 +472,41 @@ def _literal(value: object) -> str:
     if isinstance(value, str):
         return "'" + value.replace("'", "''") + "'"
     raise TypeError(f"no SQL literal for {type(value).__name__}")
+
+
+def _history(args: argparse.Namespace) -> int:
+    _, consensus = store_uris(args)
+    if urlsplit(consensus).scheme.lower() in REMOTE_SCHEMES:
+        raise ValueError(
+            f"shard history reads a consensus store, not a server ({redact(consensus)}): "
+            "pass the store's URI as --consensus"
+        )
+    store = open_consensus(consensus)
+    try:
+        if store.head(args.shard) is None:
+            raise ValueError(f"shard {args.shard!r} does not exist")
+        entries = read.history(store, args.shard, args.limit)
+    except PersistError as exc:
+        raise ValueError(str(exc)) from exc
+    finally:
+        store.close()
+    if args.json:
+        print(msgspec.json.encode(entries).decode())
+        return 0
+    for e in entries:
+        added = sum(a["rows"] for a in e["added"])
+        size = sum(a["bytes"] for a in e["added"])
+        when = (
+            "-"
+            if e["wall_ms"] is None
+            else time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(e["wall_ms"] / 1000))
+        )
+        print(
+            f"seqno {e['seqno']}  upper {e['upper']}  since {e['since']}  "
+            f"+{len(e['added'])} batches ({added} rows, {size} B)  -{len(e['replaced'])} batches  "
+            f"writer {e['writer'] or '-'}  at {when}"
+        )
+    return 0
 
 
 @_with_shard

@@ -16,10 +16,14 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
+import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..storage.contracts import Consensus
 from . import parts as P
+from .diff import StateDiff, decode_diff
+from .errors import CorruptState
 from .state import BlobPart, KeyBound, Part, ShardState
 
 #: Rows of one loaded part a window consolidates at most (plus rows of the
@@ -182,4 +186,52 @@ def manifest(state: ShardState, as_of: int | None, schema: pa.Schema) -> dict:
         "rule": RULE,
         "parts": parts,
         "inline": inline,
+    }
+
+
+def history(consensus: Consensus, shard: str, limit: int, page: int = 1000) -> list[dict]:
+    """The last ``limit`` retained versions of ``shard`` that changed its data
+    (upper, since or batches), oldest first, each as :func:`history_entry`.
+    Versions below the oldest rollup still needed are truncated and not shown.
+    :class:`CorruptState` if a version is not a state diff of ``shard``."""
+    kept: deque[dict] = deque(maxlen=limit)
+    seqno = 0
+    while versions := consensus.scan(shard, seqno, page):
+        for version in versions:
+            try:
+                d = decode_diff(version.data)
+            except msgspec.DecodeError as exc:
+                raise CorruptState(
+                    f"shard {shard!r}: version {version.seqno} is not a state diff: {exc}"
+                ) from None
+            if d.upper is not None or d.since is not None or d.batches_put or d.batches_del:
+                kept.append(history_entry(d))
+        seqno = versions[-1].seqno + 1
+    return list(kept)
+
+
+def history_entry(d: StateDiff) -> dict:
+    """What version ``d.seqno`` changed: its new upper and since (``None`` if
+    unchanged), the batches it added (interval, rows, parts, bytes) and the
+    ids it replaced, and the writer that appended it with that writer's
+    wall-clock time in ms (``None`` for maintenance such as compaction)."""
+    writer = next(iter(d.writers_put.items()), None)
+    return {
+        "seqno": d.seqno,
+        "upper": d.upper,
+        "since": d.since,
+        "added": [
+            {
+                "batch": batch.id,
+                "lower": batch.lower,
+                "upper": batch.upper,
+                "rows": batch.rows,
+                "parts": len(batch.parts),
+                "bytes": batch.encoded_bytes,
+            }
+            for batch in d.batches_put.values()
+        ],
+        "replaced": list(d.batches_del),
+        "writer": writer[0] if writer else None,
+        "wall_ms": writer[1].heartbeat_ms if writer else None,
     }

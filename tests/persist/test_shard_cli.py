@@ -318,3 +318,27 @@ def test_a_part_missing_for_good_is_named_and_nothing_is_written(capsys, churn_d
         capsys, "export", "--data-dir", str(churn_dir), "--output", str(tmp_path / "x")
     )
     assert code == 2 and lost.name in err and not list(tmp_path.glob("*x*"))
+
+
+def test_history_lists_appends_and_compactions(capsys, churn_dir):
+    d = str(churn_dir)
+    run(capsys, "shard", "compact", "--data-dir", d)
+    code, out, _ = run(capsys, "shard", "history", "--data-dir", d, "--json")
+    entries = json.loads(out)
+    appends, merges = entries[:INTERVALS], entries[INTERVALS:]
+    assert code == 0 and [e["upper"] for e in appends] == [
+        (i + 1) * CHURN.interval_ms for i in range(INTERVALS)
+    ]
+    assert all(e["writer"] and e["wall_ms"] > 0 and len(e["added"]) == 1 for e in appends)
+    assert [e["added"][0]["rows"] for e in appends[:3]] == [500, 500, 1000]
+    assert len(merges) == 1 and merges[0]["writer"] is None and merges[0]["upper"] is None
+    assert sorted(merges[0]["replaced"]) == sorted(e["added"][0]["batch"] for e in appends)
+    code, out, _ = run(capsys, "shard", "history", "--data-dir", d, "--limit", "2")
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 2 and lines[0].startswith(f"seqno {appends[-1]['seqno']} ")
+    for argv, message in (
+        (["--shard", "other"], "shard 'other' does not exist"),
+        (["--consensus", "tcp://127.0.0.1:9"], "reads a consensus store, not a server"),
+    ):
+        code, _, err = run(capsys, "shard", "history", "--data-dir", d, *argv)
+        assert code == 2 and message in err, err

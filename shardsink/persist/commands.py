@@ -107,6 +107,16 @@ class AdvanceSince(msgspec.Struct, tag="advance_since", **_OPTS):
     since: int
 
 
+class Retain(msgspec.Struct, tag="retain", **_OPTS):
+    """Advance ``since`` by the retention policy: to
+    :func:`~shardsink.persist.transitions.retention_since` of ``retain``
+    (a duration in the shard's time unit), computed against the state it
+    applies to, so a reader leasing meanwhile is never passed. Answers:
+    :class:`Done` (also when since stays), :class:`Rejected` for ``retain < 1``."""
+
+    retain: int
+
+
 class ApplyCompaction(msgspec.Struct, tag="apply_compaction", **_OPTS):
     """Replace the batches ``inputs`` by ``output``, iff all inputs are still in
     state and adjacent in time order, and ``output`` spans exactly them.
@@ -154,6 +164,7 @@ Command = (
     | ExpireReader
     | ExpireReaders
     | AdvanceSince
+    | Retain
     | ApplyCompaction
     | AddRollup
     | ForgetRetired

@@ -32,6 +32,11 @@ class ShardConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
       consensus server holds the shard, its lease (``--writer-lease-ms``)
       replaces the handle's in the machine's ``config`` (read it there): the
       server expires writers, whatever lease a client asked for.
+    - ``retain``: how far ``since`` trails the upper, in the shard's time
+      unit (default one hour of ``up``'s millisecond timestamps); a consensus
+      server's maintenance advances since by it (``--retain``), held back by
+      live readers (see ``transitions.retention_since``); 0: since moves
+      only when asked (``Shard.advance_since``).
     - ``leaked_blob_grace_ms``: the leaked-blob sweep only deletes unreferenced
       blobs older than this.
     - ``max_attempts``: how many lost compare-and-sets or failed storage calls
@@ -48,6 +53,7 @@ class ShardConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     blob_target_bytes: int = 128 * MIB
     reader_lease_ms: int = 15 * 60 * 1000
     writer_lease_ms: int = 15 * 60 * 1000
+    retain: int = 60 * 60 * 1000
     leaked_blob_grace_ms: int = 60 * 60 * 1000
     max_attempts: int = 64
     server_timeout_s: float = 5.0
@@ -71,6 +77,7 @@ class ShardConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             "inline_max_bytes",
             "inline_total_max_bytes",
             "leaked_blob_grace_ms",
+            "retain",
             "server_retry_for_s",
         ):
             if getattr(self, name) < 0:

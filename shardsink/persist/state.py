@@ -96,11 +96,14 @@ class WriterState(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 class ReaderState(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A leased reader: no blob referenced by a version ``>= seqno_hold`` is
-    deleted while ``heartbeat_ms + lease_ms`` has not passed."""
+    deleted while ``heartbeat_ms + lease_ms`` has not passed. ``upper_hold``
+    is the upper of the version it holds: retention keeps the times that
+    version kept readable (see :func:`~shardsink.persist.transitions.retention_since`)."""
 
     seqno_hold: int
     heartbeat_ms: int
     lease_ms: int
+    upper_hold: int = 0
 
     def expired(self, now_ms: int) -> bool:
         return now_ms > self.heartbeat_ms + self.lease_ms

@@ -36,6 +36,7 @@ from .commands import (
     RegisterWriter,
     Rejected,
     Result,
+    Retain,
     WrongUpper,
 )
 from .state import Batch, InlinePart, ReaderState, RollupRef, ShardState, WriterState
@@ -178,7 +179,7 @@ def _compare_and_append(state: ShardState, cmd: CompareAndAppend, now_ms: int) -
 def _register_reader(state: ShardState, cmd: RegisterReader, now_ms: int) -> Outcome:
     if cmd.lease_ms < 1:
         return None, Rejected(f"reader lease must be >= 1 ms, got {cmd.lease_ms}")
-    reader = ReaderState(seqno_hold=state.seqno + 1, heartbeat_ms=now_ms, lease_ms=cmd.lease_ms)
+    reader = ReaderState(state.seqno + 1, now_ms, cmd.lease_ms, upper_hold=state.upper)
     new = _next(state, readers={**state.readers, cmd.reader_id: reader})
     return new, Leased(new)
 
@@ -187,7 +188,7 @@ def _lease_seqno(state: ShardState, cmd: LeaseSeqno, now_ms: int) -> Outcome:
     reader = state.readers.get(cmd.reader_id)
     if reader is None:
         return None, ReaderExpired(cmd.reader_id)
-    held = ReaderState(state.seqno + 1, now_ms, reader.lease_ms)
+    held = ReaderState(state.seqno + 1, now_ms, reader.lease_ms, upper_hold=state.upper)
     new = _next(state, readers={**state.readers, cmd.reader_id: held})
     return new, Leased(new)
 
@@ -224,6 +225,27 @@ def _advance_since(state: ShardState, cmd: AdvanceSince, now_ms: int) -> Outcome
         # some time must stay readable: since <= as_of < upper
         return None, Rejected(f"since {cmd.since} must stay below the upper {state.upper}")
     new = _next(state, since=cmd.since)
+    return new, Done(new.seqno)
+
+
+def retention_since(state: ShardState, retain: int, now_ms: int) -> int:
+    """The since the retention policy allows: times at least ``retain``
+    below the upper may be merged forward, and each live (not expired) reader
+    holds back the times its version kept readable, ``upper_hold - retain``.
+    Never below the current since, always below the upper (some time stays
+    readable)."""
+    holds = [r.upper_hold for r in state.readers.values() if not r.expired(now_ms)]
+    target = min([state.upper, *holds]) - retain
+    return max(state.since, min(target, state.upper - 1))
+
+
+def _retain(state: ShardState, cmd: Retain, now_ms: int) -> Outcome:
+    if cmd.retain < 1:
+        return None, Rejected(f"retain must be >= 1, got {cmd.retain}")
+    since = retention_since(state, cmd.retain, now_ms)
+    if since <= state.since:
+        return _unchanged(state)
+    new = _next(state, since=since)
     return new, Done(new.seqno)
 
 
@@ -304,6 +326,7 @@ _HANDLERS: dict[type, Callable[[ShardState, object, int], Outcome]] = {
     ExpireReader: _expire_reader,
     ExpireReaders: _expire_readers,
     AdvanceSince: _advance_since,
+    Retain: _retain,
     ApplyCompaction: _apply_compaction,
     AddRollup: _add_rollup,
     ForgetRetired: _forget_retired,

@@ -76,6 +76,15 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="a writer not seen (append or heartbeat) for this long leaves state "
         f"(default {served.writer_lease_ms}, 15 minutes); clients heartbeat by it",
     )
+    parser.add_argument(
+        "--retain",
+        type=int,
+        default=served.retain,
+        metavar="T",
+        help="maintenance keeps since this far behind the upper, in the shard's time unit, "
+        f"held back by live readers (default {served.retain}: an hour of up's milliseconds; "
+        "0: off)",
+    )
     for name in SERVED_FIELDS:
         parser.add_argument(
             f"--{name.replace('_', '-')}",
@@ -119,6 +128,7 @@ def _serve(args: argparse.Namespace) -> int:
         )
     config = ShardConfig(
         writer_lease_ms=args.writer_lease_ms,
+        retain=args.retain,
         **{name: getattr(args, name) for name in SERVED_FIELDS},
     )
     setproctitle("shardsink consensus")

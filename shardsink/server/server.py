@@ -12,7 +12,8 @@ blob deletes never block the request loop, and their state changes go through
 the same thread-safe machine. So does expiry: every tenth of the writer lease
 (``writer_lease_ms``, a served setting) readers whose lease ran out and
 writers not seen for the writer lease leave state, so a writer whose process
-died is gone at most 1.1 leases after it was last seen.
+died is gone at most 1.1 leases after it was last seen; then ``since`` is
+advanced by the retention policy (``retain``, a served setting).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import msgspec
 import zmq
 
 from .. import faults
+from ..persist.commands import Retain
 from ..persist.config import ShardConfig, check_served
 from ..persist.gc import collect_garbage, expire, sweep_leaked_blobs
 from ..persist.machine import LocalMachine, wall_clock_ms
@@ -103,9 +105,10 @@ class ConsensusServer:
     threshold, leaked-blob grace, max attempts); a client opening a shard with
     others gets a ``bad_request`` error naming them. Its ``writer_lease_ms``
     is the lease writers are expired by, told to every client that opens a
-    shard. Use :meth:`serve` to run
-    the loop until ``stop`` is set, :meth:`close` (idempotent) to release
-    everything.
+    shard; its ``retain`` (``0``: off) is how far maintenance keeps ``since``
+    behind the upper (:func:`~shardsink.persist.transitions.retention_since`).
+    Use :meth:`serve` to run the loop until ``stop`` is set, :meth:`close`
+    (idempotent) to release everything.
     """
 
     def __init__(
@@ -272,6 +275,8 @@ class ConsensusServer:
                 readers, writers = expire(machine)
                 shard.readers_expired += len(readers)
                 shard.writers_expired += len(writers)
+            if expiry and self.config.retain:
+                machine.run(Retain(self.config.retain))
             if gc:
                 report = collect_garbage(machine, self._blob)
                 shard.gc_runs += 1

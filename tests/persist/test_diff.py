@@ -25,6 +25,7 @@ from shardsink.persist.commands import (
     LeaseSeqno,
     RegisterReader,
     RegisterWriter,
+    Retain,
 )
 from shardsink.persist.state import ShardState
 from shardsink.persist.transitions import apply
@@ -54,6 +55,7 @@ def command(draw, state: ShardState):
                     ExpireReaders(),
                     HeartbeatWriter(draw(names)),
                     ExpireWriters(draw(st.integers(1, 50))),
+                    Retain(draw(st.integers(1, 5))),
                 ]
             )
         )

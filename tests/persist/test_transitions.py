@@ -31,10 +31,11 @@ from shardsink.persist.commands import (
     RegisterReader,
     RegisterWriter,
     Rejected,
+    Retain,
     WrongUpper,
 )
 from shardsink.persist.state import Batch, check_shard_name
-from shardsink.persist.transitions import _HANDLERS, apply
+from shardsink.persist.transitions import _HANDLERS, apply, retention_since
 
 
 def caa(batches, lo, hi, token="t1", writer="w"):
@@ -296,10 +297,39 @@ class TestWriterExpiry:
         assert new is None and isinstance(res, Rejected) and ">= 1 ms" in res.reason
 
 
+class TestRetention:
+    def test_since_trails_the_upper_by_retain(self):
+        state, _ = run(s0(), caa([], 0, 100))
+        assert retention_since(state, 30, 0) == 70
+        new, res = apply(state, Retain(30), 0)
+        assert res == Done(new.seqno) and new.since == 70
+        assert apply(new, Retain(30), 0)[0] is None  # already there: no new version
+        assert apply(new, Retain(50), 0)[0] is None  # since never moves back
+
+    def test_a_live_reader_holds_back_the_times_its_version_kept(self):
+        state, _ = run(s0(), caa([], 0, 40), RegisterReader("r", 100), now=0)
+        assert state.readers["r"].upper_hold == 40
+        state, _ = run(state, caa([], 40, 100, token="2"), now=0)
+        assert retention_since(state, 30, 50) == 10  # r's version kept [10, 40)
+        assert retention_since(state, 30, 101) == 70  # r's lease ran out
+        state, _ = run(state, LeaseSeqno("r"), now=60)
+        assert state.readers["r"].upper_hold == 100
+        assert run(state, Retain(30), now=60)[0].since == 70
+
+    def test_since_stays_below_the_upper(self):
+        state, _ = run(s0(), caa([], 0, 5))
+        assert retention_since(state, 1, 0) == 4
+        assert retention_since(s0(), 10, 0) == 0
+
+    def test_retain_below_one_is_rejected(self):
+        new, res = apply(s0(), Retain(0), 0)
+        assert new is None and isinstance(res, Rejected) and ">= 1" in res.reason
+
+
 def test_commands_and_results_round_trip_as_msgpack():
     state, _ = run(s0(), caa([inline_batch("a", 0, 1)], 0, 1))
     cmds = [caa([blob_batch("b", 1, 2)], 1, 2), ExpireReaders(), AddRollup(1, "k")]
-    cmds += [HeartbeatWriter("w"), ExpireWriters(5)]
+    cmds += [HeartbeatWriter("w"), ExpireWriters(5), Retain(7)]
     for cmd in cmds:
         assert COMMAND_DECODER.decode(msgspec.msgpack.encode(cmd)) == cmd
     for res in [Leased(state), WrongUpper(1, 2), InlineCapExceeded(1, 2, 3)]:

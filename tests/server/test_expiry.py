@@ -1,7 +1,8 @@
-"""Expiry by the consensus server's maintenance: a writer whose process died
-leaves state within its lease, a live coordinator heartbeats through
-intervals longer than its lease, and a reader that stops heartbeating stops
-holding back GC."""
+"""Expiry and retention by the consensus server's maintenance: a writer whose
+process died leaves state within its lease, a live coordinator heartbeats
+through intervals longer than its lease, a reader that stops heartbeating
+stops holding back GC, and since trails the upper by ``retain`` unless a live
+reader holds it back."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ import sys
 import threading
 import time
 
+import pytest
+
 from shardsink import open_shard
 from shardsink.persist.config import ShardConfig
+from shardsink.persist.errors import NotReadable
 from shardsink.process import ConsensusProcess
 from shardsink.server import ConsensusServer
 from shardsink.storage import open_blob, open_consensus
@@ -111,6 +115,50 @@ def test_a_reader_that_stops_heartbeating_stops_holding_back_gc(tmp_path) -> Non
                 time.sleep(0.05)
             assert reader.reader_id not in shard.state(refresh=True).readers
             assert shard.reader().snapshot().equals(WORKLOAD.expected(4))
+    finally:
+        stop.set()
+        loop.join(10)
+        server.close()
+
+
+def test_maintenance_advances_since_by_retain_held_back_by_live_readers(tmp_path) -> None:
+    blob_uri = f"file://{tmp_path}/blob"
+    served = ShardConfig(writer_lease_ms=500, retain=3)  # expiry and retention every 50 ms
+    server = ConsensusServer(
+        open_consensus(f"sqlite://{tmp_path}/c.db"),
+        open_blob(blob_uri),
+        f"ipc://{tmp_path}/sock/c",
+        gc_interval_s=0,
+        sweep_interval_s=0,
+        config=served,
+    )
+    stop = threading.Event()
+    loop = threading.Thread(target=server.serve, args=(stop,))
+    loop.start()
+
+    def since_reaches(since: int) -> None:
+        deadline = time.monotonic() + 10
+        while shard.state(refresh=True).since != since:
+            assert time.monotonic() < deadline, f"since stayed at {shard.since}, not {since}"
+            time.sleep(0.02)
+
+    try:
+        with open_shard("g", blob=blob_uri, consensus=server.address) as shard:
+            writer = shard.writer()
+            for i in range(5):
+                writer.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
+            since_reaches(2)
+            reader = shard.reader(lease_ms=60_000)  # holds [2, 5): its version's window
+            for i in range(5, 10):
+                writer.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
+            time.sleep(0.3)  # several maintenance runs
+            assert shard.state(refresh=True).since == 2
+            assert reader.snapshot(2).equals(WORKLOAD.expected(3))
+            reader.close()
+            since_reaches(7)
+            with pytest.raises(NotReadable, match="since 7"):
+                shard.reader().snapshot(6)
+            assert shard.reader().snapshot(9).equals(WORKLOAD.expected(10))
     finally:
         stop.set()
         loop.join(10)

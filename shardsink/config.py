@@ -106,6 +106,9 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     that misses it is restarted), ``max_restarts`` before the run fails,
     ``consensus_timeout_s`` for one consensus request.
 
+    ``metrics_port``: serve Prometheus metrics on ``127.0.0.1:PORT`` (0: a
+    free port) while the cluster runs; ``None``: none.
+
     ``seed`` drives the run's random choices (the order mints go out in);
     ``verify`` reads the shard back after a run and compares it with the
     workload's expected collection. Faults are armed apart, through
@@ -136,6 +139,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     interval_timeout_s: float = 60.0
     consensus_timeout_s: float = 5.0
     max_restarts: int = 20
+    metrics_port: int | None = None
     verify: bool = True
 
     def __post_init__(self) -> None:
@@ -156,6 +160,8 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         for name in ("start_timeout_s", "interval_timeout_s", "consensus_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"metrics_port must be 0 to 65535, got {self.metrics_port}")
         _choice("mode", self.mode, MODES)
         _choice("pace", self.pace, PACES)
         _choice("start", self.start, STARTS)

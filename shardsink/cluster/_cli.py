@@ -144,6 +144,13 @@ def register(commands, bench) -> None:
         f"(default {d.max_restarts})",
     )
     up.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="P",
+        help="serve Prometheus metrics at http://127.0.0.1:P/metrics while the cluster runs; "
+        "0: a free port (default: none)",
+    )
+    up.add_argument(
         "--events",
         type=argparse.FileType("a"),
         default=None,
@@ -277,7 +284,9 @@ def _up(args: argparse.Namespace) -> int:
             )
             console.print(
                 f"coordinator pid {os.getpid()}, data dir {config.data_path}, consensus at "
-                f"{cluster.shard_address}; "
+                f"{cluster.shard_address}"
+                + (f", metrics at {cluster.metrics.url}" if cluster.metrics else "")
+                + "; "
                 + (
                     f"status: shardsink status --data-dir {config.data_path}; stop: Ctrl-C "
                     f"or shardsink stop --data-dir {config.data_path}"

@@ -62,6 +62,7 @@ from ..storage.uri import redact
 from ..workloads import SCHEMA, Workload
 from . import roles
 from .control import ControlServer, ProcessStatus, Status
+from .metrics import Metrics, Supervised
 from .verify import Verification, verify
 
 log = logging.getLogger(__name__)
@@ -180,6 +181,7 @@ class Cluster:
         self._final: ClusterStats | None = None
         self._closed = False
         self.control: ControlServer | None = None
+        self.metrics: Metrics | None = None
         self._run_started: float | None = None
         self._appended_at: deque[tuple[float, IntervalRecord]] = deque()
         self._ps: dict[int, psutil.Process] = {}
@@ -240,6 +242,10 @@ class Cluster:
                 self.control = ControlServer(self.run_dir, self.status)
                 self._lock.update(control=self.control.address)
                 self.coordinator.on_poll = self.control.poll
+            if config.metrics_port is not None:
+                self.metrics = Metrics(
+                    config.metrics_port, Supervised(self._supervised, self._members)
+                )
         except BaseException:
             self.close()
             raise
@@ -262,6 +268,8 @@ class Cluster:
             finally:
                 if self.control is not None:
                     self.control.close()
+                if self.metrics is not None:
+                    self.metrics.close()
                 unlink_cluster(self.cluster_id)
                 if self.shard is not None:
                     self.shard.close()
@@ -296,6 +304,8 @@ class Cluster:
 
         def appended(record: IntervalRecord) -> None:
             self._appended_at.append((time.monotonic(), record))
+            if self.metrics is not None:
+                self.metrics.observe(record)
             if on_append is not None:
                 on_append(record)
 
@@ -401,6 +411,11 @@ class Cluster:
         if self.consensus is not None and self.consensus.address is not None:
             return self.consensus.address
         return redact(self.config.consensus_uri)
+
+    def _supervised(self) -> tuple[int, int, int]:
+        """Group restarts, consensus restarts, abandoned attempts (for metrics)."""
+        s = self.supervision()
+        return s.restarts, s.consensus_restarts, s.abandoned_attempts
 
     def _members(self) -> list[tuple[str, str, int, bool]]:
         """(kind, name, pid, alive) of the coordinator and every child."""

@@ -10,14 +10,18 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import msgspec
 import psutil
 import pytest
 import zmq
+from prometheus_client.parser import text_string_to_metric_families
 
 from shardsink import datadir
+from shardsink.cluster import Cluster, ClusterConfig
 from shardsink.cluster.control import (
     ControlServer,
     Refused,
@@ -193,3 +197,46 @@ def test_control_server_answers_strictly(tmp_path):
         sock.close()
         ctx.term()
         server.close()
+
+
+def _scrape(url: str) -> dict[str, float]:
+    """Every sample of ``url``, by name and labels (``name{k=v,...}``)."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            samples[sample.name + (f"{{{labels}}}" if labels else "")] = sample.value
+    return samples
+
+
+def test_metrics_rise_while_it_runs_and_end_equal_to_the_summary(tmp_path):
+    config = ClusterConfig(
+        data_dir=str(tmp_path), groups=1, workers=2, intervals=5, metrics_port=0, verify=False
+    )
+    seen: list[dict[str, float]] = []
+    with Cluster(config) as cluster:
+        url = cluster.metrics.url
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/metrics")
+        stats = cluster.run(on_append=lambda record: seen.append(_scrape(url)))
+        final = _scrape(url)
+        pids = {p.pid: p.kind for p in cluster.processes()}
+    assert [s["shardsink_appends_total"] for s in seen] == [1, 2, 3, 4, 5]
+    assert [s["shardsink_append_latency_seconds_count"] for s in seen] == [1, 2, 3, 4, 5]
+    assert final["shardsink_appends_total"] == stats.appends == 5
+    assert final["shardsink_rows_total"] == stats.rows
+    assert final["shardsink_blob_puts_total"] == stats.blob_puts > 0
+    assert final["shardsink_blob_put_bytes_total"] == stats.blob_put_bytes
+    assert final["shardsink_diff_bytes_total"] == pytest.approx(stats.diff_bytes_per_append * 5)
+    assert final["shardsink_data_parts_total"] == pytest.approx(stats.data_parts_per_append * 5)
+    assert final["shardsink_append_latency_seconds_sum"] == pytest.approx(
+        sum(r.latency_ms for r in cluster.records) / 1000
+    )
+    assert final["shardsink_restarts_total{kind=group}"] == stats.restarts == 0
+    rss = {k: v for k, v in final.items() if k.startswith("shardsink_process_resident")}
+    assert len(rss) == len(pids) == 5 and all(v > 0 for v in rss.values())
+    kinds = sorted(k.split("kind=")[1].split(",")[0] for k in rss)
+    assert kinds == sorted(pids.values())
+    with pytest.raises(urllib.error.URLError):  # the server stopped with the cluster
+        _scrape(url)

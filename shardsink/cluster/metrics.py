@@ -1,0 +1,132 @@
+"""Prometheus metrics of a running cluster (``shardsink up --metrics-port P``).
+
+:class:`Metrics` serves ``/metrics`` on loopback from prometheus_client's HTTP
+server thread, the one thread a coordinator runs besides its own: the
+coordinator only :meth:`~Metrics.observe`\\ s each appended interval (the
+client's counters are thread-safe), and supervision counts and per-process
+figures are read when scraped. Names follow Prometheus conventions:
+``shardsink_*_total`` counters, ``_seconds`` and ``_bytes`` units.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import psutil
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from ..coordinator.coordinator import IntervalRecord
+
+#: Append latency buckets, seconds: a 2-core trickle appends in ~10 ms, a
+#: hydrate's first interval or a restart takes seconds.
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+#: IntervalRecord fields counted as ``shardsink_<name>_total``, with their help.
+COUNTED = {
+    "rows": "Rows appended",
+    "blob_puts": "Blob PUTs of data parts",
+    "blob_put_bytes": "Bytes of data parts PUT to the blob store",
+    "data_parts": "Data parts appended",
+    "inline_parts": "Parts of shared batches that reached their builder inline",
+    "inline_bytes": "Bytes of parts that reached their builder inline",
+    "segment_parts": "Parts of shared batches that reached their builder through shared memory",
+    "diff_bytes": "Bytes of state diffs written by appends",
+    "cas_calls": "Compare-and-append calls",
+}
+
+
+class Supervised(Collector):
+    """What is read at scrape time: restarts by kind, abandoned attempts, and
+    each live process's resident memory and CPU time. ``supervision`` returns
+    (group restarts, consensus restarts, abandoned attempts); ``members``
+    (kind, name, pid, alive) of every process; both run in the scrape thread
+    and may raise ``RuntimeError`` while the coordinator restarts a group
+    (then the scrape lacks those families rather than fail)."""
+
+    def __init__(
+        self,
+        supervision: Callable[[], tuple[int, int, int]],
+        members: Callable[[], list[tuple[str, str, int, bool]]],
+    ) -> None:
+        self._supervision = supervision
+        self._members = members
+
+    def collect(self) -> Iterable[Metric]:
+        try:
+            groups, consensus, abandoned = self._supervision()
+            members = self._members()
+        except RuntimeError:  # a dict changed size under us: the next scrape has them
+            return
+        restarts = CounterMetricFamily(
+            "shardsink_restarts", "Process restarts by kind", labels=["kind"]
+        )
+        restarts.add_metric(["group"], groups)
+        restarts.add_metric(["consensus"], consensus)
+        yield restarts
+        yield CounterMetricFamily(
+            "shardsink_abandoned_attempts", "Interval attempts not appended", value=abandoned
+        )
+        rss = GaugeMetricFamily(
+            "shardsink_process_resident_memory_bytes",
+            "Resident memory of each live process of the cluster",
+            labels=["kind", "name"],
+        )
+        cpu = CounterMetricFamily(
+            "shardsink_process_cpu_seconds",
+            "CPU time (user + system) of each live process of the cluster",
+            labels=["kind", "name"],
+        )
+        for kind, name, pid, alive in members:
+            if not alive:
+                continue
+            try:
+                proc = psutil.Process(pid)
+                memory, times = proc.memory_info(), proc.cpu_times()
+            except psutil.Error:  # exited since the coordinator looked
+                continue
+            rss.add_metric([kind, name], memory.rss)
+            cpu.add_metric([kind, name], times.user + times.system)
+        yield rss
+        yield cpu
+
+
+class Metrics:
+    """A registry of one cluster's metrics and its HTTP server on
+    ``host:port`` (0: a free port; :attr:`url` says which). ``close()`` stops
+    the server and is idempotent. ``ValueError`` naming the port if it cannot
+    be bound."""
+
+    def __init__(self, port: int, supervised: Supervised, host: str = "127.0.0.1") -> None:
+        self.registry = CollectorRegistry()
+        self._appends = Counter("shardsink_appends", "Intervals appended", registry=self.registry)
+        self._counted = {
+            name: Counter(f"shardsink_{name}", text, registry=self.registry)
+            for name, text in COUNTED.items()
+        }
+        self._latency = Histogram(
+            "shardsink_append_latency_seconds",
+            "Append latency of each interval appended (latency_ms of its IntervalRecord)",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.registry.register(supervised)
+        try:
+            self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as exc:
+            raise ValueError(f"cannot serve metrics on {host}:{port}: {exc}") from None
+        self.url = f"http://{host}:{self._server.server_port}/metrics"
+
+    def observe(self, record: IntervalRecord) -> None:
+        """Count an appended interval."""
+        self._appends.inc()
+        for name, counter in self._counted.items():
+            counter.inc(getattr(record, name))
+        self._latency.observe(record.latency_ms / 1000)
+
+    def close(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+            self._thread.join(5)

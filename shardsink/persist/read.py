@@ -19,19 +19,21 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
-from ..storage.contracts import Consensus
+from ..storage.contracts import Blob, Consensus
 from . import parts as P
 from .diff import StateDiff, decode_diff
 from .errors import CorruptState
-from .state import BlobPart, KeyBound, Part, ShardState
+from .state import BlobPart, InlinePart, KeyBound, Part, ShardState
 
 #: Rows of one loaded part a window consolidates at most (plus rows of the
 #: cut's own key): the group-by's working set.
 WINDOW_ROWS = 256 * 1024
 
-#: Loads a part's rows; ``None`` if its blob is missing.
-Loader = Callable[[Part], pa.Table | None]
+#: Loads a part's rows as consecutive tables, together sorted by key; ``None``
+#: if its blob is missing.
+Loader = Callable[[Part], Iterable[pa.Table] | None]
 
 
 class Missing(Exception):
@@ -76,39 +78,33 @@ def windows(
     """The snapshot as of ``as_of`` of ``parts`` with keys above ``after``
     (all keys if ``None``), as ``(table, cut)`` pairs in key order: ``table``
     (sorted by key, val) holds exactly the keys in ``(previous cut, cut]``.
-    A cut falls at most ``window_rows`` rows into any loaded part, so a large
-    part is consolidated a slice at a time.
+    Parts are read a chunk at a time, and a cut falls at most ``window_rows``
+    rows into any part (further only for rows of the cut's own key), so a
+    large part is consolidated a slice at a time.
 
     Parts without key bounds (key types without a MessagePack-native value)
     make one window of everything, with cut ``None``. Raises :class:`Missing`
-    when ``load`` finds a part's blob gone; nothing of that window was yielded.
+    when ``load`` finds a part's blob gone (nothing of that window was
+    yielded), ``ValueError`` naming a part whose rows are not sorted by key.
     """
     parts = [p for p in readable(parts, as_of) if _may_hold_after(p, after)]
     if any(p.key_lo is None or p.key_hi is None for p in parts):
-        tables = [_load(p, load, as_of, after) for p in parts]
+        cursors = [_Cursor(p, load, as_of, after) for p in parts]
+        tables = [t for t in (c.take(None) for c in cursors) if t is not None]
         yield P.at_time(P.concat(tables, schema), as_of), None
         return
     pending = deque(sorted(parts, key=lambda p: p.key_lo))
-    loaded: list[tuple[KeyBound, pa.Table]] = []
-    key_type = schema.field("key").type
+    loaded: list[_Cursor] = []
     while pending or loaded:
         if not loaded:
-            part = pending.popleft()
-            loaded.append((part.key_hi, _load(part, load, as_of, after)))
-        cut = min(_cut(hi, table, window_rows) for hi, table in loaded)
+            loaded.append(_Cursor(pending.popleft(), load, as_of, after))
+        cut = min(c.cut(window_rows) for c in loaded)
         while pending and pending[0].key_lo <= cut:
-            part = pending.popleft()
-            table = _load(part, load, as_of, after)
-            loaded.append((part.key_hi, table))
-            cut = min(cut, _cut(part.key_hi, table, window_rows))
-        bound = pa.scalar(cut, key_type)
-        taken, kept = [], []
-        for hi, table in loaded:
-            n = pc.sum(pc.less_equal(table["key"], bound)).as_py() or 0
-            taken.append(table.slice(0, n))
-            if hi > cut:
-                kept.append((hi, table.slice(n)))
-        loaded = kept
+            cursor = _Cursor(pending.popleft(), load, as_of, after)
+            loaded.append(cursor)
+            cut = min(cut, cursor.cut(window_rows))
+        taken = [t for t in (c.take(cut) for c in loaded) if t is not None]
+        loaded = [c for c in loaded if not c.exhausted]
         yield P.at_time(P.concat(taken, schema), as_of), cut
 
 
@@ -116,28 +112,106 @@ def _may_hold_after(part: Part, after: KeyBound) -> bool:
     return after is None or part.key_hi is None or part.key_hi > after
 
 
-def _cut(hi: KeyBound, table: pa.Table, window_rows: int) -> KeyBound:
-    """The highest cut ``table`` (sorted by key, largest key ``hi``) allows."""
-    return table["key"][window_rows - 1].as_py() if table.num_rows > window_rows else hi
+class _Cursor:
+    """A part's updates at or before the as-of with keys above ``after``,
+    pulled chunk by chunk from its loader as the sweep needs them."""
 
+    def __init__(self, part: Part, load: Loader, as_of: int, after: KeyBound) -> None:
+        chunks = load(part)
+        if chunks is None:
+            raise Missing(part.key)
+        self.part, self.as_of, self.after = part, as_of, after
+        self.chunks = iter(chunks)
+        self.buffer: pa.Table | None = None
+        self.last: KeyBound = None
+        self.done = False
 
-def _load(part: Part, load: Loader, as_of: int, after: KeyBound) -> pa.Table:
-    """``part``'s updates at or before ``as_of`` with keys above ``after``,
-    sorted by key. Copies only what needs filtering or sorting: parts are
-    written sorted, and most lie wholly at or before the as-of."""
-    table = load(part)
-    if table is None:
-        raise Missing(part.key)
-    if part.ts_hi > as_of:
-        table = table.filter(pc.less_equal(table["ts"], pa.scalar(as_of, pa.uint64())))
-    if after is not None:
-        table = table.filter(
-            pc.greater(table["key"], pa.scalar(after, table.schema.field("key").type))
+    @property
+    def exhausted(self) -> bool:
+        return self.done and (self.buffer is None or self.buffer.num_rows == 0)
+
+    def _pull(self) -> None:
+        chunk = next(self.chunks, None)
+        if chunk is None:
+            self.done = True
+            return
+        if self.part.ts_hi > self.as_of:
+            chunk = chunk.filter(pc.less_equal(chunk["ts"], pa.scalar(self.as_of, pa.uint64())))
+        if self.after is not None:
+            after = pa.scalar(self.after, chunk.schema.field("key").type)
+            chunk = chunk.filter(pc.greater(chunk["key"], after))
+        if chunk.num_rows == 0:
+            return
+        keys = chunk["key"]
+        first = keys[0].as_py()
+        if (self.last is not None and first < self.last) or (
+            len(keys) > 1 and not pc.all(pc.less_equal(keys[:-1], keys[1:])).as_py()
+        ):
+            where = self.part.key if isinstance(self.part, BlobPart) else "inline"
+            raise ValueError(f"part {where} is not sorted by key")
+        self.last = keys[-1].as_py()
+        self.buffer = chunk if self.buffer is None else pa.concat_tables([self.buffer, chunk])
+
+    def cut(self, window_rows: int) -> KeyBound:
+        """The highest cut this part allows: its largest key, or the key
+        ``window_rows`` rows in."""
+        while not self.done and (self.buffer is None or self.buffer.num_rows <= window_rows):
+            self._pull()
+        if self.buffer is not None and self.buffer.num_rows > window_rows:
+            return self.buffer["key"][window_rows - 1].as_py()
+        return self.part.key_hi
+
+    def take(self, cut: KeyBound) -> pa.Table | None:
+        """Remove and return the rows with keys at or below ``cut`` (all of
+        them if ``None``)."""
+        while not self.done and (cut is None or self.last is None or self.last <= cut):
+            self._pull()
+        if self.buffer is None:
+            return None
+        n = (
+            self.buffer.num_rows
+            if cut is None
+            else pc.sum(
+                pc.less_equal(
+                    self.buffer["key"], pa.scalar(cut, self.buffer.schema.field("key").type)
+                )
+            ).as_py()
+            or 0
         )
-    keys = table["key"]
-    if len(keys) > 1 and not pc.all(pc.less_equal(keys[:-1], keys[1:])).as_py():
-        table = table.sort_by("key")
-    return table
+        taken, self.buffer = self.buffer.slice(0, n), self.buffer.slice(n)
+        return taken
+
+
+def part_chunks(
+    blob: Blob, shard: str, part: Part, schema: pa.Schema, rows: int
+) -> Iterator[pa.Table] | None:
+    """A loader (see :data:`Loader`): ``part``'s rows in chunks of at most
+    ``rows``, a Parquet part decoded a record batch at a time; ``None`` if its
+    blob is missing. :class:`CorruptState` if it does not decode as
+    ``schema``."""
+    where = part.key if isinstance(part, BlobPart) else "inline"
+    try:
+        if isinstance(part, InlinePart):
+            return iter([P.decode_inline(part, schema)])
+        data = blob.get(part.key)
+        if data is None:
+            return None
+        file = pq.ParquetFile(pa.BufferReader(data))
+        if not file.schema_arrow.remove_metadata().equals(schema):
+            raise ValueError(f"Parquet part has schema {file.schema_arrow}, the shard {schema}")
+    except (ValueError, pa.ArrowInvalid, OSError) as exc:
+        raise CorruptState(f"shard {shard!r}: part {where}: {exc}") from None
+    return _batches_of(file, schema, rows, shard, where)
+
+
+def _batches_of(
+    file: pq.ParquetFile, schema: pa.Schema, rows: int, shard: str, where: str
+) -> Iterator[pa.Table]:
+    try:
+        for batch in file.iter_batches(batch_size=rows):
+            yield pa.Table.from_batches([batch.replace_schema_metadata(None)], schema=schema)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorruptState(f"shard {shard!r}: part {where}: {exc}") from None
 
 
 #: How a snapshot is computed from a manifest's updates (parts and inline).

@@ -650,7 +650,9 @@ class Reader:
                     self._check_since(state, as_of)
                 faults.point("reader.before_fetch")
                 parts = [p for b in state.ordered_batches() if b.lower <= as_of for p in b.parts]
-                load = functools.partial(load_part, shard.blob, shard.name, schema=shard.schema)
+                load = functools.partial(
+                    read.part_chunks, shard.blob, shard.name, schema=shard.schema, rows=BATCH_ROWS
+                )
                 try:
                     for table, cut in read.windows(parts, load, as_of, shard.schema, after):
                         after = cut

@@ -173,6 +173,11 @@ def test_duckdb_and_polars_read_the_stream(churn):
 # --- the sweep, on in-memory parts ------------------------------------------------
 
 
+def chunked(data, rows):
+    """A loader of ``data``'s tables in chunks of ``rows``."""
+    return lambda p: [pa.Table.from_batches([b]) for b in data[p.key].to_batches(rows)]
+
+
 def _parts(tables):
     """Blob parts (with key bounds) of ``tables`` and their data by key."""
     parts, data = [], {}
@@ -198,7 +203,9 @@ def test_windows_equal_consolidating_everything(seed):
     as_of = rng.randint(0, 5)
     after = rng.choice((None, rng.randint(0, 60)))
     window_rows = rng.choice((1, 3, 1000))
-    got = list(read.windows(parts, lambda p: data[p.key], as_of, SCHEMA, after, window_rows))
+    got = list(
+        read.windows(parts, chunked(data, rng.randint(1, 9)), as_of, SCHEMA, after, window_rows)
+    )
     whole = P.at_time(P.concat(tables, SCHEMA), as_of)
     if after is not None:
         whole = whole.filter(pa.compute.greater(whole["key"], after))
@@ -214,16 +221,23 @@ def test_windows_hold_only_the_parts_that_overlap():
     """Disjoint key ranges: one window per part, each loaded alone."""
     tables = [updates([(k, "v", 0, 1) for k in range(i * 10, i * 10 + 10)]) for i in range(5)]
     parts, data = _parts(reversed(tables))
-    got = list(read.windows(parts, lambda p: data[p.key], 0, SCHEMA))
+    got = list(read.windows(parts, chunked(data, 4), 0, SCHEMA))
     assert [c for _, c in got] == [9, 19, 29, 39, 49]
     assert [t.num_rows for t, _ in got] == [10] * 5
 
 
 def test_a_large_part_is_consolidated_a_slice_at_a_time():
     parts, data = _parts([updates([(k, "v", 0, 1) for k in range(100)])])
-    got = list(read.windows(parts, lambda p: data[p.key], 0, SCHEMA, window_rows=30))
+    got = list(read.windows(parts, chunked(data, 4), 0, SCHEMA, window_rows=30))
     assert [c for _, c in got] == [29, 59, 89, 99]
     assert [t.num_rows for t, _ in got] == [30, 30, 30, 10]
+
+
+def test_a_part_out_of_key_order_is_named():
+    parts, data = _parts([updates([(k, "v", 0, 1) for k in range(10)])])
+    data[parts[0].key] = data[parts[0].key].take([0, 1, 2, 3, 4, 9, 5, 6, 7, 8])
+    with pytest.raises(ValueError, match=f"part {parts[0].key} is not sorted by key"):
+        list(read.windows(parts, chunked(data, 3), 0, SCHEMA))
 
 
 def test_windows_name_a_missing_part():

@@ -421,6 +421,7 @@ def status_tables(status):
             f"{status.abandoned_attempts} attempts abandoned",
         ),
         ("consensus", status.consensus),
+        ("metrics", status.metrics or "none (up --metrics-port P)"),
         ("data dir", status.data_dir),
     ]
     for name, value in rows:

@@ -401,6 +401,7 @@ class Cluster:
             consensus_restarts=supervision.consensus_restarts,
             abandoned_attempts=supervision.abandoned_attempts,
             consensus=self.shard_address,
+            metrics=self.metrics.url if self.metrics is not None else None,
             processes=[self._process_status(*p) for p in self._members()],
         )
 

@@ -55,7 +55,8 @@ class ProcessStatus(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 class Status(msgspec.Struct, tag="status", frozen=True, forbid_unknown_fields=True, kw_only=True):
     """A running cluster. Rates and latencies are over the appends of the last
     ``window_s`` seconds (``appends_in_window`` of them; all 0.0 if none);
-    per-append figures over every append of the run."""
+    per-append figures over every append of the run. ``metrics`` is the URL of
+    its Prometheus metrics (``None`` without ``--metrics-port``)."""
 
     cluster_id: str
     coordinator_pid: int
@@ -80,6 +81,7 @@ class Status(msgspec.Struct, tag="status", frozen=True, forbid_unknown_fields=Tr
     consensus_restarts: int
     abandoned_attempts: int
     consensus: str
+    metrics: str | None
     processes: list[ProcessStatus]
 
 

@@ -113,6 +113,7 @@ def test_status_lists_every_process_and_stop_ends_the_run(tmp_path, popen):
     assert status["upper"] == status["appends"] * 100 and status["intervals_per_s"] > 1
     assert status["append_latency_ms_p99"] >= status["append_latency_ms_p50"] > 0
     assert status["consensus"].startswith("ipc://")
+    assert status["metrics"] is None
 
     text = _shardsink("status", "--data-dir", str(data))
     assert text.returncode == 0 and "1x2 best-effort" in text.stdout and "g0/w1" in text.stdout
@@ -169,6 +170,7 @@ def test_control_server_answers_strictly(tmp_path):
         **dict.fromkeys(("blob_puts_per_append", "diff_bytes_per_append"), 0.0),
         appends_in_window=0,
         consensus="ipc:///c",
+        metrics=None,
         processes=[],
     )
     server = ControlServer(tmp_path, lambda: status)
@@ -221,6 +223,7 @@ def test_metrics_rise_while_it_runs_and_end_equal_to_the_summary(tmp_path):
         assert url.startswith("http://127.0.0.1:") and url.endswith("/metrics")
         stats = cluster.run(on_append=lambda record: seen.append(_scrape(url)))
         final = _scrape(url)
+        assert cluster.status().metrics == url
         pids = {p.pid: p.kind for p in cluster.processes()}
     assert [s["shardsink_appends_total"] for s in seen] == [1, 2, 3, 4, 5]
     assert [s["shardsink_append_latency_seconds_count"] for s in seen] == [1, 2, 3, 4, 5]

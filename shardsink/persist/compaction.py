@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from ..storage.contracts import Blob
 from . import parts as P
+from . import spine
 from .batches import build_batch, flush_inline, load_part
 from .commands import ApplyCompaction, InlineCapExceeded, Rejected
 from .machine import ShardMachine
@@ -60,9 +61,34 @@ def compact(
     stats: ShardStats,
 ) -> CompactionReport:
     """Compact every run :func:`plan` finds in the latest state."""
-    report = CompactionReport()
     state = machine.state(refresh=True)
-    for run in plan(state, target_bytes):
+    return _apply(machine, blob, schema, state, plan(state, target_bytes), target_bytes, stats)
+
+
+def compact_spine(
+    machine: ShardMachine, blob: Blob, *, target_bytes: int, stats: ShardStats
+) -> CompactionReport:
+    """One round of the spine's merges (:func:`~.spine.merges`) on the latest
+    state; the shard's schema comes from its state. Run rounds until one
+    applies nothing to bring the state within :func:`~.spine.batch_bound`."""
+    state = machine.state(refresh=True)
+    runs = [list(pair) for pair in spine.merges(state)]
+    schema = P.schema_from_bytes(state.schema)
+    return _apply(machine, blob, schema, state, runs, target_bytes, stats)
+
+
+def _apply(
+    machine: ShardMachine,
+    blob: Blob,
+    schema: pa.Schema,
+    state: ShardState,
+    runs: list[list[Batch]],
+    target_bytes: int,
+    stats: ShardStats,
+) -> CompactionReport:
+    """Merge each run of ``state`` and replace it through ``ApplyCompaction``."""
+    report = CompactionReport()
+    for run in runs:
         output = _merge(machine.shard, blob, schema, state, run, target_bytes, stats)
         result = None
         if output is not None:

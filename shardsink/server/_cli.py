@@ -67,6 +67,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--gc-interval", type=float, default=60.0, metavar="S")
     parser.add_argument("--sweep-interval", type=float, default=600.0, metavar="S")
+    parser.add_argument(
+        "--compact-interval",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="merge batches by the spine's rule every S seconds, off the request loop "
+        "(default 0: off; `shard compact` merges by hand)",
+    )
     served = ShardConfig()
     parser.add_argument(
         "--writer-lease-ms",
@@ -154,6 +162,7 @@ def _serve(args: argparse.Namespace) -> int:
             blob,
             args.bind,
             gc_interval_s=args.gc_interval,
+            compact_interval_s=args.compact_interval,
             sweep_interval_s=args.sweep_interval,
             config=config,
         )
@@ -201,6 +210,8 @@ def _stats(args: argparse.Namespace) -> int:
         "leaked swept": lambda s: s.leaked_swept,
         "readers expired": lambda s: s.readers_expired,
         "writers expired": lambda s: s.writers_expired,
+        "compactions": lambda s: s.compactions,
+        "abandoned": lambda s: s.compactions_abandoned,
     }
     for name in columns:
         table.add_column(name, justify="left" if name == "shard" else "right")

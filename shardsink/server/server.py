@@ -30,10 +30,11 @@ import zmq
 
 from .. import faults
 from ..persist.commands import Retain
+from ..persist.compaction import compact_spine
 from ..persist.config import ShardConfig, check_served
 from ..persist.gc import collect_garbage, expire, sweep_leaked_blobs
 from ..persist.machine import LocalMachine, wall_clock_ms
-from ..persist.stats import MachineStats
+from ..persist.stats import MachineStats, ShardStats
 from ..storage.contracts import Blob, Consensus
 from .rpc import RpcServer
 from .wire import (
@@ -67,6 +68,8 @@ MAX_PARK_MS = 30_000
 #: Requests larger than this are dropped by ZeroMQ before we see them: a state
 #: command is kilobytes, so anything near this is garbage or an attack.
 MAX_REQUEST_BYTES = 64 << 20
+#: Spine rounds one maintenance run does at most; the rest waits for the next run.
+MAX_COMPACTION_ROUNDS = 8
 
 
 class _Shard:
@@ -80,9 +83,10 @@ class _Shard:
         self.leaked_swept = 0
         self.readers_expired = 0
         self.writers_expired = 0
-        self.last_expiry = time.monotonic()
-        self.last_gc = time.monotonic()
-        self.last_sweep = time.monotonic()
+        self.compactions = 0
+        self.compactions_abandoned = 0
+        self.compaction_stats = ShardStats()
+        self.last_run = dict.fromkeys(("expiry", "compact", "gc", "sweep"), time.monotonic())
         self.maintenance: Future | None = None
 
 
@@ -99,7 +103,8 @@ class ConsensusServer:
     and rollups in ``blob`` (both closed by :meth:`close`).
 
     ``gc_interval_s`` / ``sweep_interval_s`` schedule GC and the leaked-blob
-    sweep per loaded shard (``0`` disables). ``config`` holds the settings
+    sweep per loaded shard, ``compact_interval_s`` rounds of the spine's
+    merges (:mod:`~shardsink.persist.spine`) (``0`` disables each). ``config`` holds the settings
     every shard runs with here, whoever opened it first and after a restart
     alike (its :data:`~shardsink.persist.config.SERVED_FIELDS`: rollup
     threshold, leaked-blob grace, max attempts); a client opening a shard with
@@ -118,6 +123,7 @@ class ConsensusServer:
         bind: str,
         *,
         gc_interval_s: float = 60.0,
+        compact_interval_s: float = 0.0,
         sweep_interval_s: float = 600.0,
         config: ShardConfig | None = None,
         clock: Callable[[], int] = wall_clock_ms,
@@ -128,6 +134,7 @@ class ConsensusServer:
         self._rpc.socket.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES)
         self.address = self._rpc.address
         self._gc_interval_s = gc_interval_s
+        self._compact_interval_s = compact_interval_s
         self._sweep_interval_s = sweep_interval_s
         self.config = config or ShardConfig()
         self._clock = clock
@@ -249,47 +256,66 @@ class ConsensusServer:
 
     def _schedule_maintenance(self) -> None:
         now = time.monotonic()
-        expiry_interval_s = self.config.writer_lease_ms / 10_000
+        intervals = {
+            "expiry": self.config.writer_lease_ms / 10_000,
+            "compact": self._compact_interval_s,
+            "gc": self._gc_interval_s,
+            "sweep": self._sweep_interval_s,
+        }
         for shard in self._shards.values():
             if shard.maintenance is not None and not shard.maintenance.done():
                 continue
-            expiry_due = now - shard.last_expiry >= expiry_interval_s
-            gc_due = self._gc_interval_s > 0 and now - shard.last_gc >= self._gc_interval_s
-            sweep_due = (
-                self._sweep_interval_s > 0 and now - shard.last_sweep >= self._sweep_interval_s
-            )
-            if expiry_due or gc_due or sweep_due:
-                shard.last_expiry = now if expiry_due else shard.last_expiry
-                shard.last_gc = now if gc_due else shard.last_gc
-                shard.last_sweep = now if sweep_due else shard.last_sweep
-                shard.maintenance = self._maintenance.submit(
-                    self._maintain, shard, expiry_due, gc_due, sweep_due
-                )
+            due = {
+                job
+                for job, every in intervals.items()
+                if every > 0 and now - shard.last_run[job] >= every
+            }
+            if due:
+                shard.last_run.update(dict.fromkeys(due, now))
+                shard.maintenance = self._maintenance.submit(self._maintain, shard, due)
 
-    def _maintain(self, shard: _Shard, expiry: bool, gc: bool, sweep: bool) -> None:
-        """Runs on the maintenance thread: blob deletes happen here, never in
-        the request loop; state changes go through the thread-safe machine."""
+    def _maintain(self, shard: _Shard, due: set[str]) -> None:
+        """Runs on the maintenance thread: blob reads, writes and deletes
+        happen here, never in the request loop; state changes go through the
+        thread-safe machine."""
         machine = shard.machine
         try:
-            if expiry and not gc:  # GC expires first itself
+            if "expiry" in due and "gc" not in due:  # GC expires first itself
                 readers, writers = expire(machine)
                 shard.readers_expired += len(readers)
                 shard.writers_expired += len(writers)
-            if expiry and self.config.retain:
+            if "expiry" in due and self.config.retain:
                 machine.run(Retain(self.config.retain))
-            if gc:
+            if "compact" in due:
+                self._compact(shard)
+            if "gc" in due:
                 report = collect_garbage(machine, self._blob)
                 shard.gc_runs += 1
                 shard.readers_expired += len(report.readers_expired)
                 shard.writers_expired += len(report.writers_expired)
                 shard.blobs_deleted += len(report.blobs_deleted)
-            if sweep:
+            if "sweep" in due:
                 grace = self.config.leaked_blob_grace_ms
                 shard.leaked_swept += len(
                     sweep_leaked_blobs(machine, self._blob, grace, self._clock())
                 )
         except Exception:
             log.exception("maintenance of shard %r failed; retrying on schedule", machine.shard)
+
+    def _compact(self, shard: _Shard) -> None:
+        """Rounds of the spine's merges until one applies nothing (at most
+        :data:`MAX_COMPACTION_ROUNDS`, so expiry and GC wait for no backlog)."""
+        for _ in range(MAX_COMPACTION_ROUNDS):
+            report = compact_spine(
+                shard.machine,
+                self._blob,
+                target_bytes=self.config.blob_target_bytes,
+                stats=shard.compaction_stats,
+            )
+            shard.compactions += report.applied
+            shard.compactions_abandoned += report.skipped
+            if not report.applied:
+                return
 
     # --- stats and lifecycle --------------------------------------------------------
 
@@ -311,6 +337,8 @@ class ConsensusServer:
                     leaked_swept=shard.leaked_swept,
                     readers_expired=shard.readers_expired,
                     writers_expired=shard.writers_expired,
+                    compactions=shard.compactions,
+                    compactions_abandoned=shard.compactions_abandoned,
                 )
             )
         return StatsReply(os.getpid(), self.requests, self.errors, self._rpc.dropped, tuple(shards))

@@ -121,6 +121,8 @@ class ShardCounters(msgspec.Struct, **_OPTS):
     leaked_swept: int
     readers_expired: int
     writers_expired: int
+    compactions: int
+    compactions_abandoned: int
 
 
 class StatsReply(msgspec.Struct, tag="stats", **_OPTS):

@@ -1,8 +1,8 @@
 """Expiry and retention by the consensus server's maintenance: a writer whose
 process died leaves state within its lease, a live coordinator heartbeats
 through intervals longer than its lease, a reader that stops heartbeating
-stops holding back GC, and since trails the upper by ``retain`` unless a live
-reader holds it back."""
+stops holding back GC, since trails the upper by ``retain`` unless a live
+reader holds it back, and the spine's merges run off the request loop."""
 
 from __future__ import annotations
 
@@ -17,10 +17,11 @@ import time
 import pytest
 
 from shardsink import open_shard
+from shardsink.persist import spine
 from shardsink.persist.config import ShardConfig
 from shardsink.persist.errors import NotReadable
 from shardsink.process import ConsensusProcess
-from shardsink.server import ConsensusServer
+from shardsink.server import ConsensusServer, ServerClient
 from shardsink.storage import open_blob, open_consensus
 from shardsink.workloads import Workload
 
@@ -159,6 +160,44 @@ def test_maintenance_advances_since_by_retain_held_back_by_live_readers(tmp_path
             with pytest.raises(NotReadable, match="since 7"):
                 shard.reader().snapshot(6)
             assert shard.reader().snapshot(9).equals(WORKLOAD.expected(10))
+    finally:
+        stop.set()
+        loop.join(10)
+        server.close()
+
+
+def test_maintenance_merges_by_the_spine_while_appends_go_on(tmp_path) -> None:
+    blob_uri = f"file://{tmp_path}/blob"
+    server = ConsensusServer(
+        open_consensus(f"sqlite://{tmp_path}/c.db"),
+        open_blob(blob_uri),
+        f"ipc://{tmp_path}/sock/c",
+        gc_interval_s=0,
+        sweep_interval_s=0,
+        compact_interval_s=0.05,
+    )
+    stop = threading.Event()
+    loop = threading.Thread(target=server.serve, args=(stop,))
+    loop.start()
+    try:
+        with open_shard("g", blob=blob_uri, consensus=server.address) as shard:
+            writer = shard.writer()
+            for i in range(60):
+                writer.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
+            deadline = time.monotonic() + 30
+            while spine.merges(state := shard.state(refresh=True)):
+                assert time.monotonic() < deadline, f"{len(state.batches)} batches stay"
+                time.sleep(0.05)
+            assert len(state.batches) <= spine.batch_bound(state) < 60
+            assert shard.reader().snapshot().equals(WORKLOAD.expected(60))
+            client = ServerClient(server.address)
+            try:
+                (counters,) = client.stats().shards
+            finally:
+                client.close()
+            # every merge removes one batch
+            assert counters.compactions == 60 - len(state.batches)
+            assert counters.compactions_abandoned == 0
     finally:
         stop.set()
         loop.join(10)

@@ -1,0 +1,126 @@
+"""The spine's rule: after any sequence of appends and merges, rounds of
+merges end within the batch bound, and every merge's output is exactly its
+consolidated input."""
+
+from __future__ import annotations
+
+import msgspec
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from persist_helpers import memory_stores, rows_of, s0, updates
+
+from shardsink.persist import parts as P
+from shardsink.persist import spine
+from shardsink.persist.batches import load_part
+from shardsink.persist.compaction import compact_spine
+from shardsink.persist.shard import open_shard
+from shardsink.persist.state import Batch
+from shardsink.persist.stats import ShardStats
+
+
+def _merge_round(state, shrink: st.DataObject):
+    """One round of the spine's merges on levels only: each output keeps the
+    rows of its inputs less what consolidation cancelled (drawn)."""
+    pairs = spine.merges(state)
+    batches = dict(state.batches)
+    for older, newer in pairs:
+        assert older.upper <= newer.lower  # adjacent in time order, older first
+        del batches[older.id], batches[newer.id]
+        rows = shrink.draw(st.integers(0, older.rows + newer.rows))
+        out = Batch(f"m{older.id}{newer.id}", older.lower, newer.upper, (), rows)
+        batches[out.id] = out
+    ids = [b.id for pair in pairs for b in pair]
+    assert len(ids) == len(set(ids))  # a round's merges are disjoint
+    return msgspec.structs.replace(state, batches=batches), bool(pairs)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.integers(1, 5000), st.none()), max_size=80), st.data())
+def test_rounds_of_merges_end_within_the_bound(steps, data):
+    """Appends of any sizes interleaved with merge rounds (``None``); then
+    rounds until none merges: at most ``batch_bound`` batches, levels
+    strictly decreasing in time order."""
+    state = s0()
+    for i, step in enumerate(steps):
+        if step is None:
+            state, _ = _merge_round(state, data)
+            continue
+        batch = Batch(f"a{i}", i, i + 1, (), step)
+        state = msgspec.structs.replace(state, batches={**state.batches, batch.id: batch})
+    for _ in range(len(state.batches) + 1):
+        state, merged = _merge_round(state, data)
+        if not merged:
+            break
+    else:
+        raise AssertionError("merge rounds never ended")
+    assert len(state.batches) <= spine.batch_bound(state)
+    levels = [spine.level(b) for b in state.ordered_batches()]
+    assert levels == sorted(set(levels), reverse=True)
+
+
+def test_equal_appends_count_in_binary():
+    state = s0()
+    for i in range(37):
+        batch = Batch(f"a{i}", i, i + 1, (), 3)
+        state = msgspec.structs.replace(state, batches={**state.batches, batch.id: batch})
+        while spine.merges(state):
+            state = _exact_round(state)
+    # 37 = 0b100101 appends of 3 rows: batches of 32, 4 and 1 appends
+    assert [b.rows for b in state.ordered_batches()] == [96, 12, 3]
+
+
+def _exact_round(state):
+    batches = dict(state.batches)
+    for older, newer in spine.merges(state):
+        del batches[older.id], batches[newer.id]
+        rows = older.rows + newer.rows
+        out = Batch(f"m{older.id}{newer.id}", older.lower, newer.upper, (), rows)
+        batches[out.id] = out
+    return msgspec.structs.replace(state, batches=batches)
+
+
+update_rows = st.lists(
+    st.tuples(st.integers(0, 6), st.sampled_from(["x", "y"]), st.integers(-2, 2)), max_size=12
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(update_rows, st.integers(0, 3)), min_size=1, max_size=14))
+def test_every_merge_output_is_its_consolidated_input(intervals):
+    """Real merges on an in-memory shard: each round's outputs hold exactly
+    the consolidated (forwarded to since) updates of their two inputs, and
+    the snapshot at the upper never changes."""
+    blob_uri, consensus_uri = memory_stores()
+    with open_shard("s", blob=blob_uri, consensus=consensus_uri) as shard:
+        writer = shard.writer()
+        for i, (rows, lag) in enumerate(intervals):
+            table = updates([(k, v, i, d) for k, v, d in rows if d != 0])
+            writer.compare_and_append_table(table, i, i + 1)
+            if i - lag > shard.since:
+                shard.advance_since(i - lag)
+        expected = shard.reader().snapshot()
+        machine, schema = shard.machine, shard.schema
+        while True:
+            before = machine.state(refresh=True)
+            pairs = spine.merges(before)
+            report = compact_spine(machine, shard.blob, target_bytes=1 << 20, stats=ShardStats())
+            assert report.applied == len(pairs) and report.skipped == 0
+            if not pairs:
+                break
+            after = machine.state(refresh=True)
+            for older, newer in pairs:
+                (out,) = [
+                    b
+                    for b in after.batches.values()
+                    if (b.lower, b.upper) == (older.lower, newer.upper)
+                ]
+                inputs = [load_part(shard.blob, "s", p, schema) for p in older.parts + newer.parts]
+                want = P.consolidate(P.forward(P.concat(inputs, schema), before.since))
+                got = P.consolidate(
+                    P.concat([load_part(shard.blob, "s", p, schema) for p in out.parts], schema)
+                )
+                assert rows_of(got) == rows_of(want)
+                assert out.rows == want.num_rows
+        state = machine.state(refresh=True)
+        assert len(state.batches) <= spine.batch_bound(state)
+        assert rows_of(shard.reader().snapshot()) == rows_of(expected)

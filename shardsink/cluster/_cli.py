@@ -212,7 +212,20 @@ def register(commands, bench) -> None:
         metavar="S",
         help=f"wait this long for the answer (default {TIMEOUT_S:g})",
     )
-    status.add_argument("--json", action="store_true", help="print the status as JSON")
+    status.add_argument(
+        "--json", action="store_true", help="print the status as JSON (with --watch: one line each)"
+    )
+    status.add_argument(
+        "--watch",
+        nargs="?",
+        type=float,
+        const=WATCH_EVERY_S,
+        default=None,
+        metavar="S",
+        help=f"ask again every S seconds (default {WATCH_EVERY_S:g} when given without S) "
+        "until the cluster ends or Ctrl-C: a live view, or JSON lines with --json "
+        "(default: ask once)",
+    )
     status.set_defaults(func=_status)
     stop.add_argument(
         "--timeout",
@@ -227,6 +240,8 @@ def register(commands, bench) -> None:
 #: How long ``shardsink stop`` waits for the coordinator to exit by default.
 STOP_TIMEOUT_S = 60.0
 STOP_POLL_S = 0.05
+#: How often ``status --watch`` asks by default.
+WATCH_EVERY_S = 1.0
 #: hydrate's interval-0 rows when neither a flag nor the config file sets them.
 HYDRATE_SNAPSHOT_ROWS = 100_000
 #: Where each environment variable goes when its flag is not given.
@@ -362,14 +377,53 @@ def _status(args: argparse.Namespace) -> int:
     from .control import ControlError, StatusRequest, find, request
 
     try:
-        status = request(find(args.data_dir), StatusRequest(), timeout_s=args.timeout)
+        holder = find(args.data_dir)
+        status = request(holder, StatusRequest(), timeout_s=args.timeout)
     except ControlError as exc:
         print(f"shardsink status: {exc}", file=sys.stderr)
         return 1
+    if args.watch is not None:
+        return _watch(args, holder, status)
     if args.json:
         print(msgspec.json.encode(status).decode())
     else:
         Console().print(*status_tables(status))
+    return 0
+
+
+def _watch(args: argparse.Namespace, holder, status) -> int:
+    """``status --watch``: show ``status``, then ask again every ``args.watch``
+    seconds until the coordinator exits (exit 0, saying so) or Ctrl-C (exit 0)."""
+    from rich.console import Group
+    from rich.live import Live
+
+    from .control import ControlError, StatusRequest, request
+
+    with contextlib.ExitStack() as stack:
+        live = None if args.json else stack.enter_context(Live(auto_refresh=False))
+        try:
+            while True:
+                if live is None:
+                    print(msgspec.json.encode(status).decode(), flush=True)
+                else:
+                    live.update(Group(*status_tables(status)), refresh=True)
+                time.sleep(args.watch)
+                if not holder.alive():
+                    break
+                try:
+                    status = request(holder, StatusRequest(), timeout_s=args.timeout)
+                except ControlError:
+                    if holder.alive():  # alive but silent: say so rather than wait forever
+                        raise
+                    break
+        except KeyboardInterrupt:
+            return 0
+        except ControlError as exc:
+            print(f"shardsink status: {exc}", file=sys.stderr)
+            return 1
+    print(
+        f"shardsink status: the cluster of coordinator pid {holder.pid} has ended", file=sys.stderr
+    )
     return 0
 
 

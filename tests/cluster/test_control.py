@@ -128,13 +128,28 @@ def test_status_lists_every_process_and_stop_ends_the_run(tmp_path, popen):
     assert gone.returncode == 1 and f"no cluster runs on data dir {data}" in gone.stderr
 
 
-def test_sigterm_stops_up_as_ctrl_c_does(tmp_path, popen):
+def test_sigterm_stops_up_as_ctrl_c_does_and_a_watch_ends_with_it(tmp_path, popen):
     data = tmp_path / "d"
     proc, cluster_id = _up(popen, data)
     _wait_appends(data, 2)
     children = psutil.Process(proc.pid).children(recursive=True)
+    watch = popen(
+        [
+            *(sys.executable, "-m", "shardsink.cli", "status", "--data-dir", str(data)),
+            *("--json", "--watch", "0.2"),
+        ],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seen = [json.loads(watch.stdout.readline())["appends"] for _ in range(3)]
+    assert seen == sorted(seen) and seen[-1] > seen[0] >= 2
     proc.send_signal(signal.SIGTERM)
-    assert _ends_cleanly(proc, children, cluster_id, "SIGTERM")["appends"] >= 2
+    assert _ends_cleanly(proc, children, cluster_id, "SIGTERM")["appends"] >= seen[-1]
+    _, err = watch.communicate(timeout=30)
+    assert watch.returncode == 0, err
+    assert f"the cluster of coordinator pid {proc.pid} has ended" in err
 
 
 def test_no_cluster_and_a_stale_lock_are_reported_not_obeyed(tmp_path):

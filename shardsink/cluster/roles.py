@@ -1,7 +1,8 @@
 """The roles of a cluster's children: builder, worker and consensus.
 
-The zygote forks them by name; ``python -m shardsink.cluster.roles PARENT
-spawn ROLE`` starts one as a fresh interpreter (``--start spawn``). A builder
+The zygote forks them by name; ``python -m shardsink.cluster PARENT spawn
+ROLE`` starts one as a fresh interpreter (``--start spawn``; the package's
+``__main__``, so this module is imported once, not run as ``__main__`` too). A builder
 or worker gets its :class:`~shardsink.protocol.ChildSpec` as its payload,
 names itself in ``ps``, arms the fault points its environment names
 (:mod:`shardsink.faults`) and logs to its stderr (its log file). SIGINT is
@@ -12,18 +13,16 @@ from __future__ import annotations
 
 import logging
 import signal
-import sys
 
 from setproctitle import setproctitle
 
 from .. import faults
-from ..process import entry
 from ..protocol import ChildSpec, decode_spec
 from ..server._cli import serve_role
 from ..worker.builder import run_builder
 from ..worker.worker import run_worker
 
-ENTRY = "shardsink.cluster.roles"
+ENTRY = "shardsink.cluster"
 
 
 def _member(role: str, name: str, spec: ChildSpec) -> None:
@@ -49,6 +48,3 @@ def worker(payload: bytes) -> int:
 
 
 ROLES = {"builder": builder, "worker": worker, "consensus": serve_role}
-
-if __name__ == "__main__":
-    sys.exit(entry.main(ROLES, sys.argv[1:]))

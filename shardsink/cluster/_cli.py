@@ -456,7 +456,7 @@ def status_tables(status):
 
     summary = Table(title=f"cluster {status.cluster_id}", show_header=False)
     summary.add_column(style="bold")
-    summary.add_column()
+    summary.add_column(overflow="fold")
     rows = [
         ("shape", f"{status.groups}x{status.workers} {status.mode}"),
         ("workload", f"{status.workload} ({status.pace})"),

@@ -172,9 +172,14 @@ def inline_part(table: pa.Table, max_bytes: int) -> InlinePart | None:
 
 
 def blob_part(table: pa.Table, key: str) -> tuple[BlobPart, bytes]:
-    """``table`` (non-empty) encoded as Parquet, and its part description under ``key``."""
+    """``table`` (non-empty) encoded as Parquet, and its part description under
+    ``key``. A table sorted by key says so in the file (Parquet's
+    ``sorting_columns``), so a reader may stream it instead of sorting it."""
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink)
+    keys = table["key"]
+    ordered = len(keys) < 2 or pc.all(pc.less_equal(keys[:-1], keys[1:])).as_py()
+    sorting = [pq.SortingColumn(table.schema.get_field_index("key"))] if ordered else None
+    pq.write_table(table, sink, sorting_columns=sorting)
     data = sink.getvalue().to_pybytes()
     return BlobPart(key=key, encoded_bytes=len(data), **_bounds(table)), data
 
@@ -198,3 +203,16 @@ def decode_parquet(data: bytes, schema: pa.Schema) -> pa.Table:
     if not table.schema.remove_metadata().equals(schema):
         raise ValueError(f"Parquet part has schema {table.schema}, the shard {schema}")
     return table.replace_schema_metadata(None)
+
+
+def sorted_by_key(file: pq.ParquetFile) -> bool:
+    """Whether a Parquet part says its rows are sorted by key (see :func:`blob_part`)."""
+    key = file.schema_arrow.get_field_index("key")
+    meta = file.metadata
+    return meta.num_row_groups > 0 and all(
+        _leads_with(meta.row_group(i).sorting_columns, key) for i in range(meta.num_row_groups)
+    )
+
+
+def _leads_with(columns: tuple, index: int) -> bool:
+    return bool(columns) and columns[0].column_index == index and not columns[0].descending

@@ -185,23 +185,33 @@ class _Cursor:
 def part_chunks(
     blob: Blob, shard: str, part: Part, schema: pa.Schema, rows: int
 ) -> Iterator[pa.Table] | None:
-    """A loader (see :data:`Loader`): ``part``'s rows in chunks of at most
-    ``rows``, a Parquet part decoded a record batch at a time; ``None`` if its
-    blob is missing. :class:`CorruptState` if it does not decode as
-    ``schema``."""
+    """A loader (see :data:`Loader`): ``part``'s rows sorted by key in chunks
+    of at most ``rows``; ``None`` if its blob is missing. A Parquet part that
+    says it is sorted (:func:`~.parts.sorted_by_key`: compaction's and any
+    writer's whose rows came sorted) is decoded a record batch at a time; any
+    other (a builder's concatenation of its workers' parts, an inline part) is
+    loaded whole and sorted, so memory holds at most one such part.
+    :class:`CorruptState` if it does not decode as ``schema``."""
     where = part.key if isinstance(part, BlobPart) else "inline"
     try:
         if isinstance(part, InlinePart):
-            return iter([P.decode_inline(part, schema)])
+            return _slices(P.decode_inline(part, schema).sort_by("key"), rows)
         data = blob.get(part.key)
         if data is None:
             return None
         file = pq.ParquetFile(pa.BufferReader(data))
         if not file.schema_arrow.remove_metadata().equals(schema):
             raise ValueError(f"Parquet part has schema {file.schema_arrow}, the shard {schema}")
+        if not P.sorted_by_key(file):
+            table = file.read().replace_schema_metadata(None).cast(schema)
+            return _slices(table.sort_by("key"), rows)
     except (ValueError, pa.ArrowInvalid, OSError) as exc:
         raise CorruptState(f"shard {shard!r}: part {where}: {exc}") from None
     return _batches_of(file, schema, rows, shard, where)
+
+
+def _slices(table: pa.Table, rows: int) -> Iterator[pa.Table]:
+    return (table.slice(start, rows) for start in range(0, table.num_rows, rows))
 
 
 def _batches_of(

@@ -7,6 +7,7 @@ import gc
 import random
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from persist_helpers import SCHEMA, updates
 
@@ -290,3 +291,24 @@ def test_streams_read_while_appends_compaction_and_gc_run_are_never_wrong(tmp_pa
         assert sum(compacted) >= 1
         assert shard.batches().read_all().equals(CHURN.expected(intervals))
         assert reads >= 2 and not shard.state().readers
+
+
+def test_a_part_not_sorted_by_key_is_read_whole_and_sorted():
+    """A builder's part is its workers' parts one after another, not sorted by
+    key; the file says whether it is, and the loader sorts one that is not."""
+    from shardsink.storage.memory import MemoryBlob
+
+    keys = list(range(40))
+    random.Random(7).shuffle(keys)
+    blob = MemoryBlob(f"unsorted-{random.random()}")
+    loaded = {}
+    for name, rows in (("shuffled", keys), ("sorted", sorted(keys))):
+        table = updates([(k, format(k, "032x"), 0, 1) for k in rows])
+        part, data = P.blob_part(table, name)
+        blob.set(name, data)
+        assert P.sorted_by_key(pq.ParquetFile(pa.BufferReader(data))) == (name == "sorted")
+        chunks = list(read.part_chunks(blob, "u", part, SCHEMA, 7))
+        assert max(c.num_rows for c in chunks) <= 7
+        loaded[name] = pa.concat_tables(chunks)
+    assert loaded["shuffled"]["key"].to_pylist() == list(range(40))
+    assert loaded["shuffled"].equals(loaded["sorted"])

@@ -202,3 +202,64 @@ def test_maintenance_merges_by_the_spine_while_appends_go_on(tmp_path) -> None:
         stop.set()
         loop.join(10)
         server.close()
+
+
+class _SlowReads:
+    """A blob store whose reads wait until ``release`` is set, once ``gate``
+    is set: a very slow store under compaction, which reads its inputs."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.uri = inner.uri
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def get(self, key):
+        if self.gate.is_set():
+            self.entered.set()
+            assert self.release.wait(60), "test never released the gate"
+        return self.inner.get(key)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_a_slow_blob_store_under_compaction_does_not_stall_appends(tmp_path) -> None:
+    blob_uri = f"file://{tmp_path}/blob"
+    slow = _SlowReads(open_blob(blob_uri))
+    server = ConsensusServer(
+        open_consensus(f"sqlite://{tmp_path}/c.db"),
+        slow,
+        f"ipc://{tmp_path}/sock/c",
+        gc_interval_s=0,
+        sweep_interval_s=0,
+        compact_interval_s=0.05,
+    )
+    stop = threading.Event()
+    loop = threading.Thread(target=server.serve, args=(stop,))
+    loop.start()
+    config = ShardConfig(inline_max_bytes=0)  # every part in blob: compaction must read it
+    try:
+        with open_shard("g", blob=blob_uri, consensus=server.address, config=config) as shard:
+            writer = shard.writer()
+            slow.gate.set()
+            for i in range(2):
+                writer.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
+            assert slow.entered.wait(30), "compaction never read its inputs"
+            # the maintenance thread waits on the store; appends do not
+            for i in range(2, 20):
+                writer.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
+            assert len(shard.state(refresh=True).batches) >= 19
+            slow.release.set()
+            deadline = time.monotonic() + 30
+            while spine.merges(state := shard.state(refresh=True)):
+                assert time.monotonic() < deadline, f"{len(state.batches)} batches stay"
+                time.sleep(0.05)
+            assert len(state.batches) <= spine.batch_bound(state)
+            assert shard.reader().snapshot().equals(WORKLOAD.expected(20))
+    finally:
+        slow.release.set()
+        stop.set()
+        loop.join(10)
+        server.close()

@@ -14,6 +14,12 @@ level ``L``: :func:`batch_bound` of the state's rows, O(log n) of the
 updates (merges only ever lower the rows, by consolidation). Appends add a
 newer batch at the end, so a steady stream of equal appends behaves as a
 binary counter: a merge of two equal levels makes one of the next level up.
+
+A merge writes its output as any batch is written: parts below the shard's
+``inline_max_bytes`` inline, larger ones to blob. So merging moves inline
+updates to blob once they outgrow that limit, and a converged spine of
+single-part batches holds fewer than ``batch_bound * inline_max_bytes``
+inline bytes: the inline budget recovers.
 """
 
 from __future__ import annotations

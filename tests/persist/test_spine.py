@@ -123,4 +123,6 @@ def test_every_merge_output_is_its_consolidated_input(intervals):
                 assert out.rows == want.num_rows
         state = machine.state(refresh=True)
         assert len(state.batches) <= spine.batch_bound(state)
+        # one part per batch here, inline only below the limit: the budget is bounded
+        assert state.inline_bytes < spine.batch_bound(state) * state.inline_max_bytes
         assert rows_of(shard.reader().snapshot()) == rows_of(expected)

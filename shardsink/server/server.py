@@ -68,8 +68,9 @@ MAX_PARK_MS = 30_000
 #: Requests larger than this are dropped by ZeroMQ before we see them: a state
 #: command is kilobytes, so anything near this is garbage or an attack.
 MAX_REQUEST_BYTES = 64 << 20
-#: Spine rounds one maintenance run does at most; the rest waits for the next run.
-MAX_COMPACTION_ROUNDS = 8
+#: How long one maintenance run keeps starting spine rounds; a backlog left
+#: then waits for the next run, so expiry and GC are never held up for long.
+COMPACTION_BUDGET_S = 1.0
 
 
 class _Shard:
@@ -303,9 +304,10 @@ class ConsensusServer:
             log.exception("maintenance of shard %r failed; retrying on schedule", machine.shard)
 
     def _compact(self, shard: _Shard) -> None:
-        """Rounds of the spine's merges until one applies nothing (at most
-        :data:`MAX_COMPACTION_ROUNDS`, so expiry and GC wait for no backlog)."""
-        for _ in range(MAX_COMPACTION_ROUNDS):
+        """Rounds of the spine's merges until one applies nothing, starting
+        none after :data:`COMPACTION_BUDGET_S`."""
+        deadline = time.monotonic() + COMPACTION_BUDGET_S
+        while time.monotonic() < deadline:
             report = compact_spine(
                 shard.machine,
                 self._blob,

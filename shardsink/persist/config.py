@@ -92,8 +92,16 @@ SERVED_FIELDS = ("rollup_threshold", "leaked_blob_grace_ms", "max_attempts")
 def check_served(asked: ShardConfig, served: ShardConfig, where: str) -> None:
     """``ValueError`` naming, for each of :data:`SERVED_FIELDS` where
     ``asked`` differs from ``served``, both values and the server flag that
-    sets it; ``where`` says whose request it was (e.g. the shard)."""
-    differ = [name for name in SERVED_FIELDS if getattr(asked, name) != getattr(served, name)]
+    sets it; ``where`` says whose request it was (e.g. the shard). A field
+    left at its default asks for nothing (a plain ``shardsink read`` takes the
+    server's values): it cannot be told from one set on purpose, and refusing
+    every default client of a server with other values helps nobody."""
+    default = ShardConfig()
+    differ = [
+        name
+        for name in SERVED_FIELDS
+        if getattr(asked, name) not in (getattr(served, name), getattr(default, name))
+    ]
     if differ:
         raise ValueError(
             f"{where}: asked for "

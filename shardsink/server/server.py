@@ -31,7 +31,7 @@ import zmq
 from .. import faults
 from ..persist.commands import Retain
 from ..persist.compaction import compact_spine
-from ..persist.config import ShardConfig, check_served
+from ..persist.config import SERVED_FIELDS, ShardConfig, check_served
 from ..persist.gc import collect_garbage, expire, sweep_leaked_blobs
 from ..persist.machine import LocalMachine, wall_clock_ms
 from ..persist.stats import MachineStats, ShardStats
@@ -220,9 +220,11 @@ class ConsensusServer:
                 self._blob,
                 request.shard,
                 schema=request.schema,
-                # writers here are expired by this server's lease, not the opener's
+                # the served settings and the writers' lease are this server's, not the opener's
                 config=msgspec.structs.replace(
-                    request.config, writer_lease_ms=self.config.writer_lease_ms
+                    request.config,
+                    writer_lease_ms=self.config.writer_lease_ms,
+                    **{name: getattr(self.config, name) for name in SERVED_FIELDS},
                 ),
                 create=request.create,
                 clock=self._clock,

@@ -1,7 +1,8 @@
 """A shard's rollup threshold, leaked-blob grace and max attempts on a
 consensus server are the server's, for every client and across restarts: a
 client asking for others is refused with both values named, never overruled
-in silence by whoever opened the shard first."""
+in silence by whoever opened the shard first; a client that leaves them at
+their defaults asks for nothing and gets the server's."""
 
 from __future__ import annotations
 
@@ -51,8 +52,9 @@ def test_the_servers_settings_hold_for_every_shard_and_after_a_restart(tmp_path)
     flags = ("--rollup-threshold", "4", "--leaked-blob-grace-ms", "0", "--max-attempts", "8")
     server = _server(tmp_path, *flags, "--sweep-interval", "0.1")
     with server:
-        with pytest.raises(ValueError, match=r"rollup_threshold=128, leaked_blob_grace_ms="):
-            open_shard("s", blob=blob, consensus=server.address)  # the defaults differ
+        with pytest.raises(ValueError, match=r"rollup_threshold=5, max_attempts=9"):
+            other = ShardConfig(rollup_threshold=5, max_attempts=9)
+            open_shard("s", blob=blob, consensus=server.address, config=other)
         with open_shard("s", blob=blob, consensus=server.address, config=SERVED) as shard:
             writer = shard.writer()
             for i in range(6):
@@ -73,3 +75,17 @@ def test_the_servers_settings_hold_for_every_shard_and_after_a_restart(tmp_path)
             while leaked.exists():  # swept at once: the grace is 0
                 assert time.monotonic() < deadline, "the leaked blob was never swept"
                 time.sleep(0.05)
+
+
+def test_a_client_with_the_defaults_takes_the_servers_settings(tmp_path) -> None:
+    """A client that asks for nothing (a plain ``shardsink read``) is served
+    with the server's values, not refused; one that asks for others is."""
+    blob = f"file://{tmp_path}/blob"
+    with _server(tmp_path, "--rollup-threshold", "4") as server:
+        with open_shard("s", blob=blob, consensus=server.address) as shard:
+            for i in range(6):
+                shard.writer().compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
+            assert len(shard.state().rollups) >= 2  # one every 4 versions, not every 128
+        other = ShardConfig(rollup_threshold=5)
+        with pytest.raises(ValueError, match="rollup_threshold=5"):
+            open_shard("s", blob=blob, consensus=server.address, config=other)

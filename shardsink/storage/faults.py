@@ -23,7 +23,16 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
-from .contracts import Blob, BlobMeta, CasResult, Consensus, VersionedData
+from .contracts import (
+    Blob,
+    BlobMeta,
+    CasResult,
+    Consensus,
+    LeavesTempFiles,
+    TempMeta,
+    VersionedData,
+    temp_files,
+)
 from .errors import DeterminateError, IndeterminateError
 
 T = TypeVar("T")
@@ -97,6 +106,17 @@ class FaultyBlob(_Faulty[Blob]):
 
     def list_meta(self, prefix: str = "") -> Iterator[BlobMeta]:
         return iter(self._call("list_meta", lambda: list(self.inner.list_meta(prefix))))
+
+    # Temporary files pass through, so the leaked-blob sweep of a process with
+    # faults armed still finds a killed writer's (none if ``inner`` leaves none).
+    def list_temp(self, prefix: str = "") -> Iterator[TempMeta]:
+        return iter(self._call("list_temp", lambda: temp_files(self.inner, prefix)))
+
+    def delete_temp(self, name: str) -> None:
+        if not isinstance(self.inner, LeavesTempFiles):
+            raise ValueError(f"{name!r} is not a temporary file: this store leaves none")
+        inner = self.inner
+        self._call("delete_temp", lambda: inner.delete_temp(name))
 
 
 class FaultyConsensus(_Faulty[Consensus]):

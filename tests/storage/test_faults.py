@@ -111,3 +111,23 @@ def test_without_faults_every_call_passes_through():
 def test_invalid_rates_are_value_errors(rates):
     with pytest.raises(ValueError, match="fault rates"):
         FaultyConsensus(fresh_consensus(), 0, *rates)
+
+
+def test_temporary_files_pass_through_the_blob_wrapper(tmp_path):
+    """A killed writer's temporary file is found and removed through the
+    wrapper as through the store (the leaked-blob sweep of a process with
+    faults armed); a store that leaves none shows none."""
+    from shardsink.storage.contracts import temp_files
+    from shardsink.storage.file import FileBlob
+
+    inner = FileBlob(str(tmp_path))
+    inner.set("s/part/a", b"x")
+    (tmp_path / "s" / "part" / "a~12345-deadbeef").write_bytes(b"half")
+    store = FaultyBlob(inner, seed=1)
+    found = temp_files(store, "s/")
+    assert [t.name for t in found] == ["s/part/a~12345-deadbeef"]
+    store.delete_temp(found[0].name)
+    assert temp_files(inner, "s/") == [] and inner.get("s/part/a") == b"x"
+    assert temp_files(FaultyBlob(fresh_blob(), seed=1)) == []
+    with pytest.raises(ValueError, match="leaves none"):
+        FaultyBlob(fresh_blob(), seed=1).delete_temp("k~1-ab")

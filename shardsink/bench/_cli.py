@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def register(commands, bench) -> None:
-    from . import appends, cluster, consensus, startup
+    from . import appends, cluster, consensus, read, startup
 
     consensus.register(bench)
     appends.register(bench)
@@ -42,6 +42,21 @@ def register(commands, bench) -> None:
         "--restarts", type=int, default=5, metavar="N", help="group restarts timed (default 5)"
     )
     start.set_defaults(func=_startup)
+
+    reads = bench.add_parser(
+        "read",
+        help="streaming a shard's snapshot (read, Reader.batches) against DuckDB",
+        description=read.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    reads.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
+    reads.add_argument(
+        "--rows",
+        default=",".join(map(str, read.DEFAULT_ROWS)),
+        metavar="N,...",
+        help="snapshot rows of each shard (default %(default)s)",
+    )
+    reads.set_defaults(func=_read)
 
     parser = bench.add_parser(
         "cluster",
@@ -80,3 +95,16 @@ def _startup(args: argparse.Namespace) -> int:
     result = run(args.out, shapes=shapes, repeats=args.repeats, restart_count=args.restarts)
     print_table(result)
     return 0 if result["verified"] else 1
+
+
+def _read(args: argparse.Namespace) -> int:
+    from .read import print_table, run
+
+    try:
+        rows = tuple(int(n) for n in args.rows.split(","))
+    except ValueError:
+        raise ValueError(f"--rows {args.rows!r}: give row counts, e.g. 2000000,20000000") from None
+    result = run(args.out, rows)
+    print_table(result)
+    runs = result["runs"]
+    return 0 if all(r["verified"] and r["same_rows"] for r in runs) else 1

@@ -113,9 +113,9 @@ def measure(data: Path, output: Path) -> dict:
          "--output", str(output)]
     )  # fmt: skip
     stream, _, stream_rss = _run([python, "-c", _BATCHES, str(data)])
-    streamed = json.loads(stream)
+    streamed = _last_json(stream)
     duck, _, duck_rss = _run([python, "-c", _DUCKDB, json.dumps(streamed.pop("parts"))])
-    duckdb = json.loads(duck)
+    duckdb = _last_json(duck)
     return {
         "rows": streamed["rows"],
         "arrow_bytes": streamed["arrow_bytes"],
@@ -129,10 +129,19 @@ def measure(data: Path, output: Path) -> dict:
     }
 
 
-def bound(rows: int, arrow_bytes: int) -> int:
+def _last_json(out: str) -> dict:
+    """The JSON object a measuring script printed last (libraries may print
+    before it); ``RuntimeError`` showing the output if there is none."""
+    for line in reversed(out.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise RuntimeError(f"no result in the output: {out[-500:]!r}")
+
+
+def bound(snapshot_rows: int, arrow_bytes: int) -> int:
     """The issue's bound on the read's peak RSS: 2x the output's Arrow bytes
-    + 150 MiB up to 2M rows, 1 GiB beyond."""
-    return 2 * arrow_bytes + 150 * MIB if rows <= 2_000_000 else 1024 * MIB
+    + 150 MiB up to a 2M-row snapshot, 1 GiB beyond."""
+    return 2 * arrow_bytes + 150 * MIB if snapshot_rows <= 2_000_000 else 1024 * MIB
 
 
 def run(out: Path, rows: tuple[int, ...] = DEFAULT_ROWS, progress=print) -> dict:
@@ -146,7 +155,7 @@ def run(out: Path, rows: tuple[int, ...] = DEFAULT_ROWS, progress=print) -> dict
             verified = write_shard(data, n)
             progress(f"{n:,} rows written (verified: {verified})")
             row = {"snapshot_rows": n, "verified": verified, **measure(data, work / "out.parquet")}
-            row["read_rss_bound"] = bound(row["rows"], row["arrow_bytes"])
+            row["read_rss_bound"] = bound(n, row["arrow_bytes"])
             row["within_bound"] = row["read_peak_rss"] <= row["read_rss_bound"]
             row["batches_over_duckdb"] = row["batches_rows_per_s"] / row["duckdb_rows_per_s"]
             row["same_rows"] = row["rows"] == row["duckdb_rows"]

@@ -2,19 +2,21 @@
 
 The snapshot as of ``as_of`` sums the ``diff`` of each ``(key, val)`` over the
 updates with ``ts <= as_of``, drops zero sums and sets ``ts = as_of``. Every
-part records its key min/max and holds its rows sorted by key (writers and
-compaction consolidate before they write), so the sweep in :func:`windows`
-never needs the whole shard: it loads parts in order of their smallest key,
-cuts at the smallest largest-key among the loaded ones (every part that may
-hold a key at or below the cut is loaded by then), consolidates the rows up to
-the cut with Arrow's ``group_by`` and keeps the rest. Memory is bounded by the
-parts that overlap one key, not by the shard.
+part records its key min/max, and its rows come sorted by key (a part whose
+file says so is decoded a chunk at a time; any other is loaded whole and
+sorted: :func:`part_chunks`), so the sweep in :func:`windows` never needs the
+whole shard: it loads parts in order of their smallest key, cuts at most
+a share of ``window_rows`` rows into each part the window may span (every part
+that may hold a key at or below the cut is loaded by then), consolidates the
+rows up to the cut with Arrow's ``group_by`` and keeps the rest. Memory is
+bounded by a window (plus whole unsorted parts), not by the shard.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import takewhile
 
 import msgspec
 import pyarrow as pa
@@ -98,14 +100,26 @@ def windows(
     while pending or loaded:
         if not loaded:
             loaded.append(_Cursor(pending.popleft(), load, as_of, after))
-        cut = min(c.cut(window_rows) for c in loaded)
+        # The window's rows are shared among the parts it may span, so parts
+        # that all overlap (workers' batches of one interval, each holding
+        # every Nth key) do not each bring a whole window.
+        share = _share(window_rows, loaded, pending)
+        cut = min(c.cut(share) for c in loaded)
         while pending and pending[0].key_lo <= cut:
             cursor = _Cursor(pending.popleft(), load, as_of, after)
             loaded.append(cursor)
-            cut = min(cut, cursor.cut(window_rows))
+            cut = min(cut, cursor.cut(share))
         taken = [t for t in (c.take(cut) for c in loaded) if t is not None]
         loaded = [c for c in loaded if not c.exhausted]
         yield P.at_time(P.concat(taken, schema), as_of), cut
+
+
+def _share(window_rows: int, loaded: list[_Cursor], pending: deque[Part]) -> int:
+    """Rows of the window for each part that may hold keys of it: the loaded
+    ones and the pending ones starting below the loaded ones' largest key."""
+    top = max(c.part.key_hi for c in loaded)
+    overlapping = len(loaded) + sum(1 for _ in takewhile(lambda p: p.key_lo <= top, pending))
+    return max(1, window_rows // overlapping)
 
 
 def _may_hold_after(part: Part, after: KeyBound) -> bool:

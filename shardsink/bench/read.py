@@ -63,6 +63,7 @@ _DUCKDB = textwrap.dedent(
     parts = json.loads(sys.argv[1])
     started = time.perf_counter()
     connection = duckdb.connect()
+    connection.execute("SET enable_progress_bar = false")  # it writes to stdout
     result = connection.execute(
         "SELECT key, val, sum(diff) AS diff FROM read_parquet($parts) "
         "GROUP BY key, val HAVING sum(diff) <> 0 ORDER BY key, val",

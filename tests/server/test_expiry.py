@@ -15,14 +15,15 @@ import threading
 import time
 
 import pytest
+from server_helpers import serving, settled_spine
 
 from shardsink import open_shard
 from shardsink.persist import spine
 from shardsink.persist.config import ShardConfig
 from shardsink.persist.errors import NotReadable
 from shardsink.process import ConsensusProcess
-from shardsink.server import ConsensusServer, ServerClient
-from shardsink.storage import open_blob, open_consensus
+from shardsink.server import ServerClient
+from shardsink.storage import open_blob
 from shardsink.workloads import Workload
 
 LEASE_MS = 1500
@@ -88,54 +89,31 @@ def test_a_killed_coordinators_writer_leaves_state_within_its_lease(tmp_path, po
 
 def test_a_reader_that_stops_heartbeating_stops_holding_back_gc(tmp_path) -> None:
     blob_uri = f"file://{tmp_path}/blob"
-    server = ConsensusServer(
-        open_consensus(f"sqlite://{tmp_path}/c.db"),
-        open_blob(blob_uri),
-        f"ipc://{tmp_path}/sock/c",
-        gc_interval_s=0.05,
-        sweep_interval_s=0,
-    )
-    stop = threading.Event()
-    loop = threading.Thread(target=server.serve, args=(stop,))
-    loop.start()
     config = ShardConfig(inline_max_bytes=0)  # every part in blob, so compaction retires blobs
-    try:
-        with open_shard("g", blob=blob_uri, consensus=server.address, config=config) as shard:
-            writer = shard.writer()
-            for i in range(4):
-                writer.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
-            held = set(shard.blob.list("g/part/"))
-            reader = shard.reader(lease_ms=1000)  # then never heartbeats again
-            assert shard.compact().applied == 1
-            time.sleep(0.5)  # several GC runs inside the lease: the hold keeps the parts
-            assert held <= set(shard.blob.list("g/part/"))
-            assert reader.reader_id in shard.state(refresh=True).readers
-            deadline = time.monotonic() + 10
-            while held & set(shard.blob.list("g/part/")):
-                assert time.monotonic() < deadline, "an expired reader still holds back GC"
-                time.sleep(0.05)
-            assert reader.reader_id not in shard.state(refresh=True).readers
-            assert shard.reader().snapshot().equals(WORKLOAD.expected(4))
-    finally:
-        stop.set()
-        loop.join(10)
-        server.close()
+    with (
+        serving(tmp_path, open_blob(blob_uri), gc_interval_s=0.05) as server,
+        open_shard("g", blob=blob_uri, consensus=server.address, config=config) as shard,
+    ):
+        writer = shard.writer()
+        for i in range(4):
+            writer.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
+        held = set(shard.blob.list("g/part/"))
+        reader = shard.reader(lease_ms=1000)  # then never heartbeats again
+        assert shard.compact().applied == 1
+        time.sleep(0.5)  # several GC runs inside the lease: the hold keeps the parts
+        assert held <= set(shard.blob.list("g/part/"))
+        assert reader.reader_id in shard.state(refresh=True).readers
+        deadline = time.monotonic() + 10
+        while held & set(shard.blob.list("g/part/")):
+            assert time.monotonic() < deadline, "an expired reader still holds back GC"
+            time.sleep(0.05)
+        assert reader.reader_id not in shard.state(refresh=True).readers
+        assert shard.reader().snapshot().equals(WORKLOAD.expected(4))
 
 
 def test_maintenance_advances_since_by_retain_held_back_by_live_readers(tmp_path) -> None:
     blob_uri = f"file://{tmp_path}/blob"
     served = ShardConfig(writer_lease_ms=500, retain=3)  # expiry and retention every 50 ms
-    server = ConsensusServer(
-        open_consensus(f"sqlite://{tmp_path}/c.db"),
-        open_blob(blob_uri),
-        f"ipc://{tmp_path}/sock/c",
-        gc_interval_s=0,
-        sweep_interval_s=0,
-        config=served,
-    )
-    stop = threading.Event()
-    loop = threading.Thread(target=server.serve, args=(stop,))
-    loop.start()
 
     def since_reaches(since: int) -> None:
         deadline = time.monotonic() + 10
@@ -143,65 +121,47 @@ def test_maintenance_advances_since_by_retain_held_back_by_live_readers(tmp_path
             assert time.monotonic() < deadline, f"since stayed at {shard.since}, not {since}"
             time.sleep(0.02)
 
-    try:
-        with open_shard("g", blob=blob_uri, consensus=server.address) as shard:
-            writer = shard.writer()
-            for i in range(5):
-                writer.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
-            since_reaches(2)
-            reader = shard.reader(lease_ms=60_000)  # holds [2, 5): its version's window
-            for i in range(5, 10):
-                writer.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
-            time.sleep(0.3)  # several maintenance runs
-            assert shard.state(refresh=True).since == 2
-            assert reader.snapshot(2).equals(WORKLOAD.expected(3))
-            reader.close()
-            since_reaches(7)
-            with pytest.raises(NotReadable, match="since 7"):
-                shard.reader().snapshot(6)
-            assert shard.reader().snapshot(9).equals(WORKLOAD.expected(10))
-    finally:
-        stop.set()
-        loop.join(10)
-        server.close()
+    with (
+        serving(tmp_path, open_blob(blob_uri), config=served) as server,
+        open_shard("g", blob=blob_uri, consensus=server.address) as shard,
+    ):
+        writer = shard.writer()
+        for i in range(5):
+            writer.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
+        since_reaches(2)
+        reader = shard.reader(lease_ms=60_000)  # holds [2, 5): its version's window
+        for i in range(5, 10):
+            writer.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
+        time.sleep(0.3)  # several maintenance runs
+        assert shard.state(refresh=True).since == 2
+        assert reader.snapshot(2).equals(WORKLOAD.expected(3))
+        reader.close()
+        since_reaches(7)
+        with pytest.raises(NotReadable, match="since 7"):
+            shard.reader().snapshot(6)
+        assert shard.reader().snapshot(9).equals(WORKLOAD.expected(10))
 
 
 def test_maintenance_merges_by_the_spine_while_appends_go_on(tmp_path) -> None:
     blob_uri = f"file://{tmp_path}/blob"
-    server = ConsensusServer(
-        open_consensus(f"sqlite://{tmp_path}/c.db"),
-        open_blob(blob_uri),
-        f"ipc://{tmp_path}/sock/c",
-        gc_interval_s=0,
-        sweep_interval_s=0,
-        compact_interval_s=0.05,
-    )
-    stop = threading.Event()
-    loop = threading.Thread(target=server.serve, args=(stop,))
-    loop.start()
-    try:
-        with open_shard("g", blob=blob_uri, consensus=server.address) as shard:
-            writer = shard.writer()
-            for i in range(60):
-                writer.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
-            deadline = time.monotonic() + 30
-            while spine.merges(state := shard.state(refresh=True)):
-                assert time.monotonic() < deadline, f"{len(state.batches)} batches stay"
-                time.sleep(0.05)
-            assert len(state.batches) <= spine.batch_bound(state) < 60
-            assert shard.reader().snapshot().equals(WORKLOAD.expected(60))
-            client = ServerClient(server.address)
-            try:
-                (counters,) = client.stats().shards
-            finally:
-                client.close()
-            # every merge removes one batch
-            assert counters.compactions == 60 - len(state.batches)
-            assert counters.compactions_abandoned == 0
-    finally:
-        stop.set()
-        loop.join(10)
-        server.close()
+    with (
+        serving(tmp_path, open_blob(blob_uri), compact_interval_s=0.05) as server,
+        open_shard("g", blob=blob_uri, consensus=server.address) as shard,
+    ):
+        writer = shard.writer()
+        for i in range(60):
+            writer.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
+        state = settled_spine(shard)
+        assert len(state.batches) <= spine.batch_bound(state) < 60
+        assert shard.reader().snapshot().equals(WORKLOAD.expected(60))
+        client = ServerClient(server.address)
+        try:
+            (counters,) = client.stats().shards
+        finally:
+            client.close()
+        # every merge removes one batch
+        assert counters.compactions == 60 - len(state.batches)
+        assert counters.compactions_abandoned == 0
 
 
 class _SlowReads:
@@ -228,38 +188,22 @@ class _SlowReads:
 def test_a_slow_blob_store_under_compaction_does_not_stall_appends(tmp_path) -> None:
     blob_uri = f"file://{tmp_path}/blob"
     slow = _SlowReads(open_blob(blob_uri))
-    server = ConsensusServer(
-        open_consensus(f"sqlite://{tmp_path}/c.db"),
-        slow,
-        f"ipc://{tmp_path}/sock/c",
-        gc_interval_s=0,
-        sweep_interval_s=0,
-        compact_interval_s=0.05,
-    )
-    stop = threading.Event()
-    loop = threading.Thread(target=server.serve, args=(stop,))
-    loop.start()
     config = ShardConfig(inline_max_bytes=0)  # every part in blob: compaction must read it
-    try:
-        with open_shard("g", blob=blob_uri, consensus=server.address, config=config) as shard:
-            writer = shard.writer()
-            slow.gate.set()
-            for i in range(2):
-                writer.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
-            assert slow.entered.wait(30), "compaction never read its inputs"
-            # the maintenance thread waits on the store; appends do not
-            for i in range(2, 20):
-                writer.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
-            assert len(shard.state(refresh=True).batches) >= 19
+    with serving(tmp_path, slow, compact_interval_s=0.05) as server:
+        try:
+            with open_shard("g", blob=blob_uri, consensus=server.address, config=config) as shard:
+                writer = shard.writer()
+                slow.gate.set()
+                for i in range(2):
+                    writer.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
+                assert slow.entered.wait(30), "compaction never read its inputs"
+                # the maintenance thread waits on the store; appends do not
+                for i in range(2, 20):
+                    writer.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
+                assert len(shard.state(refresh=True).batches) >= 19
+                slow.release.set()
+                state = settled_spine(shard)
+                assert len(state.batches) <= spine.batch_bound(state)
+                assert shard.reader().snapshot().equals(WORKLOAD.expected(20))
+        finally:
             slow.release.set()
-            deadline = time.monotonic() + 30
-            while spine.merges(state := shard.state(refresh=True)):
-                assert time.monotonic() < deadline, f"{len(state.batches)} batches stay"
-                time.sleep(0.05)
-            assert len(state.batches) <= spine.batch_bound(state)
-            assert shard.reader().snapshot().equals(WORKLOAD.expected(20))
-    finally:
-        slow.release.set()
-        stop.set()
-        loop.join(10)
-        server.close()

@@ -5,10 +5,12 @@ from __future__ import annotations
 import threading
 import time
 
+from server_helpers import serving
+
 from shardsink import open_shard
 from shardsink.persist.config import ShardConfig
-from shardsink.server import ConsensusServer, ServerClient
-from shardsink.storage import open_blob, open_consensus
+from shardsink.server import ServerClient
+from shardsink.storage import open_blob
 from shardsink.workloads import Workload
 
 WORKLOAD = Workload("trickle", rows_per_interval=16, interval_ms=1)
@@ -47,44 +49,32 @@ class GatedBlob:
 def test_gc_deletes_do_not_stall_appends(tmp_path) -> None:
     blob_uri = f"file://{tmp_path}/blob"
     gated = GatedBlob(open_blob(blob_uri))
-    server = ConsensusServer(
-        open_consensus(f"sqlite://{tmp_path}/c.db"),
-        gated,
-        f"ipc://{tmp_path}/sock/c",
-        gc_interval_s=0.05,
-        sweep_interval_s=0,
-    )
-    stop = threading.Event()
-    loop = threading.Thread(target=server.serve, args=(stop,))
-    loop.start()
     config = ShardConfig(inline_max_bytes=0)  # every part in blob, so compaction retires blobs
-    try:
-        with open_shard("g", blob=blob_uri, consensus=server.address, config=config) as shard:
-            writer = shard.writer()
-            for i in range(4):
-                writer.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
-            parts_before = set(gated.inner.list("g/part/"))
-            assert len(parts_before) == 4
-            assert shard.compact().applied == 1
-            assert gated.entered.wait(30), "the server never started deleting retired blobs"
-            # the maintenance thread is stuck in a delete; the request loop is not
-            assert writer.compare_and_append_table(WORKLOAD.updates(4), 4, 5) == 5
-            assert shard.reader().snapshot().equals(WORKLOAD.expected(5))
+    with serving(tmp_path, gated, gc_interval_s=0.05) as server:
+        try:
+            with open_shard("g", blob=blob_uri, consensus=server.address, config=config) as shard:
+                writer = shard.writer()
+                for i in range(4):
+                    writer.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
+                parts_before = set(gated.inner.list("g/part/"))
+                assert len(parts_before) == 4
+                assert shard.compact().applied == 1
+                assert gated.entered.wait(30), "the server never started deleting retired blobs"
+                # the maintenance thread is stuck in a delete; the request loop is not
+                assert writer.compare_and_append_table(WORKLOAD.updates(4), 4, 5) == 5
+                assert shard.reader().snapshot().equals(WORKLOAD.expected(5))
+                gated.release.set()
+                deadline = time.monotonic() + 30
+                while parts_before & set(gated.inner.list("g/part/")):
+                    assert time.monotonic() < deadline, "retired blobs were never deleted"
+                    time.sleep(0.05)
+                client = ServerClient(server.address)
+                try:
+                    (counters,) = client.stats().shards
+                finally:
+                    client.close()
+                assert counters.gc_runs >= 1 and counters.blobs_deleted >= 4
+                assert shard.reader().snapshot().equals(WORKLOAD.expected(5))
+        finally:
             gated.release.set()
-            deadline = time.monotonic() + 30
-            while parts_before & set(gated.inner.list("g/part/")):
-                assert time.monotonic() < deadline, "retired blobs were never deleted"
-                time.sleep(0.05)
-            client = ServerClient(server.address)
-            try:
-                (counters,) = client.stats().shards
-            finally:
-                client.close()
-            assert counters.gc_runs >= 1 and counters.blobs_deleted >= 4
-            assert shard.reader().snapshot().equals(WORKLOAD.expected(5))
-    finally:
-        gated.release.set()
-        stop.set()
-        loop.join(30)
-        server.close()
-        server.close()  # idempotent
+    server.close()  # idempotent

@@ -1,0 +1,45 @@
+"""A consensus server in a thread of the test, for tests of its maintenance."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from shardsink.persist import spine
+from shardsink.persist.state import ShardState
+from shardsink.server import ConsensusServer
+from shardsink.storage import open_consensus
+
+
+@contextlib.contextmanager
+def serving(tmp_path: Path, blob, **options) -> Iterator[ConsensusServer]:
+    """A ``ConsensusServer`` on SQLite in ``tmp_path`` and ``blob`` (an open
+    store), serving from a thread until the block ends; then stopped, joined
+    (bounded) and closed. ``options`` go to the server; its GC and sweep are
+    off unless they name an interval."""
+    options = {"gc_interval_s": 0, "sweep_interval_s": 0, **options}
+    server = ConsensusServer(
+        open_consensus(f"sqlite://{tmp_path}/c.db"), blob, f"ipc://{tmp_path}/sock/c", **options
+    )
+    stop = threading.Event()
+    loop = threading.Thread(target=server.serve, args=(stop,))
+    loop.start()
+    try:
+        yield server
+    finally:
+        stop.set()
+        loop.join(30)
+        server.close()
+    assert not loop.is_alive(), "the server's loop did not stop"
+
+
+def settled_spine(shard, timeout_s: float = 30.0) -> ShardState:
+    """The shard's state once the server's spine has no merge left to make."""
+    deadline = time.monotonic() + timeout_s
+    while spine.merges(state := shard.state(refresh=True)):
+        assert time.monotonic() < deadline, f"{len(state.batches)} batches stay"
+        time.sleep(0.05)
+    return state

@@ -17,7 +17,7 @@ import signal
 from setproctitle import setproctitle
 
 from .. import faults
-from ..protocol import ChildSpec, decode_spec
+from ..protocol import decode_spec
 from ..server._cli import serve_role
 from ..worker.builder import run_builder
 from ..worker.worker import run_worker
@@ -25,7 +25,7 @@ from ..worker.worker import run_worker
 ENTRY = "shardsink.cluster"
 
 
-def _member(role: str, name: str, spec: ChildSpec) -> None:
+def _member(role: str, name: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     setproctitle(f"shardsink {role} {name}")
     faults.arm_from_env(role=f"{role} {name}")
@@ -37,13 +37,13 @@ def _member(role: str, name: str, spec: ChildSpec) -> None:
 
 def builder(payload: bytes) -> int:
     spec = decode_spec(payload)
-    _member("builder", f"g{spec.group}", spec)
+    _member("builder", f"g{spec.group}")
     return run_builder(spec)
 
 
 def worker(payload: bytes) -> int:
     spec = decode_spec(payload)
-    _member("worker", f"g{spec.group}/w{spec.index}", spec)
+    _member("worker", f"g{spec.group}/w{spec.index}")
     return run_worker(spec)
 
 

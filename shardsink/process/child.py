@@ -160,10 +160,12 @@ class Child:
 
 
 def kill_all(children: list[Child], timeout_s: float = 10.0) -> None:
-    """SIGKILL ``children`` (their process groups first) and reap them all."""
+    """SIGKILL ``children`` (first the process groups that live leaders among
+    them lead) and reap them all. A member alone is killed alone, never its
+    leader's group."""
     live = [c for c in children if c.proc is not None and c.proc.returncode is None]
-    # An unreaped member holds the group id, so killpg cannot hit a reused one.
-    for pgid in {c.pgid for c in live}:
+    # An unreaped leader holds the group id, so killpg cannot hit a reused one.
+    for pgid in {c.pgid for c in live if c.leader is None}:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
     for child in live:

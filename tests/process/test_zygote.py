@@ -44,6 +44,9 @@ def test_a_group_forks_with_its_leader_as_group_and_dies_whole(zygote, tmp_path)
     group = [leader, *members]
     assert {os.getpgid(c.pid) for c in group} == {leader.pid}
     assert all(psutil.Process(c.pid).ppid() == zygote.pid for c in group)
+    members[0].kill()  # a member alone, not its leader's group
+    assert members[0].returncode == -signal.SIGKILL
+    assert leader.alive() and all(m.alive() for m in members[1:])
     kill_all(group)
     assert [c.returncode for c in group] == [-signal.SIGKILL] * 5
     assert not any(psutil.pid_exists(c.pid) and psutil.Process(c.pid).status() != "zombie"

@@ -107,10 +107,6 @@ class RunContext:
         return ShardConfig(server_timeout_s=2.0, server_retry_for_s=10.0)
 
 
-#: The supervision counts an event carries, summed over coordinators.
-_COUNTS = tuple(f for f in Supervision.__struct_fields__ if f != "restart_s")
-
-
 class AppendLog:
     """Follows the coordinators' ``--events`` file: intervals appended, how
     many of them by an attempt after the first, and each coordinator's last
@@ -132,7 +128,7 @@ class AppendLog:
         return dict(out)
 
     def restart_figures(self) -> dict[str, float]:
-        """Group restarts timed over every coordinator (each as of its last
+        """Group restarts timed over every coordinator (up to its last
         append): how many, and their median and largest duration in ms."""
         times = sorted(t for each in self.restart_s.values() for t in each)
         if not times:
@@ -156,8 +152,11 @@ class AppendLog:
             event = json.loads(line)
             self.count += 1
             self.redone += event["attempt"] > 0
-            self.supervision[event["coordinator"]] = {k: event[k] for k in _COUNTS}
-            self.restart_s[event["coordinator"]] = event["restart_s"]
+            self.supervision[event["coordinator"]] = {
+                k: event[k] for k in Supervision.__struct_fields__
+            }
+            # each line carries the restarts since the coordinator's previous one
+            self.restart_s.setdefault(event["coordinator"], []).extend(event["restart_s"])
         return self.count
 
 

@@ -157,8 +157,9 @@ def register(commands, bench) -> None:
         metavar="FILE",
         help="append one JSON line per appended interval to FILE, flushed as it happens: "
         "the coordinator's pid, the interval's figures (interval, attempt, rows, latency_ms, "
-        "...) and the supervision counts so far (restarts, consensus_restarts, "
-        "abandoned_attempts) (default: none)",
+        "...), the supervision counts so far (restarts, consensus_restarts, "
+        "abandoned_attempts) and restart_s, the durations of the group restarts since the "
+        "previous line (default: none)",
     )
     up.add_argument(
         "--start",
@@ -494,12 +495,18 @@ def status_tables(status):
 
 
 def _run(cluster, intervals: int, console, events=None) -> None:
+    timed = 0  # restarts whose times an earlier line carried
+
     def record(rec) -> None:
+        nonlocal timed
         if events is not None:
+            restart_s = cluster.restart_times(timed)
+            timed += len(restart_s)
             line = {
                 "coordinator": os.getpid(),
                 **msgspec.structs.asdict(rec),
                 **msgspec.structs.asdict(cluster.supervision()),
+                "restart_s": restart_s,
             }
             events.write(msgspec.json.encode(line).decode() + "\n")
             events.flush()

@@ -90,14 +90,11 @@ class ProcessInfo(msgspec.Struct, frozen=True):
 
 
 class Supervision(msgspec.Struct, frozen=True, kw_only=True):
-    """Group restarts, consensus-process restarts and abandoned attempts so
-    far; ``restart_s``: per group restart, the time from its kill to every
-    member ready again."""
+    """Group restarts, consensus-process restarts and abandoned attempts so far."""
 
     restarts: int
     consensus_restarts: int
     abandoned_attempts: int
-    restart_s: list[float]
 
 
 class ClusterStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -336,11 +333,15 @@ class Cluster:
         """Every interval appended so far, in order (also after :meth:`close`)."""
         return list(self.coordinator.counters.records) if self.coordinator is not None else []
 
+    def restart_times(self, since: int = 0) -> list[float]:
+        """The durations of group restarts ``since`` onwards (the ``since``-th
+        restart first), each from the kill to every member ready again."""
+        return self._running_or_closing().supervisor.counters.restart_s[since:]
+
     def supervision(self) -> Supervision:
         """What supervision has done so far (cheap: no figures are computed)."""
         coordinator = self._running_or_closing()
         return Supervision(
-            restart_s=list(coordinator.supervisor.counters.restart_s),
             restarts=coordinator.supervisor.counters.restarts,
             consensus_restarts=self.consensus.restarts if self.consensus is not None else 0,
             abandoned_attempts=coordinator.counters.abandoned,

@@ -42,13 +42,11 @@ RSS_EVERY_S = 0.25
 
 @dataclass
 class Group:
-    """The processes of one group: its builder leads the OS process group.
-    ``launched`` is when it was started (monotonic seconds)."""
+    """The processes of one group: its builder leads the OS process group."""
 
     index: int
     builder: Child
     workers: list[Child]
-    launched: float = field(default_factory=time.monotonic)
     ready: set[str] = field(default_factory=set)
 
     @property

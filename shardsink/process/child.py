@@ -81,7 +81,6 @@ class Child:
         self.log_path = run_dir / f"{launch.name.replace('/', '-')}.log"
         self.proc: Running | None = None
         self.pgid = 0
-        self.started_at = 0.0
         self.starts = 0
 
     @property
@@ -107,7 +106,6 @@ class Child:
         if self.proc is not None and self.proc.poll() is None:
             raise RuntimeError(f"{self.name} (pid {self.pid}) is still running")
         pgid = 0 if self.leader is None else self.leader.pid
-        self.started_at = time.monotonic()
         self.proc = self.starter.run(self.launch, log_path=self.log_path, pgid=pgid)
         self.pgid = pgid or self.proc.pid
         self.starts += 1

@@ -222,8 +222,6 @@ class Zygote:
         self.kill()
         return self.start()
 
-    close = stop
-
     # --- forking children (the Starter) ----------------------------------------------
 
     def run(self, launch: Launch, *, log_path: Path, pgid: int) -> Running:

@@ -136,6 +136,9 @@ class BatchBuilder:
     :class:`Batch`. Added batches are written as they are, not re-consolidated,
     so the batch holds exactly the rows added; each must have the shard's
     schema. ``abort`` deletes the parts written so far. Not thread-safe.
+
+    ``since``: rows may also carry ``ts == since`` past ``upper``, as
+    compaction's do once it has forwarded times below ``since`` to it.
     """
 
     def __init__(
@@ -148,8 +151,10 @@ class BatchBuilder:
         inline_max_bytes: int,
         target_bytes: int,
         stats: ShardStats,
+        since: int = 0,
     ) -> None:
         check_interval(lower, upper)
+        self.since = since
         self.blob = blob
         self.shard = shard
         self.lower = lower
@@ -216,7 +221,7 @@ class BatchBuilder:
     def _take(self) -> pa.Table:
         table = pa.Table.from_batches(self._held)
         self._held, self._held_bytes = [], 0
-        check_ts(table, self.shard, self.lower, self.upper)
+        check_ts(table, self.shard, self.lower, max(self.upper, self.since + 1))
         return table
 
     def _check_open(self) -> None:

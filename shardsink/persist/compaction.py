@@ -9,16 +9,18 @@ snapshot at a readable time (``as_of >= since``) is unchanged.
 
 from __future__ import annotations
 
+from functools import partial
+
 import msgspec
 import pyarrow as pa
 
 from ..storage.contracts import Blob
 from . import parts as P
-from . import spine
-from .batches import build_batch, flush_inline, load_part
+from . import read, spine
+from .batches import BatchBuilder, flush_inline
 from .commands import ApplyCompaction, InlineCapExceeded, Rejected
 from .machine import ShardMachine
-from .state import Batch, ShardState
+from .state import Batch, Part, ShardState
 from .stats import ShardStats
 
 
@@ -68,11 +70,12 @@ def compact(
 def compact_spine(
     machine: ShardMachine, blob: Blob, *, target_bytes: int, stats: ShardStats
 ) -> CompactionReport:
-    """One round of the spine's merges (:func:`~.spine.merges`) on the latest
-    state; the shard's schema comes from its state. Run rounds until one
+    """The spine's merges (:func:`~.spine.merges`) on the latest state, one
+    compaction per run; the shard's schema comes from its state. Consolidation
+    may leave fewer rows than the rule counted, so run it until a call
     applies nothing to bring the state within :func:`~.spine.batch_bound`."""
     state = machine.state(refresh=True)
-    runs = [list(pair) for pair in spine.merges(state)]
+    runs = spine.merges(state)
     schema = P.schema_from_bytes(state.schema)
     return _apply(machine, blob, schema, state, runs, target_bytes, stats)
 
@@ -115,22 +118,37 @@ def _merge(
     target_bytes: int,
     stats: ShardStats,
 ) -> Batch | None:
-    """The merged batch of ``run``, or ``None`` if an input part is gone."""
-    tables = []
-    for batch in run:
-        for part in batch.parts:
-            table = load_part(blob, shard, part, schema)
-            if table is None:
-                return None
-            tables.append(table)
-    merged = P.consolidate(P.forward(P.concat(tables, schema), state.since))
-    return build_batch(
+    """The merged batch of ``run``, or ``None`` if an input part is gone
+    (what it wrote is deleted). Streams by key range (:func:`~.read.key_windows`),
+    so memory holds a window and one output part, not the run."""
+    builder = BatchBuilder(
         blob,
         shard,
-        merged,
         run[0].lower,
         max(b.upper for b in run),
         inline_max_bytes=state.inline_max_bytes,
         target_bytes=target_bytes,
         stats=stats,
+        since=state.since,
     )
+    parts = [part for batch in run for part in batch.parts]
+    # every input row: its ts is below its batch's upper, or was forwarded to
+    # an earlier since
+    every = max(builder.upper - 1, state.since)
+    try:
+        for table, _ in read.key_windows(
+            parts, partial(_chunks, blob, shard, schema), every, schema
+        ):
+            for batch in P.consolidate(P.forward(table, state.since)).to_batches():
+                builder.add(batch)
+    except read.Missing:
+        builder.abort()
+        return None
+    except BaseException:
+        builder.abort()
+        raise
+    return builder.finish()
+
+
+def _chunks(blob: Blob, shard: str, schema: pa.Schema, part: Part):
+    return read.part_chunks(blob, shard, part, schema, read.WINDOW_ROWS)

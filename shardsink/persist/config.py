@@ -6,6 +6,12 @@ import msgspec
 
 MIB = 1 << 20
 
+#: How often a consensus server's maintenance looks for the spine's merges. A look that finds none
+#: costs one state refresh; a cluster appending as fast as it can adds a few
+#: batches per append, so looking often keeps each merge small and the
+#: batches in state near the bound.
+COMPACT_INTERVAL_S = 0.1
+
 
 class ShardConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Limits and timings of one shard handle; every field has a sane default.

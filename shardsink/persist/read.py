@@ -80,9 +80,26 @@ def windows(
     """The snapshot as of ``as_of`` of ``parts`` with keys above ``after``
     (all keys if ``None``), as ``(table, cut)`` pairs in key order: ``table``
     (sorted by key, val) holds exactly the keys in ``(previous cut, cut]``.
-    Parts are read a chunk at a time, and a cut falls at most ``window_rows``
-    rows into any part (further only for rows of the cut's own key), so a
-    large part is consolidated a slice at a time.
+    The windows are :func:`key_windows`' and raise as they do."""
+    for table, cut in key_windows(parts, load, as_of, schema, after, window_rows):
+        yield P.at_time(table, as_of), cut
+
+
+def key_windows(
+    parts: Iterable[Part],
+    load: Loader,
+    as_of: int,
+    schema: pa.Schema,
+    after: KeyBound = None,
+    window_rows: int = WINDOW_ROWS,
+) -> Iterator[tuple[pa.Table, KeyBound]]:
+    """The updates of ``parts`` with ``ts <= as_of`` and keys above
+    ``after`` (all keys if ``None``), unconsolidated, as ``(table, cut)``
+    pairs in key order: ``table`` holds every such update with a key in
+    ``(previous cut, cut]``, so it consolidates on its own. Parts are read a
+    chunk at a time, and a cut falls at most ``window_rows`` rows into any
+    part (further only for rows of the cut's own key), so a large part is
+    taken a slice at a time.
 
     Parts without key bounds (key types without a MessagePack-native value)
     make one window of everything, with cut ``None``. Raises :class:`Missing`
@@ -93,7 +110,7 @@ def windows(
     if any(p.key_lo is None or p.key_hi is None for p in parts):
         cursors = [_Cursor(p, load, as_of, after) for p in parts]
         tables = [t for t in (c.take(None) for c in cursors) if t is not None]
-        yield P.at_time(P.concat(tables, schema), as_of), None
+        yield P.concat(tables, schema), None
         return
     pending = deque(sorted(parts, key=lambda p: p.key_lo))
     loaded: list[_Cursor] = []
@@ -111,7 +128,7 @@ def windows(
             cut = min(cut, cursor.cut(share))
         taken = [t for t in (c.take(cut) for c in loaded) if t is not None]
         loaded = [c for c in loaded if not c.exhausted]
-        yield P.at_time(P.concat(taken, schema), as_of), cut
+        yield P.concat(taken, schema), cut
 
 
 def _share(window_rows: int, loaded: list[_Cursor], pending: deque[Part]) -> int:

@@ -6,14 +6,20 @@ A batch's **level** is ``rows.bit_length()`` (0 for no rows, ``k`` for
     an older batch and the batch right after it merge whenever the older
     one's level is not above the newer one's.
 
-:func:`merges` picks such pairs left to right, each batch in at most one
-pair, so one round's merges are disjoint and can run together. Every merge
-removes a batch, so rounds end; when none is left, levels strictly decrease
-in time order, hence the batches number at most ``L + 1`` for the largest
-level ``L``: :func:`batch_bound` of the state's rows, O(log n) of the
-updates (merges only ever lower the rows, by consolidation). Appends add a
-newer batch at the end, so a steady stream of equal appends behaves as a
-binary counter: a merge of two equal levels makes one of the next level up.
+Merging removes a batch, so merging by the rule ends; when it does, levels
+strictly decrease in time order, hence the batches number at most ``L + 1``
+for the largest level ``L``: :func:`batch_bound` of the state's rows, O(log
+n) of the updates (merges only ever lower the rows, by consolidation).
+Appends add a newer batch at the end, so a steady stream of equal appends
+behaves as a binary counter: a merge of two equal levels makes one of the
+next level up, and each update is rewritten once per level it climbs.
+
+:func:`merges` applies the rule to a fixed point in one pass, on row counts
+alone, and returns each group of batches that ends up as one batch: a
+contiguous run, merged by one compaction into one batch. So however many
+small batches arrived since the last pass, one compare-and-append replaces
+them (pairwise merges cost one per batch removed, and fell behind appends
+that add several batches each).
 
 A merge writes its output as any batch is written: parts below the shard's
 ``inline_max_bytes`` inline, larger ones to blob. So merging moves inline
@@ -32,19 +38,21 @@ def level(batch: Batch) -> int:
     return batch.rows.bit_length()
 
 
-def merges(state: ShardState) -> list[tuple[Batch, Batch]]:
-    """The disjoint adjacent pairs ``(older, newer)`` to merge now, left to
-    right; empty when the state is within the rule."""
-    order = state.ordered_batches()
-    pairs: list[tuple[Batch, Batch]] = []
-    i = 0
-    while i + 1 < len(order):
-        if level(order[i]) <= level(order[i + 1]):
-            pairs.append((order[i], order[i + 1]))
-            i += 2
-        else:
-            i += 1
-    return pairs
+def merges(state: ShardState) -> list[list[Batch]]:
+    """The runs of adjacent batches (oldest first) that the rule merges into
+    one batch each, counting a merge's rows as its inputs' sum; only runs of
+    two or more. Empty when the state is within the rule."""
+    # A stack of (rows, run) whose levels strictly decrease from bottom to
+    # top between pushes: only a pushed run can break the rule, against the
+    # run below it, and each merge may break it again one further down.
+    stack: list[tuple[int, list[Batch]]] = []
+    for batch in state.ordered_batches():
+        rows, run = batch.rows, [batch]
+        while stack and stack[-1][0].bit_length() <= rows.bit_length():
+            below_rows, below = stack.pop()
+            rows, run = below_rows + rows, below + run
+        stack.append((rows, run))
+    return [run for _, run in stack if len(run) > 1]
 
 
 def batch_bound(state: ShardState) -> int:

@@ -15,7 +15,7 @@ from pathlib import Path
 import msgspec
 
 from .. import datadir
-from ..persist.config import SERVED_FIELDS, ShardConfig
+from ..persist.config import COMPACT_INTERVAL_S, SERVED_FIELDS, ShardConfig
 from ..storage.uri import BLOB_ENV, STORE_ENV
 
 
@@ -70,10 +70,11 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--compact-interval",
         type=float,
-        default=0.0,
+        default=COMPACT_INTERVAL_S,
         metavar="S",
-        help="merge batches by the spine's rule every S seconds, off the request loop "
-        "(default 0: off; `shard compact` merges by hand)",
+        help="merge batches by the spine's rule every S seconds, off the request loop, "
+        f"so batches in state stay O(log n) (default {COMPACT_INTERVAL_S}; 0: off, "
+        "`shard compact` merges by hand)",
     )
     served = ShardConfig()
     parser.add_argument(

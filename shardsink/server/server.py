@@ -31,7 +31,7 @@ import zmq
 from .. import faults
 from ..persist.commands import Retain
 from ..persist.compaction import compact_spine
-from ..persist.config import SERVED_FIELDS, ShardConfig, check_served
+from ..persist.config import COMPACT_INTERVAL_S, SERVED_FIELDS, ShardConfig, check_served
 from ..persist.gc import collect_garbage, expire, sweep_leaked_blobs
 from ..persist.machine import LocalMachine, wall_clock_ms
 from ..persist.stats import MachineStats, ShardStats
@@ -86,6 +86,7 @@ class _Shard:
         self.writers_expired = 0
         self.compactions = 0
         self.compactions_abandoned = 0
+        self.compacted_batches = 0
         self.compaction_stats = ShardStats()
         self.last_run = dict.fromkeys(("expiry", "compact", "gc", "sweep"), time.monotonic())
         self.maintenance: Future | None = None
@@ -104,8 +105,8 @@ class ConsensusServer:
     and rollups in ``blob`` (both closed by :meth:`close`).
 
     ``gc_interval_s`` / ``sweep_interval_s`` schedule GC and the leaked-blob
-    sweep per loaded shard, ``compact_interval_s`` rounds of the spine's
-    merges (:mod:`~shardsink.persist.spine`) (``0`` disables each). ``config`` holds the settings
+    sweep per loaded shard, ``compact_interval_s`` the spine's merges
+    (:mod:`~shardsink.persist.spine`) (``0`` disables each). ``config`` holds the settings
     every shard runs with here, whoever opened it first and after a restart
     alike (its :data:`~shardsink.persist.config.SERVED_FIELDS`: rollup
     threshold, leaked-blob grace, max attempts); a client opening a shard with
@@ -124,7 +125,7 @@ class ConsensusServer:
         bind: str,
         *,
         gc_interval_s: float = 60.0,
-        compact_interval_s: float = 0.0,
+        compact_interval_s: float = COMPACT_INTERVAL_S,
         sweep_interval_s: float = 600.0,
         config: ShardConfig | None = None,
         clock: Callable[[], int] = wall_clock_ms,
@@ -306,8 +307,8 @@ class ConsensusServer:
             log.exception("maintenance of shard %r failed; retrying on schedule", machine.shard)
 
     def _compact(self, shard: _Shard) -> None:
-        """Rounds of the spine's merges until one applies nothing, starting
-        none after :data:`COMPACTION_BUDGET_S`."""
+        """The spine's merges until a pass applies nothing, starting none
+        after :data:`COMPACTION_BUDGET_S`."""
         deadline = time.monotonic() + COMPACTION_BUDGET_S
         while time.monotonic() < deadline:
             report = compact_spine(
@@ -318,6 +319,7 @@ class ConsensusServer:
             )
             shard.compactions += report.applied
             shard.compactions_abandoned += report.skipped
+            shard.compacted_batches += report.batches_merged
             if not report.applied:
                 return
 
@@ -333,6 +335,8 @@ class ConsensusServer:
                     seqno=state.seqno,
                     upper=state.upper,
                     batches=len(state.batches),
+                    parts=sum(len(b.parts) for b in state.batches.values()),
+                    inline_bytes=state.inline_bytes,
                     readers=len(state.readers),
                     commands=shard.commands,
                     machine=shard.machine.stats(),
@@ -343,6 +347,9 @@ class ConsensusServer:
                     writers_expired=shard.writers_expired,
                     compactions=shard.compactions,
                     compactions_abandoned=shard.compactions_abandoned,
+                    compacted_batches=shard.compacted_batches,
+                    compaction_puts=shard.compaction_stats.blob_puts,
+                    compaction_put_bytes=shard.compaction_stats.blob_put_bytes,
                 )
             )
         return StatsReply(os.getpid(), self.requests, self.errors, self._rpc.dropped, tuple(shards))

@@ -107,12 +107,19 @@ class CountReply(msgspec.Struct, tag="count", **_OPTS):
 
 
 class ShardCounters(msgspec.Struct, **_OPTS):
-    """What the server did for one shard since it started."""
+    """What the server did for one shard since it started, and the size of
+    its latest state (``batches``, ``parts``, ``inline_bytes``, ``readers``).
+    Compaction's counts: ``compactions`` applied, replacing
+    ``compacted_batches`` batches with one each, ``compactions_abandoned``
+    (inputs gone or changed), and the data parts they wrote
+    (``compaction_puts``, ``compaction_put_bytes``)."""
 
     shard: str
     seqno: int
     upper: int
     batches: int
+    parts: int
+    inline_bytes: int
     readers: int
     commands: int
     machine: MachineStats
@@ -123,6 +130,9 @@ class ShardCounters(msgspec.Struct, **_OPTS):
     writers_expired: int
     compactions: int
     compactions_abandoned: int
+    compacted_batches: int
+    compaction_puts: int
+    compaction_put_bytes: int
 
 
 class StatsReply(msgspec.Struct, tag="stats", **_OPTS):

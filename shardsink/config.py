@@ -18,6 +18,7 @@ import msgspec
 
 from . import datadir
 from ._address import REMOTE_SCHEMES
+from .persist.config import ShardConfig
 from .persist.state import check_shard_name
 from .shm.channel import INLINE_MAX_BYTES
 from .storage.uri import redact
@@ -106,6 +107,11 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     that misses it is restarted), ``max_restarts`` before the run fails,
     ``consensus_timeout_s`` for one consensus request.
 
+    ``retain``: how far the cluster's consensus process keeps ``since``
+    behind the upper, in the shard's time unit (its ``--retain``; 0: off);
+    its maintenance also compacts by the spine's rule and expires writers.
+    Ignored with a running server (``consensus`` an address): it has its own.
+
     ``metrics_port``: serve Prometheus metrics on ``127.0.0.1:PORT`` (0: a
     free port) while the cluster runs; ``None``: none.
 
@@ -139,6 +145,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     interval_timeout_s: float = 60.0
     consensus_timeout_s: float = 5.0
     max_restarts: int = 20
+    retain: int = ShardConfig().retain
     metrics_port: int | None = None
     verify: bool = True
 
@@ -154,6 +161,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             "snapshot_rows",
             "intervals",
             "max_restarts",
+            "retain",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")

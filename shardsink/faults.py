@@ -67,6 +67,8 @@ POINTS: dict[str, str] = {
     "consensus.after_store": "the consensus server stored a version but has not replied",
     "reader.before_fetch": "a reader selected its batches but has not fetched their parts",
     "gc.before_delete": "GC listed what to delete but has not deleted it",
+    "compaction.after_write": "a compaction wrote its output but has not committed it",
+    "compaction.after_commit": "a compaction committed its output; the next has not begun",
     "blob.call": "any call of a blob store (determinate or indeterminate only)",
     "consensus.call": "any call of a consensus store (determinate or indeterminate only)",
 }

@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def register(commands, bench) -> None:
-    from . import appends, cluster, consensus, read, startup
+    from . import appends, cluster, consensus, read, soak, startup
 
     consensus.register(bench)
     appends.register(bench)
@@ -58,6 +58,34 @@ def register(commands, bench) -> None:
     )
     reads.set_defaults(func=_read)
 
+    soaks = bench.add_parser(
+        "soak",
+        help="one cluster for many intervals: steady-state figures per block",
+        description=soak.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    soaks.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
+    soaks.add_argument("--intervals", type=int, default=20_000, metavar="N", help="default 20000")
+    soaks.add_argument(
+        "--block",
+        type=int,
+        default=soak.BLOCK,
+        metavar="N",
+        help="intervals per block (default 500)",
+    )
+    soaks.add_argument("--groups", type=int, default=4, metavar="G", help="default 4")
+    soaks.add_argument("--workers", type=int, default=8, metavar="W", help="default 8")
+    soaks.add_argument(
+        "--rows-per-interval", type=int, default=128, metavar="R", help="default 128"
+    )
+    soaks.add_argument(
+        "--mode",
+        choices=("off", "best-effort", "barrier"),
+        default="best-effort",
+        help="default best-effort",
+    )
+    soaks.set_defaults(func=_soak)
+
     parser = bench.add_parser(
         "cluster",
         help="the scale-out matrix: modes, shapes, hydration thresholds, a Delta Lake peer",
@@ -69,6 +97,36 @@ def register(commands, bench) -> None:
     which.add_argument("--quick", action="store_true", help="the cut-down matrix (minutes)")
     which.add_argument("--matrix", choices=sorted(cluster.MATRICES), default="default")
     parser.set_defaults(func=_run)
+
+
+def _soak(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..config import ClusterConfig
+    from .soak import run
+
+    config = ClusterConfig(
+        groups=args.groups,
+        workers=args.workers,
+        mode=args.mode,
+        rows_per_interval=args.rows_per_interval,
+        intervals=args.intervals,
+    )
+    result = run(config, args.out, args.block)
+    table = Table(
+        title=f"soak: {args.intervals} intervals, {args.groups}x{args.workers} {args.mode}"
+    )
+    for column in ("check", "value", "bound", "ok"):
+        table.add_column(column)
+    for name, check in result["checks"].items():
+        table.add_row(
+            name, f"{check['value']:.3g}", f"{check['bound']}", "yes" if check["ok"] else "NO"
+        )
+    table.add_row("verified", "", "", "yes" if result["verified"] else "NO")
+    Console().print(table)
+    print(f"wrote {args.out / 'soak.json'} and {args.out / 'soak.png'}")
+    return 0 if result["verified"] else 1
 
 
 def _run(args: argparse.Namespace) -> int:

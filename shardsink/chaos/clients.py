@@ -1,16 +1,21 @@
 """The clients a chaos run keeps busy beside the cluster: readers checking
-snapshots, and maintenance (since, compaction, GC) under the run's faults."""
+snapshots, and GC under the run's faults, counting the consensus process's
+own maintenance (retention and compaction)."""
 
 from __future__ import annotations
 
 import random
 
 from ..cluster.verify import difference
-from ..persist.errors import Contended, NotReadable, PartMissing, ShardNotFound
+from ..persist.errors import NotReadable, PartMissing, ShardNotFound
 from ..process import Child, Launch, SpawnStarter, module_payload
+from ..server.client import ServerClient
 from ..storage.errors import StorageError
 from .config import INTERVAL_MS, MAINTENANCE_TIMEOUT_S, SHARD, SINCE_LAG, SWEEP_GRACE_MS
 from .context import RunContext, client_shard, exit_reason
+
+#: The GC maintenance runs by hand, beside the consensus process's own.
+GC_COMMAND = ("shard", "gc", "--sweep-grace-ms", str(SWEEP_GRACE_MS), "--shard", SHARD)
 
 #: Errors of a client while the consensus process restarts: counted, retried.
 UNAVAILABLE = (StorageError, TimeoutError, ShardNotFound, OSError)
@@ -58,50 +63,45 @@ def read_loop(run: RunContext, index: int) -> None:
 
 
 def maintenance_loop(run: RunContext, env: dict[str, str]) -> None:
-    """Advance since, then compact and collect garbage in children armed with
-    the run's fault points."""
-    shard = None
+    """Collect garbage in children armed with the run's fault points, and
+    count the consensus process's compactions (its retention and compaction
+    need nobody: they run in it)."""
+    compactions: dict[int, tuple[int, int]] = {}  # by server pid: its counters restart with it
     while not run.stop.wait(run.config.maintenance_every_s):
-        try:
-            if shard is None:
-                shard = client_shard(run)
-            upper = shard.upper
-            since = upper - SINCE_LAG * INTERVAL_MS
-            if since > shard.since:
-                shard.advance_since(since)
-        except UNAVAILABLE:
-            run.count("maintenance: consensus unavailable")
-            if shard is not None:
-                shard.close()
-            shard = None
+        _count_compactions(run, compactions)
+        if run.stop.is_set():
+            break
+        launch = Launch(
+            kind="maintenance",
+            name="gc",
+            role="module",
+            payload=module_payload("shardsink.cli", [*GC_COMMAND, "--consensus", run.bind]),
+            env=env,
+            stdout="null",
+        )
+        child = Child(launch, SpawnStarter("shardsink.process"), run.logs).start()
+        code = child.wait(MAINTENANCE_TIMEOUT_S)
+        if code is None:
+            child.kill()
+            run.count("gc: timed out")
             continue
-        except Contended:  # lost every compare-and-set to the appends: next round
-            run.count("maintenance: since contended")
-        except Exception as exc:  # anything else is a finding, and must not end the loop
-            run.violation(f"maintenance failed: {type(exc).__name__}: {exc}")
-        for command in (
-            ["shard", "compact"],
-            ["shard", "gc", "--sweep-grace-ms", str(SWEEP_GRACE_MS)],
-        ):
-            if run.stop.is_set():
-                break
-            name = command[1]
-            launch = Launch(
-                kind="maintenance",
-                name=name,
-                role="module",
-                payload=module_payload(
-                    "shardsink.cli", [*command, "--consensus", run.bind, "--shard", SHARD]
-                ),
-                env=env,
-                stdout="null",
-            )
-            child = Child(launch, SpawnStarter("shardsink.process"), run.logs).start()
-            code = child.wait(MAINTENANCE_TIMEOUT_S)
-            if code is None:
-                child.kill()
-                run.count(f"{name}: timed out")
-                continue
-            run.count(f"{name}: {'ok' if code == 0 else exit_reason(code)}")
-    if shard is not None:
-        shard.close()
+        run.count(f"gc: {'ok' if code == 0 else exit_reason(code)}")
+    _count_compactions(run, compactions)
+    run.count("compactions applied", sum(applied for applied, _ in compactions.values()))
+    run.count("compactions abandoned", sum(abandoned for _, abandoned in compactions.values()))
+
+
+def _count_compactions(run: RunContext, seen: dict[int, tuple[int, int]]) -> None:
+    """Record the consensus process's compaction counters under its pid (a
+    process killed since keeps the last ones seen: the few it did after are
+    not counted)."""
+    client = ServerClient(run.bind, timeout_s=2.0, retry_for_s=0.0)
+    try:
+        reply = client.stats()
+    except UNAVAILABLE:
+        return
+    finally:
+        client.close()
+    for counters in reply.shards:
+        if counters.shard == SHARD:
+            seen[reply.pid] = (counters.compactions, counters.compactions_abandoned)

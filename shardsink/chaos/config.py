@@ -12,7 +12,8 @@ from .schedule import FAULT_KINDS, injectable
 SHARD = "default"
 #: Interval length in the shard's time (the workload's clock, not the wall's).
 INTERVAL_MS = 1000
-#: ``since`` trails the upper by this many intervals; readers read within it.
+#: The consensus process's retention keeps ``since`` this many intervals
+#: behind the upper; readers read within it.
 SINCE_LAG = 20
 #: A blob unreferenced for this long is leaked (the sweep during the run);
 #: far above any pause the nemesis makes, so a part in flight is never taken.

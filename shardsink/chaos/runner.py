@@ -9,8 +9,9 @@ The pieces, each in its own thread of this process:
 - the :class:`~.nemesis.Nemesis`, running the seeded schedule;
 - *readers*, each leasing a reader through the consensus process and checking
   every snapshot at a random as-of against the workload's expected collection;
-- *maintenance*: advancing ``since``, and ``shardsink shard compact`` and
-  ``shardsink shard gc`` as children armed with the same fault points.
+- *maintenance*: the consensus process's own (retention advances ``since``,
+  compaction merges by the spine's rule; both armed with the run's fault
+  points), and ``shardsink shard gc`` as children armed with them too.
 
 After the duration the run goes on, for up to :data:`SETTLE_S`, until the
 nemesis has carried out every event, every fault point firing it released
@@ -49,6 +50,7 @@ from .config import (
     INTERVAL_MS,
     MAINTENANCE_TIMEOUT_S,
     SHARD,
+    SINCE_LAG,
     ChaosConfig,
     ChaosReport,
 )
@@ -258,6 +260,8 @@ def _start_coordinator(run: RunContext, env: dict[str, str]) -> None:
         "max",
         "--consensus-bind",
         run.bind,
+        "--retain",
+        str(SINCE_LAG * INTERVAL_MS),
         "--interval-timeout",
         str(config.interval_timeout_s),
         "--max-restarts",

@@ -52,8 +52,9 @@ SIGNAL_TARGETS: dict[str, str] = {
 }
 
 #: The fault points (point, action) through which each kind is injected.
-#: GC runs in the consensus process (and in ``shard gc``), so a kill between
-#: its listing and its deletes counts as a consensus kill.
+#: GC and compaction run in the consensus process (GC also in ``shard gc``),
+#: so a kill between GC's listing and its deletes, or in a compaction, counts
+#: as a consensus kill.
 POINTS: dict[str, tuple[tuple[str, str], ...]] = {
     "kill-worker": (
         ("worker.after_encode", "kill"),
@@ -63,9 +64,18 @@ POINTS: dict[str, tuple[tuple[str, str], ...]] = {
     "kill-builder": (("builder.after_upload", "kill"), ("builder.before_handoff", "kill")),
     "kill-group": (),
     "kill-last-finisher": (("worker.last_finisher", "kill"),),
-    "kill-consensus": (("consensus.after_store", "kill"), ("gc.before_delete", "kill")),
+    "kill-consensus": (
+        ("consensus.after_store", "kill"),
+        ("gc.before_delete", "kill"),
+        ("compaction.after_write", "kill"),
+        ("compaction.after_commit", "kill"),
+    ),
     "kill-coordinator": (("append.before_cas", "kill"), ("append.after_cas", "kill")),
-    "pause": (("gc.before_delete", "pause"), ("reader.before_fetch", "pause")),
+    "pause": (
+        ("gc.before_delete", "pause"),
+        ("reader.before_fetch", "pause"),
+        ("compaction.after_write", "pause"),
+    ),
     "blob-errors": (("blob.call", "determinate"), ("blob.call", "indeterminate")),
     "consensus-errors": (("consensus.call", "determinate"), ("consensus.call", "indeterminate")),
 }

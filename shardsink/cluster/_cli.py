@@ -144,6 +144,13 @@ def register(commands, bench) -> None:
         f"(default {d.max_restarts})",
     )
     up.add_argument(
+        "--retain",
+        type=int,
+        metavar="T",
+        help="the consensus process keeps since this far behind the upper, in the shard's "
+        f"time unit (default {d.retain}: an hour of milliseconds; 0: off)",
+    )
+    up.add_argument(
         "--metrics-port",
         type=int,
         metavar="P",

@@ -212,6 +212,8 @@ class Cluster:
                     config.consensus_uri,
                     config.blob_uri,
                     config.consensus_bind or f"ipc://{self.run_dir / 'consensus'}",
+                    "--retain",
+                    str(config.retain),
                     starter=starter,
                     run_dir=self.run_dir,
                     timeout_s=config.start_timeout_s,

@@ -14,6 +14,7 @@ from functools import partial
 import msgspec
 import pyarrow as pa
 
+from .. import faults
 from ..storage.contracts import Blob
 from . import parts as P
 from . import read, spine
@@ -95,6 +96,7 @@ def _apply(
         output = _merge(machine.shard, blob, schema, state, run, target_bytes, stats)
         result = None
         if output is not None:
+            faults.point("compaction.after_write")
             command = ApplyCompaction(tuple(b.id for b in run), output)
             result = machine.run(command)
             if isinstance(result, InlineCapExceeded):
@@ -105,6 +107,7 @@ def _apply(
         else:
             report.applied += 1
             report.batches_merged += len(run)
+            faults.point("compaction.after_commit")
     stats.compactions += report.applied
     return report
 

@@ -191,6 +191,14 @@ class LocalMachine:
                 f"{self.config.max_attempts} compare-and-sets in a row"
             )
 
+    def run_measured(self, command: Command) -> tuple[Result, MachineStats]:
+        """:meth:`run`, and the work it did alone: other threads' commands on
+        this machine wait for it, so they are not counted in."""
+        with self._lock:
+            before = self.stats()
+            result = self.run(command)
+            return result, self.stats() - before
+
     def state(self, refresh: bool = False) -> ShardState:
         with self._lock:
             self._check_open()

@@ -14,12 +14,22 @@ Appends add a newer batch at the end, so a steady stream of equal appends
 behaves as a binary counter: a merge of two equal levels makes one of the
 next level up, and each update is rewritten once per level it climbs.
 
-:func:`merges` applies the rule to a fixed point in one pass, on row counts
-alone, and returns each group of batches that ends up as one batch: a
-contiguous run, merged by one compaction into one batch. So however many
-small batches arrived since the last pass, one compare-and-append replaces
-them (pairwise merges cost one per batch removed, and fell behind appends
-that add several batches each).
+:func:`merges` makes one pass to the rule's fixed point, on row counts
+alone, and merges everything from the oldest batch it changes through the
+newest into one batch: a contiguous run, one compaction, one
+compare-and-append and (beyond the inline limit) one blob part, however many
+small batches arrived since the last pass. (Pairwise merges cost one
+compare-and-append per batch removed and fell behind appends that add
+several batches each; one output per group of the fixed point wrote a part
+per bit of a binary counter.) The batches the pass takes beyond the rule's
+own groups are newer, hence smaller, than the ones it merges anyway, so each
+update is still rewritten about once per level it climbs.
+
+Merging at every look would write a blob part for every few small appends;
+:func:`pass_due` waits until a pass removes ``slack`` batches at least, so a
+pass writes about one part per ``slack`` batches appended while the state
+holds at most ``slack`` batches more than the rule's fixed point (plus what
+arrives during a pass).
 
 A merge writes its output as any batch is written: parts below the shard's
 ``inline_max_bytes`` inline, larger ones to blob. So merging moves inline
@@ -39,20 +49,49 @@ def level(batch: Batch) -> int:
 
 
 def merges(state: ShardState) -> list[list[Batch]]:
-    """The runs of adjacent batches (oldest first) that the rule merges into
-    one batch each, counting a merge's rows as its inputs' sum; only runs of
-    two or more. Empty when the state is within the rule."""
+    """The run of adjacent batches (oldest first) that one pass merges into
+    one batch, as a list of at most one run; empty when the state is within
+    the rule.
+
+    The run starts at the oldest batch the rule would merge (applied to its
+    fixed point, counting a merge's rows as its inputs' sum) and ends at the
+    newest batch; like the rule, it takes in older batches while their level
+    is not above the run's. So after the pass, levels strictly decrease
+    again, and a pass writes one batch, not one per group the rule would
+    form (a binary counter of the small batches since the last pass)."""
     # A stack of (rows, run) whose levels strictly decrease from bottom to
     # top between pushes: only a pushed run can break the rule, against the
     # run below it, and each merge may break it again one further down.
     stack: list[tuple[int, list[Batch]]] = []
     for batch in state.ordered_batches():
-        rows, run = batch.rows, [batch]
-        while stack and stack[-1][0].bit_length() <= rows.bit_length():
-            below_rows, below = stack.pop()
-            rows, run = below_rows + rows, below + run
-        stack.append((rows, run))
-    return [run for _, run in stack if len(run) > 1]
+        _push(stack, batch.rows, [batch])
+    first = next((i for i, (_, run) in enumerate(stack) if len(run) > 1), None)
+    if first is None:
+        return []
+    tail = stack[first:]
+    del stack[first:]
+    _push(stack, sum(rows for rows, _ in tail), [b for _, run in tail for b in run])
+    return [stack[-1][1]]
+
+
+def _push(stack: list[tuple[int, list[Batch]]], rows: int, run: list[Batch]) -> None:
+    """Push ``run`` of ``rows`` rows, merging it with the runs below it while
+    their level is not above its own."""
+    while stack and stack[-1][0].bit_length() <= rows.bit_length():
+        below_rows, below = stack.pop()
+        rows, run = below_rows + rows, below + run
+    stack.append((rows, run))
+
+
+def removed(runs: list[list[Batch]]) -> int:
+    """How many batches merging ``runs`` removes: each run becomes one."""
+    return sum(len(run) - 1 for run in runs)
+
+
+def pass_due(state: ShardState, slack: int) -> bool:
+    """Whether a pass over :func:`merges` of ``state`` removes at least
+    ``slack`` batches (any, for ``slack <= 1``)."""
+    return removed(merges(state)) >= max(1, slack)
 
 
 def batch_bound(state: ShardState) -> int:

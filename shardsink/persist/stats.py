@@ -28,6 +28,13 @@ class MachineStats(msgspec.Struct, kw_only=True):
     rebuilds: int = 0
     indeterminate: int = 0
 
+    def __sub__(self, before: MachineStats) -> MachineStats:
+        """The work done between snapshot ``before`` and this one (its
+        ``last_diff_bytes`` is this one's)."""
+        now, then = msgspec.structs.asdict(self), msgspec.structs.asdict(before)
+        work = {name: now[name] - then[name] for name in MACHINE_FIELDS}
+        return MachineStats(**{**work, "last_diff_bytes": self.last_diff_bytes})
+
 
 class ShardStats(MachineStats, kw_only=True):
     """Everything a shard handle counted: the :class:`MachineStats` fields plus
@@ -56,3 +63,7 @@ class ShardStats(MachineStats, kw_only=True):
     compactions: int = 0
     gc_runs: int = 0
     blobs_deleted: int = 0
+
+
+#: The counters of :class:`MachineStats`.
+MACHINE_FIELDS = MachineStats.__struct_fields__

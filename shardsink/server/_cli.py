@@ -15,7 +15,7 @@ from pathlib import Path
 import msgspec
 
 from .. import datadir
-from ..persist.config import COMPACT_INTERVAL_S, SERVED_FIELDS, ShardConfig
+from ..persist.config import COMPACT_INTERVAL_S, COMPACT_SLACK, SERVED_FIELDS, ShardConfig
 from ..storage.uri import BLOB_ENV, STORE_ENV
 
 
@@ -72,9 +72,17 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=COMPACT_INTERVAL_S,
         metavar="S",
-        help="merge batches by the spine's rule every S seconds, off the request loop, "
+        help="look for the spine's merges every S seconds, off the request loop, "
         f"so batches in state stay O(log n) (default {COMPACT_INTERVAL_S}; 0: off, "
         "`shard compact` merges by hand)",
+    )
+    parser.add_argument(
+        "--compact-slack",
+        type=int,
+        default=COMPACT_SLACK,
+        metavar="N",
+        help="merge once the merges remove N batches: about one blob part per N small "
+        f"batches, at most N batches above the spine's bound (default {COMPACT_SLACK})",
     )
     served = ShardConfig()
     parser.add_argument(
@@ -164,6 +172,7 @@ def _serve(args: argparse.Namespace) -> int:
             args.bind,
             gc_interval_s=args.gc_interval,
             compact_interval_s=args.compact_interval,
+            compact_slack=args.compact_slack,
             sweep_interval_s=args.sweep_interval,
             config=config,
         )

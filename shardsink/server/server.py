@@ -29,12 +29,19 @@ import msgspec
 import zmq
 
 from .. import faults
+from ..persist import spine
 from ..persist.commands import Retain
 from ..persist.compaction import compact_spine
-from ..persist.config import COMPACT_INTERVAL_S, SERVED_FIELDS, ShardConfig, check_served
+from ..persist.config import (
+    COMPACT_INTERVAL_S,
+    COMPACT_SLACK,
+    SERVED_FIELDS,
+    ShardConfig,
+    check_served,
+)
 from ..persist.gc import collect_garbage, expire, sweep_leaked_blobs
 from ..persist.machine import LocalMachine, wall_clock_ms
-from ..persist.stats import MachineStats, ShardStats
+from ..persist.stats import ShardStats
 from ..storage.contracts import Blob, Consensus
 from .rpc import RpcServer
 from .wire import (
@@ -105,15 +112,18 @@ class ConsensusServer:
     and rollups in ``blob`` (both closed by :meth:`close`).
 
     ``gc_interval_s`` / ``sweep_interval_s`` schedule GC and the leaked-blob
-    sweep per loaded shard, ``compact_interval_s`` the spine's merges
-    (:mod:`~shardsink.persist.spine`) (``0`` disables each). ``config`` holds the settings
-    every shard runs with here, whoever opened it first and after a restart
-    alike (its :data:`~shardsink.persist.config.SERVED_FIELDS`: rollup
-    threshold, leaked-blob grace, max attempts); a client opening a shard with
-    others gets a ``bad_request`` error naming them. Its ``writer_lease_ms``
-    is the lease writers are expired by, told to every client that opens a
-    shard; its ``retain`` (``0``: off) is how far maintenance keeps ``since``
-    behind the upper (:func:`~shardsink.persist.transitions.retention_since`).
+    sweep per loaded shard (``0`` disables each). Every ``compact_interval_s``
+    (``0``: never) maintenance looks at the spine's merges
+    (:mod:`~shardsink.persist.spine`) and makes them once they remove
+    ``compact_slack`` batches (:func:`~shardsink.persist.spine.pass_due`).
+    ``config`` holds the settings every shard runs with here, whoever opened
+    it first and after a restart alike (its
+    :data:`~shardsink.persist.config.SERVED_FIELDS`: rollup threshold,
+    leaked-blob grace, max attempts); a client opening a shard with others
+    gets a ``bad_request`` error naming them. Its ``writer_lease_ms`` is the
+    lease writers are expired by, told to every client that opens a shard;
+    its ``retain`` (``0``: off) is how far maintenance keeps ``since`` behind
+    the upper (:func:`~shardsink.persist.transitions.retention_since`).
     Use :meth:`serve` to run the loop until ``stop`` is set, :meth:`close`
     (idempotent) to release everything.
     """
@@ -126,6 +136,7 @@ class ConsensusServer:
         *,
         gc_interval_s: float = 60.0,
         compact_interval_s: float = COMPACT_INTERVAL_S,
+        compact_slack: int = COMPACT_SLACK,
         sweep_interval_s: float = 600.0,
         config: ShardConfig | None = None,
         clock: Callable[[], int] = wall_clock_ms,
@@ -137,6 +148,7 @@ class ConsensusServer:
         self.address = self._rpc.address
         self._gc_interval_s = gc_interval_s
         self._compact_interval_s = compact_interval_s
+        self._compact_slack = compact_slack
         self._sweep_interval_s = sweep_interval_s
         self.config = config or ShardConfig()
         self._clock = clock
@@ -191,12 +203,11 @@ class ConsensusServer:
         shard = self._shard(request.shard)
         machine = shard.machine
         if isinstance(request, RunCommand):
-            before = machine.stats()
-            result = machine.run(request.command)
+            result, work = machine.run_measured(request.command)
             faults.point("consensus.after_store")
             shard.commands += 1
             self._answer_parked(time.monotonic(), request.shard)
-            return RunReply(result, _delta(before, machine.stats()))
+            return RunReply(result, work)
         if isinstance(request, FetchState):
             return StateReply(machine.state(refresh=True))
         if isinstance(request, WaitForUpper):
@@ -307,10 +318,12 @@ class ConsensusServer:
             log.exception("maintenance of shard %r failed; retrying on schedule", machine.shard)
 
     def _compact(self, shard: _Shard) -> None:
-        """The spine's merges until a pass applies nothing, starting none
-        after :data:`COMPACTION_BUDGET_S`."""
+        """Passes of the spine's merges while one is due (the slack) and
+        applies something, starting none after :data:`COMPACTION_BUDGET_S`."""
         deadline = time.monotonic() + COMPACTION_BUDGET_S
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and spine.pass_due(
+            shard.machine.state(), self._compact_slack
+        ):
             report = compact_spine(
                 shard.machine,
                 self._blob,
@@ -365,10 +378,3 @@ class ConsensusServer:
             shard.machine.close()
         self._store.close()
         self._blob.close()
-
-
-def _delta(before: MachineStats, after: MachineStats) -> MachineStats:
-    a, b = msgspec.structs.asdict(after), msgspec.structs.asdict(before)
-    out = {k: a[k] - b[k] for k in a}
-    out["last_diff_bytes"] = a["last_diff_bytes"]
-    return MachineStats(**out)

@@ -42,8 +42,7 @@ def _merge_round(state, shrink: st.DataObject):
 def test_rounds_of_merges_end_within_the_bound(steps, data):
     """Appends of any sizes interleaved with merge rounds (``None``); then
     rounds until none merges: at most ``batch_bound`` batches, levels
-    strictly decreasing in time order. Without consolidation one round
-    suffices."""
+    strictly decreasing in time order."""
     state = s0()
     for i, step in enumerate(steps):
         if step is None:
@@ -131,3 +130,15 @@ def test_every_merge_output_is_its_consolidated_input(intervals):
         # one part per batch here, inline only below the limit: the budget is bounded
         assert state.inline_bytes < spine.batch_bound(state) * state.inline_max_bytes
         assert rows_of(shard.reader().snapshot()) == rows_of(expected)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(1, 5000), max_size=60), st.integers(0, 40))
+def test_a_pass_is_due_once_it_removes_slack_batches(sizes, slack):
+    state = s0()
+    for i, rows in enumerate(sizes):
+        batch = Batch(f"a{i}", i, i + 1, (), rows)
+        state = msgspec.structs.replace(state, batches={**state.batches, batch.id: batch})
+    removed = len(state.batches) - len(_exact_round(state).batches)
+    assert spine.removed(spine.merges(state)) == removed
+    assert spine.pass_due(state, slack) == (removed >= max(1, slack))

@@ -1,0 +1,276 @@
+"""``shardsink bench soak``: one cluster for many intervals, measured per block.
+
+A sink runs for days; this runs one cluster (pace ``max``, the consensus
+server's automatic compaction and retention on, as ``up`` runs them) for
+``--intervals`` intervals and measures every block of ``--block`` intervals:
+
+- append latency p50/p99 (ms);
+- blob PUTs and bytes per append, the appends' own and compaction's apart;
+- consensus diff bytes per append (the appends' own) and rollup bytes;
+- batches, parts and inline bytes in state at the block's end (the most
+  batches seen at any sample of the block too);
+- peak RSS of each process kind (sampled every few appends; for a kind with
+  several processes, the largest of them);
+- compactions applied and abandoned and the batches they replaced.
+
+It writes ``soak.json`` (the blocks, the run's config and the steady-state
+checks: batches in every block, PUTs per append over the last quarter,
+latency and RSS of the last block against the second) and ``soak.png``, and
+reads the shard back at the end (``verified``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import psutil
+
+from ..config import ClusterConfig
+
+#: Intervals per block.
+BLOCK = 500
+#: Appends between two samples of RSS and of the server's counters.
+SAMPLE_EVERY = 25
+#: The steady-state bounds the checks hold the run to (issue #12).
+MAX_BATCHES = 64
+MAX_PUTS_PER_APPEND = 0.5
+MAX_LATENCY_GROWTH = 1.2
+MAX_RSS_GROWTH = 1.2
+
+
+@dataclass
+class _Block:
+    """What one block measured so far."""
+
+    first: int
+    latencies: list[float] = field(default_factory=list)
+    puts: int = 0
+    put_bytes: int = 0
+    diff_bytes: int = 0
+    max_batches: int = 0
+    rss: dict[str, int] = field(default_factory=dict)
+
+    def row(self, start: _Server, end: _Server) -> dict:
+        appends = len(self.latencies)
+        return {
+            "first_interval": self.first,
+            "appends": appends,
+            "append_ms_p50": float(np.percentile(self.latencies, 50)),
+            "append_ms_p99": float(np.percentile(self.latencies, 99)),
+            "append_puts_per_append": self.puts / appends,
+            "append_put_bytes_per_append": self.put_bytes / appends,
+            "compaction_puts_per_append": (end.compaction_puts - start.compaction_puts) / appends,
+            "compaction_put_bytes_per_append": (
+                end.compaction_put_bytes - start.compaction_put_bytes
+            )
+            / appends,
+            "diff_bytes_per_append": self.diff_bytes / appends,
+            "rollup_bytes": end.rollup_bytes - start.rollup_bytes,
+            "batches": end.batches,
+            "max_batches": max(self.max_batches, end.batches),
+            "parts": end.parts,
+            "inline_bytes": end.inline_bytes,
+            "compactions": end.compactions - start.compactions,
+            "compactions_abandoned": end.compactions_abandoned - start.compactions_abandoned,
+            "compacted_batches": end.compacted_batches - start.compacted_batches,
+            "peak_rss": dict(self.rss),
+        }
+
+
+class _Server(msgspec.Struct, frozen=True):
+    """The consensus server's counters for the shard at one moment."""
+
+    batches: int = 0
+    parts: int = 0
+    inline_bytes: int = 0
+    rollup_bytes: int = 0
+    compactions: int = 0
+    compactions_abandoned: int = 0
+    compacted_batches: int = 0
+    compaction_puts: int = 0
+    compaction_put_bytes: int = 0
+
+
+def _server_counters(client, shard: str) -> _Server:
+    for counters in client.stats().shards:
+        if counters.shard == shard:
+            return _Server(
+                batches=counters.batches,
+                parts=counters.parts,
+                inline_bytes=counters.inline_bytes,
+                rollup_bytes=counters.machine.rollup_bytes,
+                compactions=counters.compactions,
+                compactions_abandoned=counters.compactions_abandoned,
+                compacted_batches=counters.compacted_batches,
+                compaction_puts=counters.compaction_puts,
+                compaction_put_bytes=counters.compaction_put_bytes,
+            )
+    return _Server()
+
+
+def _sample_rss(cluster, into: dict[str, int], procs: dict[int, psutil.Process]) -> None:
+    for info in cluster.processes():
+        try:
+            rss = procs.setdefault(info.pid, psutil.Process(info.pid)).memory_info().rss
+        except psutil.Error:  # restarted or gone since the list was made
+            continue
+        into[info.kind] = max(into.get(info.kind, 0), rss)
+
+
+def checks(blocks: list[dict]) -> dict:
+    """The steady-state checks over ``blocks`` (see the module doc); each
+    ``{"value": ..., "bound": ..., "ok": bool}``. Latency and RSS compare the
+    last block with the second (the first warms up); PUTs per append count
+    compaction's with the appends' over the last quarter of the blocks."""
+    out: dict[str, dict] = {}
+    worst = max(b["max_batches"] for b in blocks)
+    out["max_batches"] = {"value": worst, "bound": MAX_BATCHES, "ok": worst <= MAX_BATCHES}
+    tail = blocks[-max(1, len(blocks) // 4) :]
+    appends = sum(b["appends"] for b in tail)
+    puts = sum(
+        (b["append_puts_per_append"] + b["compaction_puts_per_append"]) * b["appends"] for b in tail
+    )
+    value = puts / appends
+    out["puts_per_append_last_quarter"] = {
+        "value": value,
+        "bound": MAX_PUTS_PER_APPEND,
+        "ok": value <= MAX_PUTS_PER_APPEND,
+    }
+    if len(blocks) >= 3:
+        second, last = blocks[1], blocks[-1]
+        growth = last["append_ms_p50"] / second["append_ms_p50"]
+        out["append_p50_last_over_second"] = {
+            "value": growth,
+            "bound": MAX_LATENCY_GROWTH,
+            "ok": growth <= MAX_LATENCY_GROWTH,
+        }
+        for kind, rss in last["peak_rss"].items():
+            before = second["peak_rss"].get(kind)
+            if before:
+                out[f"rss_{kind}_last_over_second"] = {
+                    "value": rss / before,
+                    "bound": MAX_RSS_GROWTH,
+                    "ok": rss / before <= MAX_RSS_GROWTH,
+                }
+    return out
+
+
+def run(config: ClusterConfig, out: Path, block: int = BLOCK, quiet: bool = False) -> dict:
+    """Run the soak of ``config`` (its ``intervals``, ``data_dir`` replaced by
+    a fresh one under ``out``, removed at the end), write ``soak.json`` and
+    ``soak.png`` into ``out`` and return what ``soak.json`` holds."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..cluster.cluster import Cluster
+    from ..server.client import ServerClient
+
+    if block < 1 or config.intervals < block:
+        raise ValueError(f"--block must be 1..intervals ({config.intervals}), got {block}")
+    out.mkdir(parents=True, exist_ok=True)
+    data = out / "data"
+    shutil.rmtree(data, ignore_errors=True)
+    config = msgspec.structs.replace(config, data_dir=str(data), pace="max", verify=True)
+    console = Console(stderr=True, quiet=quiet)
+    blocks: list[dict] = []
+    procs: dict[int, psutil.Process] = {}
+    started = time.monotonic()
+    try:
+        with Cluster(config) as cluster:
+            client = ServerClient(cluster.shard_address)
+            try:
+                current = _Block(first=0)
+                start = _server_counters(client, config.shard)
+
+                def appended(record) -> None:
+                    nonlocal current, start
+                    current.latencies.append(record.latency_ms)
+                    current.puts += record.blob_puts
+                    current.put_bytes += record.blob_put_bytes
+                    current.diff_bytes += record.diff_bytes
+                    progress.advance(task)
+                    n = len(current.latencies)
+                    if n % SAMPLE_EVERY and n < block:
+                        return
+                    _sample_rss(cluster, current.rss, procs)
+                    now = _server_counters(client, config.shard)
+                    current.max_batches = max(current.max_batches, now.batches)
+                    if n == block:
+                        blocks.append(current.row(start, now))
+                        current, start = _Block(first=record.interval + 1), now
+
+                columns = (
+                    TextColumn("soak"),
+                    BarColumn(),
+                    MofNCompleteColumn(),
+                    TimeElapsedColumn(),
+                )
+                with Progress(*columns, console=console) as progress:
+                    task = progress.add_task("intervals", total=config.intervals)
+                    stats = cluster.run(config.intervals, on_append=appended)
+            finally:
+                client.close()
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+    result = {
+        "config": msgspec.to_builtins(config),
+        "block": block,
+        "wall_s": time.monotonic() - started,
+        "verified": bool(stats.verified),
+        "verify_detail": stats.verify_detail,
+        "restarts": stats.restarts,
+        "read_back_peak_rss": stats.peak_rss.get("read-back"),
+        "blocks": blocks,
+        "checks": checks(blocks) if blocks else {},
+    }
+    (out / "soak.json").write_text(json.dumps(result, indent=2) + "\n")
+    plot(blocks, out / "soak.png")
+    return result
+
+
+def plot(blocks: list[dict], path: Path) -> None:
+    """Draw the blocks' figures, one panel each, against the interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = [b["first_interval"] + b["appends"] for b in blocks]
+    panels = [
+        ("append latency (ms)", {"p50": "append_ms_p50", "p99": "append_ms_p99"}),
+        (
+            "blob PUTs per append",
+            {"appends'": "append_puts_per_append", "compaction's": "compaction_puts_per_append"},
+        ),
+        ("consensus diff bytes per append", {"appends'": "diff_bytes_per_append"}),
+        ("state", {"batches (max)": "max_batches", "parts": "parts"}),
+        ("inline bytes in state", {"inline": "inline_bytes"}),
+        ("rollup bytes per block", {"rollups": "rollup_bytes"}),
+        ("compactions per block", {"applied": "compactions", "abandoned": "compactions_abandoned"}),
+    ]
+    kinds = sorted({k for b in blocks for k in b["peak_rss"]})
+    figure, axes = plt.subplots(4, 2, figsize=(12, 13))
+    for axis, (title, series) in zip(axes.flat, panels, strict=False):
+        for label, key in series.items():
+            axis.plot(x, [b[key] for b in blocks], marker=".", label=label)
+        axis.set_title(title)
+        axis.legend(fontsize="small")
+    rss_axis = axes.flat[len(panels)]
+    for kind in kinds:
+        rss_axis.plot(
+            x, [b["peak_rss"].get(kind, 0) / 2**20 for b in blocks], marker=".", label=kind
+        )
+    rss_axis.set_title("peak RSS per process kind (MiB)")
+    rss_axis.legend(fontsize="small")
+    for axis in axes.flat:
+        axis.set_xlabel("interval")
+        axis.set_ylim(bottom=0)
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)

@@ -1,0 +1,37 @@
+"""``bench soak``, short: blocks of counts, compaction keeping batches
+bounded, tiny appends inline, the shard verified, the files written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shardsink.bench import soak
+from shardsink.config import ClusterConfig
+
+
+def test_a_short_soak_measures_every_block_and_stays_bounded(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(soak, "SAMPLE_EVERY", 5)
+    config = ClusterConfig(groups=1, workers=3, mode="off", rows_per_interval=24, intervals=90)
+    result = soak.run(config, tmp_path, block=30, quiet=True)
+    assert result["verified"] is True, result["verify_detail"]
+    blocks = result["blocks"]
+    assert [b["first_interval"] for b in blocks] == [0, 30, 60]
+    assert all(b["appends"] == 30 for b in blocks)
+    # off: three own batches per append, each of a few hundred bytes, inline
+    assert all(b["append_puts_per_append"] == 0 for b in blocks)
+    # 270 batches appended; the spine merged them by the slack
+    assert sum(b["compactions"] for b in blocks) >= 1
+    assert sum(b["compacted_batches"] for b in blocks) >= 32
+    assert max(b["max_batches"] for b in blocks) <= 64
+    assert {"coordinator", "consensus", "worker"} <= set(blocks[-1]["peak_rss"])
+    assert result["checks"]["max_batches"]["ok"]
+    assert json.loads((tmp_path / "soak.json").read_text())["blocks"] == blocks
+    assert (tmp_path / "soak.png").stat().st_size > 10_000
+    assert not (tmp_path / "data").exists()
+
+
+def test_a_block_longer_than_the_run_is_refused(tmp_path) -> None:
+    with pytest.raises(ValueError, match="--block"):
+        soak.run(ClusterConfig(intervals=10), tmp_path, block=20, quiet=True)

@@ -11,8 +11,10 @@ from persist_helpers import interval_rows, memory_stores, rows_of, updates
 
 from shardsink import open_shard
 from shardsink.persist import ShardConfig
-from shardsink.persist.compaction import plan
+from shardsink.persist.compaction import compact_spine, plan
+from shardsink.persist.errors import CorruptState
 from shardsink.persist.state import BlobPart
+from shardsink.persist.stats import ShardStats
 from shardsink.storage import open_blob
 
 ALL_BLOB = ShardConfig(inline_max_bytes=0)
@@ -97,6 +99,41 @@ def test_compaction_that_loses_its_inputs_commits_nothing(stores):
             assert snapshots(a, [2]) == before
     finally:
         blob.close()
+
+
+def _three_blob_batches(shard):
+    w = shard.writer()
+    for i in range(3):
+        w.compare_and_append_table(interval_rows(i, [i]), i, i + 1)
+    return [k for b in shard.state().ordered_batches() for k in b.blob_keys()]
+
+
+def test_compaction_meeting_a_corrupt_part_names_it_and_commits_nothing(tmp_path):
+    blob_uri, consensus = f"file://{tmp_path}/blob", f"sqlite://{tmp_path}/c.db"
+    with open_shard("s", blob=blob_uri, consensus=consensus, config=ALL_BLOB) as shard:
+        keys = _three_blob_batches(shard)
+        blob = open_blob(blob_uri)
+        try:
+            blob.set(keys[1], b"PAR1 this is not parquet PAR1")
+        finally:
+            blob.close()
+        seqno = shard.state(refresh=True).seqno
+        with pytest.raises(CorruptState, match=f"shard 's': part {keys[1]}"):
+            compact_spine(shard.machine, shard.blob, target_bytes=1 << 20, stats=ShardStats())
+        assert shard.state(refresh=True).seqno == seqno
+
+
+def test_spine_compaction_whose_input_is_gone_commits_nothing_and_leaves_no_output(tmp_path):
+    blob_uri, consensus = f"file://{tmp_path}/blob", f"sqlite://{tmp_path}/c.db"
+    with open_shard("s", blob=blob_uri, consensus=consensus, config=ALL_BLOB) as shard:
+        keys = _three_blob_batches(shard)
+        shard.blob.delete(keys[2])
+        seqno = shard.state(refresh=True).seqno
+        report = compact_spine(shard.machine, shard.blob, target_bytes=1 << 20, stats=ShardStats())
+        assert (report.applied, report.skipped) == (0, 1)
+        assert shard.state(refresh=True).seqno == seqno
+        # the merge stopped at the missing part and deleted what it had written
+        assert sorted(shard.blob.list("s/part/")) == sorted(keys[:2])
 
 
 def test_gc_respects_holds_until_the_lease_expires():

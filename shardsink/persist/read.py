@@ -31,7 +31,11 @@ from .state import BlobPart, InlinePart, KeyBound, Part, ShardState
 
 #: Rows of one loaded part a window consolidates at most (plus rows of the
 #: cut's own key): the group-by's working set.
-WINDOW_ROWS = 256 * 1024
+WINDOW_ROWS = 128 * 1024
+
+#: Rows a sorted Parquet part is decoded in at a time: what each part a
+#: window spans holds beyond the window's own share of it.
+CHUNK_ROWS = 16 * 1024
 
 #: Loads a part's rows as consecutive tables, together sorted by key; ``None``
 #: if its blob is missing.
@@ -82,7 +86,17 @@ def windows(
     (sorted by key, val) holds exactly the keys in ``(previous cut, cut]``.
     The windows are :func:`key_windows`' and raise as they do."""
     for table, cut in key_windows(parts, load, as_of, schema, after, window_rows):
-        yield P.at_time(table, as_of), cut
+        window = P.at_time(table, as_of)
+        del table
+        _release_freed_pages()
+        yield window, cut
+
+
+def _release_freed_pages() -> None:
+    """Hand the pages Arrow freed back to the OS. pyarrow's default pool
+    (mimalloc) keeps them for reuse, so each window's group-by scratch would
+    stay resident and the stream's peak RSS grow well past what it holds."""
+    pa.default_memory_pool().release_unused()
 
 
 def key_windows(

@@ -651,7 +651,11 @@ class Reader:
                 faults.point("reader.before_fetch")
                 parts = [p for b in state.ordered_batches() if b.lower <= as_of for p in b.parts]
                 load = functools.partial(
-                    read.part_chunks, shard.blob, shard.name, schema=shard.schema, rows=BATCH_ROWS
+                    read.part_chunks,
+                    shard.blob,
+                    shard.name,
+                    schema=shard.schema,
+                    rows=read.CHUNK_ROWS,
                 )
                 try:
                     for table, cut in read.windows(parts, load, as_of, shard.schema, after):

@@ -25,7 +25,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import msgspec
 import pyarrow as pa
@@ -33,13 +33,10 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from .. import datadir
-from .._address import REMOTE_SCHEMES
 from ..connect import open_shard
-from ..persist import read
 from ..persist.errors import PersistError
 from ..persist.shard import Shard
-from ..storage.backend import open_consensus
-from ..storage.uri import BLOB_ENV, STORE_ENV, redact
+from ..storage.uri import BLOB_ENV, STORE_ENV
 
 FORMATS = ("table", "csv", "json", "parquet")
 #: Rows ``read --format table`` shows unless ``--limit`` says otherwise.
@@ -124,9 +121,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     history = sub.add_parser(
         "history",
         help="the versions that changed the data: upper, batches added and replaced, writer, time",
-        description="Reads the consensus store itself (--data-dir's SQLite database or a "
-        "--consensus store URI, not a server's address), so it works while a cluster runs. "
-        "Versions truncated by gc are gone.",
+        description="Versions truncated by gc are gone.",
     )
     _store_args(history)
     history.add_argument(
@@ -405,17 +400,21 @@ def _inspect(args: argparse.Namespace, shard: Shard) -> int:
 
 @_with_shard
 def _manifest(args: argparse.Namespace, shard: Shard) -> int:
-    blob, _ = store_uris(args)
     with shard.reader() as reader:
         manifest = reader.manifest(args.as_of)
     for part in manifest["parts"]:
-        part["uri"] = part_uri(blob, part["key"])
+        part["uri"] = part_uri(shard.blob.uri, part["key"])
+    s3 = s3_settings(shard.blob.uri)
+    if s3 is not None:
+        manifest["s3"] = s3
     manifest["sql"] = duckdb_sql(manifest)
     if args.json:
         print(msgspec.json.encode(manifest).decode())
         return 0
     print(f"shard {manifest['shard']} as of {manifest['as_of']} (seqno {manifest['seqno']})")
     print(f"rule: {manifest['rule']}")
+    if "s3" in manifest:
+        print("s3: " + ", ".join(f"{k}={v}" for k, v in manifest["s3"].items()))
     for part in manifest["parts"]:
         print(f"  {part['uri']}  rows={part['rows']}  keys=[{part['key_lo']}, {part['key_hi']}]")
     print(f"inline updates: {len(manifest['inline'])}")
@@ -431,6 +430,25 @@ def part_uri(blob: str, key: str) -> str:
     return (
         path if parts.scheme == "file" else urlunsplit((parts.scheme, parts.netloc, path, "", ""))
     )
+
+
+def s3_settings(blob: str) -> dict | None:
+    """What an engine needs besides credentials to read the parts of the blob
+    store ``blob`` (its ``uri``, which names endpoint and region) if it is an
+    ``s3://`` one, named as DuckDB's S3 secret parameters: the endpoint's
+    ``host:port``, whether it takes TLS, path-style URLs, the region. ``None``
+    for any other store."""
+    parts = urlsplit(blob)
+    if parts.scheme != "s3":
+        return None
+    query = dict(parse_qsl(parts.query))
+    endpoint = urlsplit(query["endpoint"])
+    return {
+        "endpoint": endpoint.netloc,
+        "use_ssl": endpoint.scheme == "https",
+        "url_style": "path",
+        "region": query["region"],
+    }
 
 
 def duckdb_sql(manifest: dict) -> str | None:
@@ -474,22 +492,9 @@ def _literal(value: object) -> str:
     raise TypeError(f"no SQL literal for {type(value).__name__}")
 
 
-def _history(args: argparse.Namespace) -> int:
-    _, consensus = store_uris(args)
-    if urlsplit(consensus).scheme.lower() in REMOTE_SCHEMES:
-        raise ValueError(
-            f"shard history reads a consensus store, not a server ({redact(consensus)}): "
-            "pass the store's URI as --consensus"
-        )
-    store = open_consensus(consensus)
-    try:
-        if store.head(args.shard) is None:
-            raise ValueError(f"shard {args.shard!r} does not exist")
-        entries = read.history(store, args.shard, args.limit)
-    except PersistError as exc:
-        raise ValueError(str(exc)) from exc
-    finally:
-        store.close()
+@_with_shard
+def _history(args: argparse.Namespace, shard: Shard) -> int:
+    entries = shard.history(args.limit)
     if args.json:
         print(msgspec.json.encode(entries).decode())
         return 0

@@ -63,6 +63,10 @@ class ShardMachine(Protocol):
     - ``truncate_below(seqno)`` drops stored versions below ``seqno`` (which
       must have a rollup, or be at or below the oldest rollup; else
       ``ValueError``) and returns how many.
+    - ``versions(from_seqno, limit)`` is the stored versions (state diffs)
+      with ``seqno >= from_seqno``, oldest first: at least one while any is
+      left, at most ``limit`` (``ValueError`` below 1). Versions truncated
+      below the oldest needed rollup are gone.
     - ``stats()`` counts the state-storage work; ``close()`` is idempotent.
     - ``config`` is the handle's configuration (its ``writer_lease_ms`` is
       the lease maintenance expires writers by).
@@ -78,6 +82,8 @@ class ShardMachine(Protocol):
     def wait_for_upper_past(self, upper: int, timeout: float | None) -> ShardState: ...
 
     def truncate_below(self, seqno: int) -> int: ...
+
+    def versions(self, from_seqno: int, limit: int) -> list[VersionedData]: ...
 
     def stats(self) -> MachineStats: ...
 
@@ -234,6 +240,13 @@ class LocalMachine:
                     "would leave versions that cannot be rebuilt"
                 )
             return self._consensus.truncate(self.shard, seqno)
+
+    def versions(self, from_seqno: int, limit: int) -> list[VersionedData]:
+        if limit < 1:
+            raise ValueError(f"versions: limit must be >= 1, got {limit}")
+        with self._lock:
+            self._check_open()
+            return self._consensus.scan(self.shard, from_seqno, limit)
 
     def stats(self) -> MachineStats:
         with self._lock:

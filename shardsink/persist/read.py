@@ -23,10 +23,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..storage.contracts import Blob, Consensus
+from ..storage.contracts import Blob
 from . import parts as P
 from .diff import StateDiff, decode_diff
 from .errors import CorruptState
+from .machine import ShardMachine
 from .state import BlobPart, InlinePart, KeyBound, Part, ShardState
 
 #: Rows of one loaded part a window consolidates at most (plus rows of the
@@ -318,14 +319,16 @@ def manifest(state: ShardState, as_of: int | None, schema: pa.Schema) -> dict:
     }
 
 
-def history(consensus: Consensus, shard: str, limit: int, page: int = 1000) -> list[dict]:
-    """The last ``limit`` retained versions of ``shard`` that changed its data
-    (upper, since or batches), oldest first, each as :func:`history_entry`.
-    Versions below the oldest rollup still needed are truncated and not shown.
-    :class:`CorruptState` if a version is not a state diff of ``shard``."""
+def history(machine: ShardMachine, limit: int, page: int = 1000) -> list[dict]:
+    """The last ``limit`` retained versions of the machine's shard that
+    changed its data (upper, since or batches), oldest first, each as
+    :func:`history_entry`. Versions below the oldest rollup still needed are
+    truncated and not shown. :class:`CorruptState` if a version is not a
+    state diff."""
+    shard = machine.shard
     kept: deque[dict] = deque(maxlen=limit)
     seqno = 0
-    while versions := consensus.scan(shard, seqno, page):
+    while versions := machine.versions(seqno, page):
         for version in versions:
             try:
                 d = decode_diff(version.data)

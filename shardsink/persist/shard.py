@@ -253,6 +253,14 @@ class Shard:
             },
         }
 
+    def history(self, limit: int = 20) -> list[dict]:
+        """What the last ``limit`` retained versions that changed the data
+        did, oldest first (see :func:`~.read.history`): new upper and since,
+        batches added and replaced, the appending writer and its wall time."""
+        if limit < 1:
+            raise ValueError(f"history: limit must be >= 1, got {limit}")
+        return read.history(self.machine, limit)
+
     # --- handles ------------------------------------------------------------------
 
     def writer(self, writer_id: str | None = None) -> Writer:

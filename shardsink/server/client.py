@@ -21,6 +21,7 @@ from ..persist.commands import Command, Result
 from ..persist.config import ShardConfig
 from ..persist.state import ShardState
 from ..persist.stats import MachineStats
+from ..storage.contracts import VersionedData
 from ..storage.errors import DeterminateError, IndeterminateError
 from .rpc import RpcClient
 from .wire import (
@@ -38,9 +39,11 @@ from .wire import (
     Request,
     RunCommand,
     RunReply,
+    ScanVersions,
     StateReply,
     StatsReply,
     TruncateBelow,
+    VersionsReply,
     WaitForUpper,
     error_class,
 )
@@ -186,6 +189,11 @@ class RemoteMachine:
         return self._expect(
             self._client.request(TruncateBelow(self.shard, seqno)), CountReply
         ).count
+
+    def versions(self, from_seqno: int, limit: int) -> list[VersionedData]:
+        self._check_open()
+        reply = self._client.request(ScanVersions(self.shard, from_seqno, limit))
+        return [VersionedData(v.seqno, v.data) for v in self._expect(reply, VersionsReply).versions]
 
     def stats(self) -> MachineStats:
         return msgspec.structs.replace(self._stats)

@@ -59,10 +59,13 @@ from .wire import (
     Request,
     RunCommand,
     RunReply,
+    ScanVersions,
     ShardCounters,
     StateReply,
     StatsReply,
     TruncateBelow,
+    Version,
+    VersionsReply,
     WaitForUpper,
     error_kind,
 )
@@ -75,6 +78,8 @@ MAX_PARK_MS = 30_000
 #: Requests larger than this are dropped by ZeroMQ before we see them: a state
 #: command is kilobytes, so anything near this is garbage or an attack.
 MAX_REQUEST_BYTES = 64 << 20
+#: Most versions one :class:`ScanVersions` answer carries (diffs are kilobytes).
+MAX_SCAN_VERSIONS = 1000
 #: How long one maintenance run keeps starting spine rounds; a backlog left
 #: then waits for the next run, so expiry and GC are never held up for long.
 COMPACTION_BUDGET_S = 1.0
@@ -221,6 +226,9 @@ class ConsensusServer:
             return None
         if isinstance(request, TruncateBelow):
             return CountReply(machine.truncate_below(request.seqno))
+        if isinstance(request, ScanVersions):
+            versions = machine.versions(request.from_seqno, min(request.limit, MAX_SCAN_VERSIONS))
+            return VersionsReply(tuple(Version(v.seqno, v.data) for v in versions))
         raise TypeError(f"unhandled request {type(request).__name__}")
 
     def _open(self, request: OpenShard) -> _Shard:

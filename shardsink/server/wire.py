@@ -71,7 +71,25 @@ class GetStats(msgspec.Struct, tag="get_stats", **_OPTS):
     """Per-shard counters of this server. Answer: :class:`StatsReply`."""
 
 
-Request = Ping | OpenShard | RunCommand | FetchState | WaitForUpper | TruncateBelow | GetStats
+class ScanVersions(msgspec.Struct, tag="scan_versions", **_OPTS):
+    """Stored versions of ``shard`` from ``from_seqno`` on, oldest first, at
+    most ``limit`` (the server may send fewer). Answer: :class:`VersionsReply`."""
+
+    shard: str
+    from_seqno: int
+    limit: int
+
+
+Request = (
+    Ping
+    | OpenShard
+    | RunCommand
+    | FetchState
+    | WaitForUpper
+    | TruncateBelow
+    | GetStats
+    | ScanVersions
+)
 
 
 # --- replies ------------------------------------------------------------------
@@ -104,6 +122,17 @@ class RunReply(msgspec.Struct, tag="ran", **_OPTS):
 
 class CountReply(msgspec.Struct, tag="count", **_OPTS):
     count: int
+
+
+class Version(msgspec.Struct, **_OPTS):
+    """One stored version: its seqno and its state diff, encoded."""
+
+    seqno: int
+    data: bytes
+
+
+class VersionsReply(msgspec.Struct, tag="versions", **_OPTS):
+    versions: tuple[Version, ...]
 
 
 class ShardCounters(msgspec.Struct, **_OPTS):
@@ -152,7 +181,16 @@ class ErrorReply(msgspec.Struct, tag="error", **_OPTS):
     message: str
 
 
-Reply = Pong | StateReply | OpenedReply | RunReply | CountReply | StatsReply | ErrorReply
+Reply = (
+    Pong
+    | StateReply
+    | OpenedReply
+    | RunReply
+    | CountReply
+    | VersionsReply
+    | StatsReply
+    | ErrorReply
+)
 
 #: The error kinds of an :class:`ErrorReply` and the exception each stands
 #: for, most specific first: the server sends the first kind whose class the

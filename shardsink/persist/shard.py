@@ -288,10 +288,13 @@ class Shard:
         *,
         wait: float = 0.0,
         max_rows: int = BATCH_ROWS,
+        window_rows: int = read.WINDOW_ROWS,
     ) -> pa.RecordBatchReader:
         """``Reader.batches`` through a reader of its own, whose lease the
         stream holds until it is exhausted or dropped (or the shard closed)."""
-        return self.reader()._batches(as_of, columns, wait, max_rows, release=True)
+        return self.reader()._batches(
+            as_of, columns, wait, max_rows, window_rows=window_rows, release=True
+        )
 
     # --- maintenance ----------------------------------------------------------------
 
@@ -535,6 +538,7 @@ class Reader:
         *,
         wait: float = 0.0,
         max_rows: int = BATCH_ROWS,
+        window_rows: int = read.WINDOW_ROWS,
     ) -> pa.RecordBatchReader:
         """Stream the consolidated collection as of ``as_of`` (default: upper -
         1): ``columns`` (default key, val, ts, diff) of every ``(key, val)``
@@ -544,7 +548,8 @@ class Reader:
         ``as_of`` is ``None``.
 
         Memory is bounded by the parts overlapping one key range
-        (:func:`~.read.windows`), not by the shard. The stream holds its own
+        (:func:`~.read.windows`; a window takes at most ``window_rows`` rows
+        of each part it spans), not by the shard. The stream holds its own
         lease (heartbeated while it is read), taken before it selects parts
         and released when it is exhausted, or dropped, or its shard closed; a part gone missing
         mid-stream (an expired lease) resumes after the last key sent from
@@ -555,7 +560,7 @@ class Reader:
         upper after waiting up to ``wait`` seconds. While reading:
         :class:`PartMissing` if a part stays missing through ``PART_RETRIES``
         refreshes, :class:`NotReadable` if ``since`` passed ``as_of`` meanwhile."""
-        return self._batches(as_of, columns, wait, max_rows, release=False)
+        return self._batches(as_of, columns, wait, max_rows, window_rows=window_rows, release=False)
 
     def _batches(
         self,
@@ -564,6 +569,7 @@ class Reader:
         wait: float,
         max_rows: int,
         *,
+        window_rows: int,
         release: bool,
     ) -> pa.RecordBatchReader:
         """:meth:`batches`; with ``release`` the stream closes this reader
@@ -571,8 +577,9 @@ class Reader:
         try:
             self._check_open()
             names = read.output_columns(self.shard.schema, columns)
-            if max_rows < 1:
-                raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+            for name, rows in (("max_rows", max_rows), ("window_rows", window_rows)):
+                if rows < 1:
+                    raise ValueError(f"{name} must be >= 1, got {rows}")
             state, as_of = self._readable(as_of, wait)
         except BaseException:
             if release:
@@ -583,7 +590,7 @@ class Reader:
             if release:
                 self.close()
             return pa.RecordBatchReader.from_batches(schema, iter(()))
-        batches = self._stream(state, as_of, names, max_rows, release)
+        batches = self._stream(state, as_of, names, max_rows, window_rows, release)
         if release:
             # a stream dropped before its first batch never runs its generator's finally
             weakref.finalize(batches, self.close)
@@ -643,7 +650,13 @@ class Reader:
             )
 
     def _stream(
-        self, state: ShardState, as_of: int, names: list[str], max_rows: int, release: bool
+        self,
+        state: ShardState,
+        as_of: int,
+        names: list[str],
+        max_rows: int,
+        window_rows: int,
+        release: bool,
     ) -> Iterator[pa.RecordBatch]:
         """The record batches of :meth:`batches`; with ``release``, closes
         this reader when exhausted, closed or failed."""
@@ -666,7 +679,9 @@ class Reader:
                     rows=read.CHUNK_ROWS,
                 )
                 try:
-                    for table, cut in read.windows(parts, load, as_of, shard.schema, after):
+                    for table, cut in read.windows(
+                        parts, load, as_of, shard.schema, after, window_rows
+                    ):
                         after = cut
                         if time.monotonic() - beat > self.lease_ms / 3000.0:
                             self.heartbeat()

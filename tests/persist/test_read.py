@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import random
+import threading
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -14,9 +15,11 @@ from persist_helpers import SCHEMA, updates
 from shardsink import open_shard
 from shardsink.persist import parts as P
 from shardsink.persist import read
+from shardsink.persist.compaction import compact_spine
 from shardsink.persist.config import ShardConfig
 from shardsink.persist.errors import NotReadable
 from shardsink.persist.state import BlobPart
+from shardsink.persist.stats import ShardStats
 from shardsink.workloads import Workload
 
 CHURN = Workload("churn", rows_per_interval=300, interval_ms=10)
@@ -253,8 +256,6 @@ def test_streams_read_while_appends_compaction_and_gc_run_are_never_wrong(tmp_pa
     """Another handle appends, compacts and collects garbage in a thread while
     streams read every as-of written so far, each checked against the
     workload's collection."""
-    import threading
-
     blob, consensus = f"file://{tmp_path}/blob", f"sqlite://{tmp_path}/consensus.db"
     intervals = 16
     failures: list[BaseException] = []
@@ -312,3 +313,87 @@ def test_a_part_not_sorted_by_key_is_read_whole_and_sorted():
         loaded[name] = pa.concat_tables(chunks)
     assert loaded["shuffled"]["key"].to_pylist() == list(range(40))
     assert loaded["shuffled"].equals(loaded["sorted"])
+
+
+@pytest.mark.parametrize("kind", ["trickle", "churn"])
+def test_a_slow_stream_while_appends_spine_compaction_and_gc_run_is_never_wrong(tmp_path, kind):
+    """Must-show 3 of issue 15, on SQLite and files: streams read slowly,
+    waiting after each record batch until another handle has done a round of
+    maintenance (an append, a round of the spine's merges with
+    ``compact_spine``, GC), in windows small enough that they fetch parts
+    long after they selected them. Every stream equals the workload's
+    collection at its as-of, none fails, merges and deletions happened while
+    streams read, and the lease kept every part a stream selected."""
+    workload = Workload(kind, rows_per_interval=300, interval_ms=10)
+    config = ShardConfig(inline_max_bytes=0, blob_target_bytes=32 * 1024)
+    blob, consensus = f"file://{tmp_path}/blob", f"sqlite://{tmp_path}/consensus.db"
+    stop = threading.Event()
+    failures: list[BaseException] = []
+    rounds = threading.Condition()
+    done = {"rounds": 0, "merged": 0, "deleted": 0}
+
+    def append_and_maintain() -> None:
+        try:
+            with open_shard("s", blob=blob, consensus=consensus, config=config) as other:
+                writer, stats = other.writer(), ShardStats()
+                i = other.upper // workload.interval_ms
+                while not stop.is_set():
+                    if i < 24:
+                        t = i * workload.interval_ms
+                        writer.compare_and_append_table(
+                            workload.updates(i), t, t + workload.interval_ms
+                        )
+                        i += 1
+                    report = compact_spine(
+                        other.machine,
+                        other.blob,
+                        target_bytes=config.blob_target_bytes,
+                        stats=stats,
+                    )
+                    deleted = len(other.collect_garbage().blobs_deleted)
+                    with rounds:
+                        done["rounds"] += 1
+                        done["merged"] += report.applied
+                        done["deleted"] += deleted
+                        rounds.notify_all()
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            with rounds:
+                stop.set()
+                rounds.notify_all()
+
+    def next_round() -> None:
+        with rounds:
+            seen = done["rounds"]
+            assert rounds.wait_for(lambda: done["rounds"] > seen or stop.is_set(), 60)
+
+    with open_shard("s", blob=blob, consensus=consensus, config=config) as shard:
+        writer = shard.writer()
+        for i in range(8):
+            t = i * workload.interval_ms
+            writer.compare_and_append_table(workload.updates(i), t, t + workload.interval_ms)
+        thread = threading.Thread(target=append_and_maintain)
+        thread.start()
+        during = {"merged": 0, "deleted": 0}
+        try:
+            for _ in range(4):
+                written = shard.upper // workload.interval_ms
+                as_of = written * workload.interval_ms - 1
+                expected = workload.expected(written, as_of)
+                before = dict(done)
+                got = []
+                stream = shard.batches(as_of, max_rows=expected.num_rows // 8 + 1, window_rows=200)
+                for batch in stream:
+                    got.append(batch)
+                    next_round()
+                assert pa.Table.from_batches(got, shard.schema).equals(expected), written
+                for name in during:
+                    during[name] += done[name] - before[name]
+        finally:
+            stop.set()
+            thread.join(60)
+        assert not thread.is_alive() and not failures, failures
+        assert during["merged"] and during["deleted"], during
+        assert shard.stats().part_refetches == 0
+        assert not shard.state().readers

@@ -227,11 +227,21 @@ def test_export_read_by_duckdb_equals_the_collection_before_and_after_compaction
 
 
 def test_bad_input_is_one_line_and_writes_nothing(capsys, churn_dir, tmp_path):
+    """An as-of at or past the upper or below since, an unknown column, an
+    output that cannot be written: one line naming it, exit status 2, and no
+    file or directory left, not even under a temporary name."""
     d = str(churn_dir)
     upper = INTERVALS * CHURN.interval_ms
-    for argv, message in (
+    out = str(tmp_path / "out")
+    past = f"as_of {upper + 1000} is not below the upper {upper}"
+    cases = [
         (["read", "--data-dir", d, "--as-of", str(upper)], f"as_of {upper} is not below the upper"),
+        (["read", "--data-dir", d, "--as-of", str(upper + 1000), "--format", "parquet"], past),
+        (["read", "--data-dir", d, "--as-of", str(upper + 1000), "--output", out], past),
+        (["export", "--data-dir", d, "--as-of", str(upper), "--output", out], f"as_of {upper} is"),
+        (["shard", "manifest", "--data-dir", d, "--as-of", str(upper + 1000)], past),
         (["read", "--data-dir", d, "--columns", "key,colour"], "unknown column(s) 'colour'"),
+        (["read", "--data-dir", d, "--columns", "key,colour", "--output", out], "'colour'"),
         (
             ["read", "--data-dir", d, "--output", str(tmp_path / "no" / "f")],
             "cannot write --output",
@@ -241,15 +251,36 @@ def test_bad_input_is_one_line_and_writes_nothing(capsys, churn_dir, tmp_path):
             "cannot write --output",
         ),
         (["export", "--data-dir", d, "--output", str(churn_dir)], "not an empty directory"),
-    ):
+    ]
+    below = "as_of 19 is below the since 20"
+    since = [
+        (["read", "--data-dir", d, "--as-of", "19", "--output", out], below),
+        (["export", "--data-dir", d, "--as-of", "19", "--output", out], below),
+        (["shard", "manifest", "--data-dir", d, "--as-of", "19"], below),
+    ]
+    for argv, message in cases:
         code, _, err = run(capsys, *argv)
-        assert code == 2 and message in err and "Traceback" not in err, (argv, err)
+        assert code == 2 and message in err and len(err.splitlines()) == 1, (argv, err)
     with open_shard(blob=f"file://{d}/blob", consensus=f"sqlite://{d}/consensus.db") as shard:
         shard.advance_since(20)
-    code, _, err = run(capsys, "read", "--data-dir", d, "--as-of", "19")
-    assert code == 2 and "as_of 19 is below the since 20" in err
-    assert not (tmp_path / "no").exists()
+    for argv, message in since:
+        code, _, err = run(capsys, *argv)
+        assert code == 2 and message in err and len(err.splitlines()) == 1, (argv, err)
+    assert not (tmp_path / "no").exists() and not (tmp_path / "out").exists()
     assert [p for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_bad_input_from_the_command_is_one_line_without_a_traceback(churn_dir):
+    """The real ``shardsink`` command: exit status 2, one line on stderr."""
+    argv = [sys.executable, "-m", "shardsink.cli", "read", "--data-dir", str(churn_dir)]
+    for extra, message in (
+        (["--as-of", "999999"], "is not below the upper"),
+        (["--columns", "colour"], "unknown column(s) 'colour'"),
+    ):
+        proc = subprocess.run(argv + extra, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and proc.stdout == "", proc
+        assert proc.stderr.startswith("shardsink read: error: ") and message in proc.stderr
+        assert len(proc.stderr.splitlines()) == 1, proc.stderr
 
 
 def test_export_of_a_shard_never_written(capsys, tmp_path):

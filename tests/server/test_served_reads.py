@@ -61,7 +61,8 @@ def located(
         argv = ["--data-dir", str(data), *(["--blob", blob] if where == "s3" else [])]
         yield argv, {"blob": blob, "consensus": consensus}, None
         return
-    with serving(tmp_path, open_blob(blob), consensus=consensus) as server:
+    # compaction by hand only, so the history it checks is exactly what the test did
+    with serving(tmp_path, open_blob(blob), consensus=consensus, compact_interval_s=0) as server:
         stores = {"blob": blob, "consensus": server.address}
         if where == "lock":
             with datadir.acquire(data, datadir.CONSENSUS_SERVER) as lock:
@@ -170,7 +171,7 @@ def test_history_pages_through_a_servers_capped_answers(tmp_path, monkeypatch):
     monkeypatch.setattr(server_module, "MAX_SCAN_VERSIONS", 2)
     blob, consensus = datadir.blob_uri(tmp_path), datadir.consensus_uri(tmp_path)
     with (
-        serving(tmp_path, open_blob(blob), consensus=consensus) as server,
+        serving(tmp_path, open_blob(blob), consensus=consensus, compact_interval_s=0) as server,
         open_shard(blob=blob, consensus=server.address) as shard,
     ):
         writer = shard.writer()

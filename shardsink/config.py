@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_args, get_type_hints
+from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 from urllib.parse import urlsplit
 
 import msgspec
 
 from . import datadir
 from ._address import REMOTE_SCHEMES
+from ._http import parse_listen
 from .persist.config import ShardConfig
 from .persist.state import check_shard_name
 from .shm.channel import INLINE_MAX_BYTES
@@ -113,7 +114,9 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     Ignored with a running server (``consensus`` an address): it has its own.
 
     ``metrics_port``: serve Prometheus metrics on ``127.0.0.1:PORT`` (0: a
-    free port) while the cluster runs; ``None``: none.
+    free port) while the cluster runs; ``None``: none. ``dashboard``: serve
+    the live dashboard at ``HOST:PORT`` (loopback; port 0: a free one);
+    ``None``: none.
 
     ``seed`` drives the run's random choices (the order mints go out in);
     ``verify`` reads the shard back after a run and compares it with the
@@ -147,6 +150,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     max_restarts: int = 20
     retain: int = ShardConfig().retain
     metrics_port: int | None = None
+    dashboard: str | None = None
     verify: bool = True
 
     def __post_init__(self) -> None:
@@ -170,6 +174,8 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ValueError(f"metrics_port must be 0 to 65535, got {self.metrics_port}")
+        if self.dashboard is not None:
+            parse_listen(self.dashboard)
         _choice("mode", self.mode, MODES)
         _choice("pace", self.pace, PACES)
         _choice("start", self.start, STARTS)
@@ -300,6 +306,15 @@ def layered(
             fields[name] = os.environ[variable]
     fields.update({k: v for k, v in given.items() if k in kind.__struct_fields__})
     return fields
+
+
+def scalar_type(kind: Any) -> Any:
+    """What argparse converts a flag of a config field typed ``kind`` with:
+    ``X | None`` is ``X``'s, a ``Literal`` of values is their type's."""
+    args = [a for a in get_args(kind) if a is not type(None)]
+    if get_origin(kind) is Literal:
+        return type(args[0])
+    return scalar_type(args[0]) if args else kind
 
 
 def build(kind: type[T], fields: dict[str, Any], *, source: str = "options") -> T:

@@ -1,7 +1,7 @@
 """Prometheus metrics of a running cluster (``shardsink up --metrics-port P``).
 
-:class:`Metrics` serves ``/metrics`` on loopback from prometheus_client's HTTP
-server thread, the one thread a coordinator runs besides its own: the
+:class:`Metrics` serves ``/metrics`` on loopback from the HTTP server thread
+shared with consensus servers (:class:`~shardsink.server.metrics.MetricsEndpoint`): the
 coordinator only :meth:`~Metrics.observe`\\ s each appended interval (the
 client's counters are thread-safe), and supervision counts and per-process
 figures are read when scraped. Names follow Prometheus conventions:
@@ -12,16 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-import psutil
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from .._http import LOOPBACK
 from ..coordinator.coordinator import IntervalRecord
+from ..server.metrics import LATENCY_BUCKETS, MetricsEndpoint, process_families
 
-#: Append latency buckets, seconds: a 2-core trickle appends in ~10 ms, a
-#: hydrate's first interval or a restart takes seconds.
-LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 #: IntervalRecord fields counted as ``shardsink_<name>_total``, with their help.
 COUNTED = {
     "rows": "Rows appended",
@@ -67,28 +65,9 @@ class Supervised(Collector):
         yield CounterMetricFamily(
             "shardsink_abandoned_attempts", "Interval attempts not appended", value=abandoned
         )
-        rss = GaugeMetricFamily(
-            "shardsink_process_resident_memory_bytes",
-            "Resident memory of each live process of the cluster",
-            labels=["kind", "name"],
+        yield from process_families(
+            (kind, name, pid) for kind, name, pid, alive in members if alive
         )
-        cpu = CounterMetricFamily(
-            "shardsink_process_cpu_seconds",
-            "CPU time (user + system) of each live process of the cluster",
-            labels=["kind", "name"],
-        )
-        for kind, name, pid, alive in members:
-            if not alive:
-                continue
-            try:
-                proc = psutil.Process(pid)
-                memory, times = proc.memory_info(), proc.cpu_times()
-            except psutil.Error:  # exited since the coordinator looked
-                continue
-            rss.add_metric([kind, name], memory.rss)
-            cpu.add_metric([kind, name], times.user + times.system)
-        yield rss
-        yield cpu
 
 
 class Metrics:
@@ -97,7 +76,7 @@ class Metrics:
     the server and is idempotent. ``ValueError`` naming the port if it cannot
     be bound."""
 
-    def __init__(self, port: int, supervised: Supervised, host: str = "127.0.0.1") -> None:
+    def __init__(self, port: int, supervised: Supervised, host: str = LOOPBACK) -> None:
         self.registry = CollectorRegistry()
         self._appends = Counter("shardsink_appends", "Intervals appended", registry=self.registry)
         self._counted = {
@@ -111,11 +90,8 @@ class Metrics:
             registry=self.registry,
         )
         self.registry.register(supervised)
-        try:
-            self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
-        except OSError as exc:
-            raise ValueError(f"cannot serve metrics on {host}:{port}: {exc}") from None
-        self.url = f"http://{host}:{self._server.server_port}/metrics"
+        self._endpoint = MetricsEndpoint(self.registry, port, host)
+        self.url = self._endpoint.url
 
     def observe(self, record: IntervalRecord) -> None:
         """Count an appended interval."""
@@ -125,8 +101,4 @@ class Metrics:
         self._latency.observe(record.latency_ms / 1000)
 
     def close(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-            self._thread.join(5)
+        self._endpoint.close()

@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import json
 import logging
-import os
 import signal
 import sys
 import threading
@@ -15,7 +14,8 @@ from pathlib import Path
 import msgspec
 
 from .. import datadir
-from ..persist.config import COMPACT_INTERVAL_S, COMPACT_SLACK, SERVED_FIELDS, ShardConfig
+from ..datadir import DATA_DIR_ENV
+from ..persist.config import SERVED_FIELDS, ShardConfig
 from ..storage.uri import BLOB_ENV, STORE_ENV
 
 
@@ -27,90 +27,152 @@ def register(commands, bench) -> None:
         "serve",
         help="serve shard state over ZeroMQ",
         description="Run a consensus server in the foreground until SIGTERM or Ctrl-C. "
-        "Prints 'listening on ADDR' once it accepts requests.",
+        "Prints 'listening on ADDR' once it accepts requests (after 'metrics at URL' with "
+        "--metrics-port). Settings come from the flags given, then the environment, then "
+        "--config FILE, then the defaults shown.",
     )
     add_serve_arguments(serve)
-    serve.set_defaults(func=_serve)
+    serve.set_defaults(func=_serve_command)
 
     stats = sub.add_parser("stats", help="print a server's per-shard counters")
     stats.add_argument("address", help="the server's address (tcp://... or ipc://...)")
     stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    stats.add_argument("--timeout", type=float, default=5.0, metavar="S")
+    stats.add_argument(
+        "--timeout", type=float, default=5.0, metavar="S", help="wait this long (default 5)"
+    )
     stats.set_defaults(func=_stats)
 
 
-def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``consensus serve``."""
-    parser.add_argument(
+#: ``consensus serve``'s options, one per :class:`~.config.ServeConfig` field
+#: (``--config``'s keys): field, flag, metavar, help. Types and defaults come
+#: from the Struct, except the defaults :data:`DEFAULT_TEXT` words.
+SERVE_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
+    (
+        "data_dir",
         "--data-dir",
-        type=Path,
-        metavar="D",
-        help="serve D's stores (sqlite:///D/consensus.db, file://D/blob; D made 0700 if new) "
+        "D",
+        "serve D's stores (sqlite:///D/consensus.db, file://D/blob; D made 0700 if new) "
         "and hold D's lock, so `shard` commands on D go through this server",
-    )
+    ),
     # The environment, unlike the command line, is not shown to other users
     # (`ps`), so a URI holding a password belongs there.
-    parser.add_argument(
-        "--store",
-        default=os.environ.get(STORE_ENV),
-        help=f"consensus store URI (sqlite:///..., ...; overrides D's); default ${STORE_ENV}",
-    )
-    parser.add_argument(
-        "--blob",
-        default=os.environ.get(BLOB_ENV),
-        help=f"blob URI for rollups (file:///..., ...; overrides D's); default ${BLOB_ENV}",
-    )
-    parser.add_argument(
+    ("store", "--store", "URI", "consensus store URI (sqlite:///..., ...; overrides D's)"),
+    ("blob", "--blob", "URI", "blob URI for rollups (file:///..., ...; overrides D's)"),
+    (
+        "bind",
         "--bind",
-        required=True,
-        help="ipc:///path (its directory is made 0700) or tcp://127.0.0.1:PORT (PORT 0: any)",
-    )
-    parser.add_argument("--gc-interval", type=float, default=60.0, metavar="S")
-    parser.add_argument("--sweep-interval", type=float, default=600.0, metavar="S")
-    parser.add_argument(
+        "ADDR",
+        "ipc:///path (its directory is made 0700) or tcp://127.0.0.1:PORT (PORT 0: any)",
+    ),
+    ("gc_interval_s", "--gc-interval", "S", "collect garbage every S seconds; 0: never"),
+    ("sweep_interval_s", "--sweep-interval", "S", "sweep leaked blobs every S seconds; 0: never"),
+    (
+        "compact_interval_s",
         "--compact-interval",
-        type=float,
-        default=COMPACT_INTERVAL_S,
-        metavar="S",
-        help="look for the spine's merges every S seconds, off the request loop, "
-        f"so batches in state stay O(log n) (default {COMPACT_INTERVAL_S}; 0: off, "
-        "`shard compact` merges by hand)",
-    )
-    parser.add_argument(
+        "S",
+        "look for the spine's merges every S seconds, off the request loop, so batches in "
+        "state stay O(log n) (0: off, `shard compact` merges by hand)",
+    ),
+    (
+        "compact_slack",
         "--compact-slack",
-        type=int,
-        default=COMPACT_SLACK,
-        metavar="N",
-        help="merge once the merges remove N batches: about one blob part per N small "
-        f"batches, at most N batches above the spine's bound (default {COMPACT_SLACK})",
-    )
-    served = ShardConfig()
-    parser.add_argument(
+        "N",
+        "merge once the merges remove N batches: about one blob part per N small batches, at "
+        "most N batches above the spine's bound",
+    ),
+    (
+        "writer_lease_ms",
         "--writer-lease-ms",
-        type=int,
-        default=served.writer_lease_ms,
-        metavar="MS",
-        help="a writer not seen (append or heartbeat) for this long leaves state "
-        f"(default {served.writer_lease_ms}, 15 minutes); clients heartbeat by it",
-    )
-    parser.add_argument(
+        "MS",
+        "a writer not seen (append or heartbeat) for this long leaves state; clients "
+        "heartbeat by it",
+    ),
+    (
+        "retain",
         "--retain",
-        type=int,
-        default=served.retain,
-        metavar="T",
-        help="maintenance keeps since this far behind the upper, in the shard's time unit, "
-        f"held back by live readers (default {served.retain}: an hour of up's milliseconds; "
-        "0: off)",
-    )
-    for name in SERVED_FIELDS:
-        parser.add_argument(
+        "T",
+        "maintenance keeps since this far behind the upper, in the shard's time unit, held "
+        "back by live readers (0: off)",
+    ),
+    *(
+        (
+            name,
             f"--{name.replace('_', '-')}",
-            type=int,
-            default=getattr(served, name),
-            metavar="N",
-            help=f"every shard's {name} here (default {getattr(served, name)}); "
-            "a client opening a shard with another is refused",
+            "N",
+            f"every shard's {name} here; a client opening a shard with another is refused",
         )
+        for name in SERVED_FIELDS
+    ),
+    (
+        "metrics_port",
+        "--metrics-port",
+        "P",
+        "serve Prometheus metrics at http://127.0.0.1:P/metrics; 0: a free port",
+    ),
+)
+#: Defaults worded rather than shown as the Struct's value.
+DEFAULT_TEXT = {
+    "data_dir": f"${DATA_DIR_ENV}, else none",
+    "store": f"${STORE_ENV}, else D's",
+    "blob": f"${BLOB_ENV}, else D's",
+    "bind": "none: give it here or in the file",
+    "writer_lease_ms": f"{ShardConfig().writer_lease_ms}, 15 minutes",
+    "retain": f"{ShardConfig().retain}, an hour of up's milliseconds",
+    "metrics_port": "none",
+}
+#: Where each environment variable goes when its flag is not given: for the
+#: command, and for a cluster's consensus child, whose data dir is its parent's
+#: (the coordinator holds that lock; an inherited ``$SHARDSINK_DATA_DIR`` is
+#: not the child's to take).
+COMMAND_ENV = {DATA_DIR_ENV: "data_dir", STORE_ENV: "store", BLOB_ENV: "blob"}
+ROLE_ENV = {STORE_ENV: "store", BLOB_ENV: "blob"}
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``consensus serve``: ``--config`` and :data:`SERVE_OPTIONS`,
+    each given one setting its field (see :func:`serve_config`)."""
+    from ..config import scalar_type
+    from .config import ServeConfig
+
+    defaults = ServeConfig()
+    types = {f.name: scalar_type(f.type) for f in msgspec.structs.fields(ServeConfig)}
+    # Flags default to SUPPRESS so that only those given override --config.
+    parser.argument_default = argparse.SUPPRESS
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE.toml",
+        help='ServeConfig fields as TOML keys (bind = "tcp://127.0.0.1:7000", '
+        "compact_interval_s = 30.0, ...); flags given override it; an unknown key or a bad "
+        "value is refused (default: none)",
+    )
+    for name, flag, metavar, text in SERVE_OPTIONS:
+        value = getattr(defaults, name)
+        default = DEFAULT_TEXT.get(name) or (f"{value:g}" if isinstance(value, float) else value)
+        parser.add_argument(
+            flag, dest=name, type=types[name], metavar=metavar, help=f"{text} (default {default})"
+        )
+
+
+def serve_config(args: argparse.Namespace, environment: dict[str, str]):
+    """The ServeConfig of the parsed ``args``: each field from its flag if
+    given, else its variable of ``environment``, else ``--config``'s file,
+    else the default. ``ValueError`` naming a bad key, a missing bind or
+    stores named neither way."""
+    from ..config import build, layered
+    from .config import ServeConfig
+
+    fields = layered(ServeConfig, args.config, vars(args), environment)
+    config = build(ServeConfig, fields, source="consensus serve")
+    if config.bind is None:
+        raise ValueError("give the address to serve at: --bind ADDR, or bind in --config's file")
+    if config.data_dir is None and (config.store is None or config.blob is None):
+        raise ValueError(
+            f"name the stores with --data-dir D, or --store and --blob (or ${STORE_ENV} "
+            f"and ${BLOB_ENV})"
+        )
+    return config
 
 
 def serve_role(payload: bytes) -> int:
@@ -126,37 +188,32 @@ def serve_role(payload: bytes) -> int:
     args = parser.parse_args(msgspec.json.decode(payload, type=list[str]))
     faults.arm_from_env(role="consensus")
     try:
-        return _serve(args)
+        return _serve(serve_config(args, ROLE_ENV))
     except (ValueError, StorageError) as exc:
         print(f"shardsink consensus serve: error: {exc}", file=sys.stderr, flush=True)
         return 2
 
 
-def _serve(args: argparse.Namespace) -> int:
+def _serve_command(args: argparse.Namespace) -> int:
+    return _serve(serve_config(args, COMMAND_ENV))
+
+
+def _serve(config) -> int:
     from setproctitle import setproctitle
 
     from ..storage import open_blob, open_consensus
+    from .metrics import ServerMetrics
     from .server import ConsensusServer
 
-    if args.data_dir is None and (args.store is None or args.blob is None):
-        raise ValueError(
-            f"name the stores with --data-dir D, or --store and --blob (or ${STORE_ENV} "
-            f"and ${BLOB_ENV})"
-        )
-    config = ShardConfig(
-        writer_lease_ms=args.writer_lease_ms,
-        retain=args.retain,
-        **{name: getattr(args, name) for name in SERVED_FIELDS},
-    )
     setproctitle("shardsink consensus")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     with contextlib.ExitStack() as held:
-        store_uri, blob_uri, lock = args.store, args.blob, None
-        if args.data_dir is not None:
-            data_dir = datadir.create(args.data_dir)
+        store_uri, blob_uri, lock = config.store, config.blob, None
+        if config.data_dir is not None:
+            data_dir = datadir.create(config.data_dir)
             lock = held.enter_context(datadir.acquire(data_dir, datadir.CONSENSUS_SERVER))
             store_uri = store_uri or datadir.consensus_uri(data_dir)
             blob_uri = blob_uri or datadir.blob_uri(data_dir)
@@ -169,14 +226,18 @@ def _serve(args: argparse.Namespace) -> int:
         server = ConsensusServer(
             store,
             blob,
-            args.bind,
-            gc_interval_s=args.gc_interval,
-            compact_interval_s=args.compact_interval,
-            compact_slack=args.compact_slack,
-            sweep_interval_s=args.sweep_interval,
-            config=config,
+            config.bind,
+            gc_interval_s=config.gc_interval_s,
+            compact_interval_s=config.compact_interval_s,
+            compact_slack=config.compact_slack,
+            sweep_interval_s=config.sweep_interval_s,
+            config=config.shard_config(),
         )
         held.callback(server.close)
+        if config.metrics_port is not None:
+            metrics = ServerMetrics(server, config.metrics_port)
+            held.callback(metrics.close)
+            print(f"metrics at {metrics.url}", flush=True)
         if lock is not None:
             lock.update(address=server.address)
         print(f"listening on {server.address}", flush=True)

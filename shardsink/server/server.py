@@ -30,7 +30,7 @@ import zmq
 
 from .. import faults
 from ..persist import spine
-from ..persist.commands import Retain
+from ..persist.commands import Command, Result, Retain
 from ..persist.compaction import compact_spine
 from ..persist.config import (
     COMPACT_INTERVAL_S,
@@ -129,6 +129,10 @@ class ConsensusServer:
     lease writers are expired by, told to every client that opens a shard;
     its ``retain`` (``0``: off) is how far maintenance keeps ``since`` behind
     the upper (:func:`~shardsink.persist.transitions.retention_since`).
+    :attr:`on_command`, if set, is called in the request loop after every
+    command a shard ran, with the shard's name, the command, its result and
+    the seconds it took (stored durably included); it must not raise (the
+    metrics count with it).
     Use :meth:`serve` to run the loop until ``stop`` is set, :meth:`close`
     (idempotent) to release everything.
     """
@@ -162,6 +166,7 @@ class ConsensusServer:
         self._maintenance = ThreadPoolExecutor(1, thread_name_prefix="shardsink-gc")
         self.requests = 0
         self.errors = 0
+        self.on_command: Callable[[str, Command, Result, float], None] | None = None
         self._closed = False
 
     # --- the loop ---------------------------------------------------------------
@@ -201,16 +206,19 @@ class ConsensusServer:
         if isinstance(request, Ping):
             return Pong(os.getpid())
         if isinstance(request, GetStats):
-            return self._stats()
+            return self.stats()
         if isinstance(request, OpenShard):
             state = self._open(request).machine.state(refresh=True)
             return OpenedReply(state, self.config.writer_lease_ms)
         shard = self._shard(request.shard)
         machine = shard.machine
         if isinstance(request, RunCommand):
+            started = time.monotonic()
             result, work = machine.run_measured(request.command)
             faults.point("consensus.after_store")
             shard.commands += 1
+            if self.on_command is not None:
+                self.on_command(request.shard, request.command, result, time.monotonic() - started)
             self._answer_parked(time.monotonic(), request.shard)
             return RunReply(result, work)
         if isinstance(request, FetchState):
@@ -346,7 +354,9 @@ class ConsensusServer:
 
     # --- stats and lifecycle --------------------------------------------------------
 
-    def _stats(self) -> StatsReply:
+    def stats(self) -> StatsReply:
+        """What ``consensus stats`` shows; safe from another thread (metrics
+        read it when scraped): the machines are thread-safe."""
         shards = []
         for name, shard in sorted(self._shards.items()):
             state = shard.machine.state(refresh=True)

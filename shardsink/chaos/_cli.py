@@ -9,6 +9,7 @@ from pathlib import Path
 
 
 def register(commands, bench) -> None:
+    from .._http import FREE_PORT
     from .config import ChaosConfig
     from .schedule import FAULT_KINDS
 
@@ -75,6 +76,15 @@ def register(commands, bench) -> None:
     )
     chaos.add_argument(
         "--readers", type=int, metavar="N", help=f"snapshot checkers (default {d.readers})"
+    )
+    chaos.add_argument(
+        "--dashboard",
+        nargs="?",
+        const=FREE_PORT,
+        metavar="HOST:PORT",
+        help="serve the cluster's live dashboard, faults shown as they are injected, at "
+        f"http://HOST:PORT/; loopback only; without HOST:PORT {FREE_PORT}, a free port "
+        "(default: none)",
     )
     chaos.add_argument(
         "--json", action="store_true", default=False, help="print the report as JSON"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
+from .._http import parse_listen
 from ..config import MODES, ClusterConfig, Mode
 from ..workloads import Workload
 from .schedule import FAULT_KINDS, injectable
@@ -33,7 +34,9 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     under it (``s3://...``, ``postgresql://...``); the shard must not exist in
     them yet. A group
     that has not reported within ``interval_timeout_s`` is restarted; no
-    append for ``stall_s`` seconds is a violation (the cluster is stuck)."""
+    append for ``stall_s`` seconds is a violation (the cluster is stuck).
+    ``dashboard``: serve the cluster's live dashboard, faults shown as they
+    are injected, at ``HOST:PORT`` (loopback; port 0: a free one)."""
 
     duration_s: float = 60.0
     seed: int = 0
@@ -51,6 +54,7 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     maintenance_every_s: float = 2.0
     interval_timeout_s: float = 10.0
     stall_s: float = 120.0
+    dashboard: str | None = None
 
     def __post_init__(self) -> None:
         stores = ClusterConfig(blob=self.blob, consensus=self.consensus)  # their own checks
@@ -72,6 +76,8 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
         for name in ("mean_gap_s", "pause_max_s", "maintenance_every_s", "stall_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.dashboard is not None:
+            parse_listen(self.dashboard)
         if self.pause_max_s >= self.interval_timeout_s:
             raise ValueError(
                 f"pause_max_s ({self.pause_max_s}) must stay below interval_timeout_s "

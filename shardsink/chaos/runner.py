@@ -55,6 +55,7 @@ from .config import (
     ChaosReport,
 )
 from .context import RunContext, exit_reason
+from .dashboard import open_dashboard
 from .nemesis import Nemesis
 from .schedule import firings, point_specs, schedule
 
@@ -173,6 +174,7 @@ def _run(
     )
     exits: Counter[str] = Counter()
     starts = 0
+    board = open_dashboard(run, nemesis)
     try:
         _start_coordinator(run, env)
         starts += 1
@@ -226,6 +228,8 @@ def _run(
         finally:
             _stop_coordinator(run)
             faults.disarm()
+            if board is not None:
+                board.close()
     if nemesis.error is not None:
         run.violation(f"the nemesis failed: {nemesis.error!r}")
     report = final_checks(run, events, nemesis, starts, exits)

@@ -27,6 +27,7 @@ PROGRESS_MIN_INTERVALS = 10
 
 
 def register(commands, bench) -> None:
+    from .._http import FREE_PORT
     from ..config import MODES, PACES, STARTS, WORKLOADS, ClusterConfig, format_size
 
     d = ClusterConfig()
@@ -156,6 +157,15 @@ def register(commands, bench) -> None:
         metavar="P",
         help="serve Prometheus metrics at http://127.0.0.1:P/metrics while the cluster runs; "
         "0: a free port (default: none)",
+    )
+    up.add_argument(
+        "--dashboard",
+        nargs="?",
+        const=FREE_PORT,
+        metavar="HOST:PORT",
+        help="serve a live dashboard (processes, rates, latency, parts per append, restarts) "
+        f"at http://HOST:PORT/ while the cluster runs; loopback only; without HOST:PORT "
+        f"{FREE_PORT}, a free port (default: none)",
     )
     up.add_argument(
         "--events",
@@ -309,11 +319,12 @@ def _up(args: argparse.Namespace) -> int:
                 f"coordinator pid {os.getpid()}, data dir {config.data_path}, consensus at "
                 f"{cluster.shard_address}"
                 + (f", metrics at {cluster.metrics.url}" if cluster.metrics else "")
+                + (f", dashboard at {cluster.dashboard.url}" if cluster.dashboard else "")
                 + "; "
                 + (
                     f"status: shardsink status --data-dir {config.data_path}; stop: Ctrl-C "
                     f"or shardsink stop --data-dir {config.data_path}"
-                    if cluster.control is not None
+                    if cluster.holds_data_dir
                     else "stop: Ctrl-C"
                 ),
                 soft_wrap=True,
@@ -484,6 +495,7 @@ def status_tables(status):
         ),
         ("consensus", status.consensus),
         ("metrics", status.metrics or "none (up --metrics-port P)"),
+        ("dashboard", status.dashboard or "none (up --dashboard)"),
         ("data dir", status.data_dir),
     ]
     for name, value in rows:

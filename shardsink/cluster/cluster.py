@@ -62,6 +62,7 @@ from ..storage.uri import redact
 from ..workloads import SCHEMA, Workload
 from . import roles
 from .control import ControlServer, ProcessStatus, Status
+from .dashboard import ControlSource, Dashboard
 from .metrics import Metrics, Supervised
 from .verify import Verification, verify
 
@@ -179,6 +180,7 @@ class Cluster:
         self._closed = False
         self.control: ControlServer | None = None
         self.metrics: Metrics | None = None
+        self.dashboard: Dashboard | None = None
         self._run_started: float | None = None
         self._appended_at: deque[tuple[float, IntervalRecord]] = deque()
         self._ps: dict[int, psutil.Process] = {}
@@ -237,13 +239,19 @@ class Cluster:
                 config, self.cluster_id, self.run_dir, self.shard, self.consensus, starter
             )
             self.coordinator.start()
+            self.control = ControlServer(self.run_dir, self.status)
+            self.coordinator.on_poll = self.control.poll
             if self._lock is not None:  # its lock is where `shardsink status` finds it
-                self.control = ControlServer(self.run_dir, self.status)
                 self._lock.update(control=self.control.address)
-                self.coordinator.on_poll = self.control.poll
             if config.metrics_port is not None:
                 self.metrics = Metrics(
                     config.metrics_port, Supervised(self._supervised, self._members)
+                )
+            if config.dashboard is not None:
+                self.dashboard = Dashboard(
+                    ControlSource(address=self.control.address),
+                    config.dashboard,
+                    title=f"shardsink up: cluster {self.cluster_id}",
                 )
         except BaseException:
             self.close()
@@ -259,6 +267,8 @@ class Cluster:
         self._closed = True
         with _sigint_ignored():
             try:
+                if self.dashboard is not None:  # first: its samples ask the coordinator
+                    self.dashboard.close()
                 if self.coordinator is not None:
                     try:
                         self.coordinator.close()
@@ -376,6 +386,8 @@ class Cluster:
 
         supervision = self.supervision()
         config = self.config
+        data_parts = sum(r.data_parts for r in records)
+        blob_puts = sum(r.blob_puts for r in records)
         return Status(
             cluster_id=self.cluster_id,
             coordinator_pid=os.getpid(),
@@ -397,16 +409,25 @@ class Cluster:
             intervals_per_s=len(recent) / span if span > 0 else 0.0,
             append_latency_ms_p50=float(np.percentile(latencies, 50)),
             append_latency_ms_p99=float(np.percentile(latencies, 99)),
-            data_parts_per_append=per_append(sum(r.data_parts for r in records)),
-            blob_puts_per_append=per_append(sum(r.blob_puts for r in records)),
+            data_parts=data_parts,
+            blob_puts=blob_puts,
+            data_parts_per_append=per_append(data_parts),
+            blob_puts_per_append=per_append(blob_puts),
             diff_bytes_per_append=per_append(sum(r.diff_bytes for r in records)),
             restarts=supervision.restarts,
             consensus_restarts=supervision.consensus_restarts,
             abandoned_attempts=supervision.abandoned_attempts,
             consensus=self.shard_address,
             metrics=self.metrics.url if self.metrics is not None else None,
+            dashboard=self.dashboard.url if self.dashboard is not None else None,
             processes=[self._process_status(*p) for p in self._members()],
         )
+
+    @property
+    def holds_data_dir(self) -> bool:
+        """Whether the cluster holds its data dir's lock, which names its
+        control socket: then ``shardsink status|stop --data-dir`` find it."""
+        return self._lock is not None
 
     @property
     def shard_address(self) -> str:

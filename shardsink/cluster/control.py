@@ -55,8 +55,10 @@ class ProcessStatus(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 class Status(msgspec.Struct, tag="status", frozen=True, forbid_unknown_fields=True, kw_only=True):
     """A running cluster. Rates and latencies are over the appends of the last
     ``window_s`` seconds (``appends_in_window`` of them; all 0.0 if none);
-    per-append figures over every append of the run. ``metrics`` is the URL of
-    its Prometheus metrics (``None`` without ``--metrics-port``)."""
+    per-append figures (and the totals ``data_parts``, ``blob_puts``) over
+    every append of the run. ``metrics`` and ``dashboard`` are the URLs of its
+    Prometheus metrics and its live dashboard (``None`` without
+    ``--metrics-port``, ``--dashboard``)."""
 
     cluster_id: str
     coordinator_pid: int
@@ -74,6 +76,8 @@ class Status(msgspec.Struct, tag="status", frozen=True, forbid_unknown_fields=Tr
     intervals_per_s: float
     append_latency_ms_p50: float
     append_latency_ms_p99: float
+    data_parts: int
+    blob_puts: int
     data_parts_per_append: float
     blob_puts_per_append: float
     diff_bytes_per_append: float
@@ -82,6 +86,7 @@ class Status(msgspec.Struct, tag="status", frozen=True, forbid_unknown_fields=Tr
     abandoned_attempts: int
     consensus: str
     metrics: str | None
+    dashboard: str | None
     processes: list[ProcessStatus]
 
 
@@ -171,31 +176,35 @@ def find(data_dir: str | os.PathLike) -> datadir.Holder:
 
 
 def request(holder: datadir.Holder, msg: Request, timeout_s: float = TIMEOUT_S) -> Reply:
-    """Send ``msg`` to ``holder``'s control socket and return its reply.
+    """Send ``msg`` to ``holder``'s control socket and return its reply
+    (:func:`ask`, naming the coordinator by its pid)."""
+    assert holder.control is not None  # find() returns only holders with one
+    return ask(holder.control, msg, timeout_s, f"coordinator pid {holder.pid}")
 
-    Raises :class:`ControlError` if no answer comes within ``timeout_s`` or the
-    answer is malformed or a :class:`Refused`.
+
+def ask(address: str, msg: Request, timeout_s: float = TIMEOUT_S, who: str = "") -> Reply:
+    """Send ``msg`` to the control socket at ``address`` and return its reply.
+
+    Raises :class:`ControlError` naming ``who`` (default: the address) if no
+    answer comes within ``timeout_s`` or the answer is malformed or a
+    :class:`Refused`.
     """
+    who = who or f"the coordinator at {address}"
     ctx = zmq.Context()
     sock = ctx.socket(zmq.REQ)
     sock.setsockopt(zmq.LINGER, 0)
     try:
-        sock.connect(holder.control)
+        sock.connect(address)
         sock.send(msgspec.json.encode(msg))
         if not sock.poll(int(timeout_s * 1000)):
-            raise ControlError(
-                f"coordinator pid {holder.pid} did not answer at {holder.control} "
-                f"within {timeout_s:g} s"
-            )
+            raise ControlError(f"{who} did not answer at {address} within {timeout_s:g} s")
         try:
             reply = msgspec.json.decode(sock.recv(), type=Reply)
         except msgspec.DecodeError as exc:
-            raise ControlError(
-                f"malformed answer from coordinator pid {holder.pid}: {exc}"
-            ) from None
+            raise ControlError(f"malformed answer from {who}: {exc}") from None
     finally:
         sock.close()
         ctx.term()
     if isinstance(reply, Refused):
-        raise ControlError(f"coordinator pid {holder.pid} refused the request: {reply.error}")
+        raise ControlError(f"{who} refused the request: {reply.error}")
     return reply

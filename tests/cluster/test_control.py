@@ -113,7 +113,8 @@ def test_status_lists_every_process_and_stop_ends_the_run(tmp_path, popen):
     assert status["upper"] == status["appends"] * 100 and status["intervals_per_s"] > 1
     assert status["append_latency_ms_p99"] >= status["append_latency_ms_p50"] > 0
     assert status["consensus"].startswith("ipc://")
-    assert status["metrics"] is None
+    assert status["metrics"] is None and status["dashboard"] is None
+    assert status["data_parts"] == round(status["data_parts_per_append"] * status["appends"])
 
     text = _shardsink("status", "--data-dir", str(data))
     assert text.returncode == 0 and "1x2 best-effort" in text.stdout and "g0/w1" in text.stdout
@@ -180,12 +181,14 @@ def test_control_server_answers_strictly(tmp_path):
         **dict.fromkeys(("cluster_id", "data_dir", "shard", "mode", "workload", "pace"), "x"),
         **dict.fromkeys(("coordinator_pid", "groups", "workers", "upper", "appends"), 1),
         **dict.fromkeys(("restarts", "consensus_restarts", "abandoned_attempts"), 0),
+        **dict.fromkeys(("data_parts", "blob_puts"), 0),
         **dict.fromkeys(("window_s", "intervals_per_s", "append_latency_ms_p50"), 0.0),
         **dict.fromkeys(("append_latency_ms_p99", "data_parts_per_append"), 0.0),
         **dict.fromkeys(("blob_puts_per_append", "diff_bytes_per_append"), 0.0),
         appends_in_window=0,
         consensus="ipc:///c",
         metrics=None,
+        dashboard=None,
         processes=[],
     )
     server = ControlServer(tmp_path, lambda: status)

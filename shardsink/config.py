@@ -263,7 +263,8 @@ def format_size(n: int) -> str:
 
 
 def load_toml(path: str | os.PathLike) -> dict[str, Any]:
-    """The table of a TOML file, sizes (:data:`SIZE_FIELDS`) written as text converted.
+    """The table of a TOML file, sizes (:data:`SIZE_FIELDS`, at the top or in
+    a table) written as text converted.
 
     Raises ``ValueError`` naming the file if it cannot be read or is not TOML, and
     the key and the file for a size that does not parse.
@@ -274,13 +275,20 @@ def load_toml(path: str | os.PathLike) -> dict[str, Any]:
         raise ValueError(f"cannot read config file {os.fspath(path)!r}: {exc}") from None
     if not isinstance(data, dict):
         raise ValueError(f"config file {os.fspath(path)!r} is not a table")
-    for name in SIZE_FIELDS:
-        if isinstance(data.get(name), str):
-            try:
-                data[name] = parse_size(data[name])
-            except ValueError as exc:
-                raise ValueError(f"{name} in {os.fspath(path)!r}: {exc}") from None
+    _parse_sizes(data, os.fspath(path))
     return data
+
+
+def _parse_sizes(table: dict[str, Any], path: str, prefix: str = "") -> None:
+    """Sizes written as text in ``table`` and the tables in it, converted in place."""
+    for name, value in table.items():
+        if isinstance(value, dict):
+            _parse_sizes(value, path, f"{prefix}{name}.")
+        elif name in SIZE_FIELDS and isinstance(value, str):
+            try:
+                table[name] = parse_size(value)
+            except ValueError as exc:
+                raise ValueError(f"{prefix}{name} in {path!r}: {exc}") from None
 
 
 def layered(

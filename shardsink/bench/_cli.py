@@ -92,10 +92,33 @@ def register(commands, bench) -> None:
         description=cluster.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
+    # Flags default to SUPPRESS so that only those given override --config;
+    # each dest is the BenchClusterConfig field it sets.
+    parser.argument_default = argparse.SUPPRESS
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE.toml",
+        help='BenchClusterConfig fields as TOML keys (out = "bench-out", matrix = "quick", and '
+        'a [cluster] table of ClusterConfig fields every run starts from: start = "spawn", '
+        "...); flags given override it; an unknown key or a bad value is refused "
+        "(default: none)",
+    )
+    parser.add_argument(
+        "--out", metavar="DIR", help="output directory (required here or in the file)"
+    )
     which = parser.add_mutually_exclusive_group()
-    which.add_argument("--quick", action="store_true", help="the cut-down matrix (minutes)")
-    which.add_argument("--matrix", choices=sorted(cluster.MATRICES), default="default")
+    which.add_argument(
+        "--quick",
+        dest="matrix",
+        action="store_const",
+        const="quick",
+        help="the cut-down matrix (minutes); same as --matrix quick",
+    )
+    which.add_argument(
+        "--matrix", choices=sorted(cluster.MATRICES), help="which matrix (default default)"
+    )
     parser.set_defaults(func=_run)
 
 
@@ -129,10 +152,25 @@ def _soak(args: argparse.Namespace) -> int:
     return 0 if result["verified"] else 1
 
 
+def bench_cluster_config(args: argparse.Namespace):
+    """The BenchClusterConfig of the parsed ``bench cluster`` arguments: each
+    field from its flag if given, else ``--config``'s file, else the default
+    (``ValueError`` naming a bad key, or a missing output directory)."""
+    from ..config import layered
+    from .cluster import BenchClusterConfig, bench_config
+
+    fields = layered(BenchClusterConfig, args.config, vars(args))
+    config = bench_config(fields, source="bench cluster")
+    if config.out is None:
+        raise ValueError("give the output directory: --out DIR, or out in --config's file")
+    return config
+
+
 def _run(args: argparse.Namespace) -> int:
     from .cluster import command_line, run
 
-    rows = run("quick" if args.quick else args.matrix, args.out, command_line())
+    config = bench_cluster_config(args)
+    rows = run(config.matrix, Path(config.out), command_line(), base=config.cluster)
     return 0 if rows and all(r.get("verified") for r in rows) else 1
 
 

@@ -29,15 +29,61 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 import msgspec
 
+from ..config import ClusterConfig
 from ..workloads import Workload
 
 MIB = 1 << 20
 UNLIMITED = 1 << 50  # "everything through the builder"
 CLUSTER_MODES = ("off", "best-effort", "barrier")
 COMPACT_EVERY = 10  # intervals between compactions when compaction is on
+#: ClusterConfig fields each run of a matrix sets itself (a config's
+#: ``[cluster]`` table may set any other).
+RUN_FIELDS = (
+    "groups",
+    "workers",
+    "mode",
+    "shared_max_bytes",
+    "workload",
+    "rows_per_interval",
+    "snapshot_rows",
+    "intervals",
+    "pace",
+    "data_dir",
+    "blob",
+    "consensus",
+    "verify",
+)
+
+
+class BenchClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What ``bench cluster`` runs: ``matrix`` (``default`` or ``quick``,
+    :data:`MATRICES`) into ``out`` (required to run; a file may leave it to
+    ``--out``), each cluster run from ``cluster``: ClusterConfig fields
+    every run starts from (``start``, ``best_effort_linger_ms``,
+    ``blob_target_bytes``, ...), all but :data:`RUN_FIELDS`, which each run
+    sets itself (``ValueError`` naming such a key)."""
+
+    out: str | None = None
+    matrix: Literal["default", "quick"] = "default"
+    cluster: ClusterConfig = msgspec.field(default_factory=ClusterConfig)
+
+
+def bench_config(fields: dict, source: str) -> BenchClusterConfig:
+    """A :class:`BenchClusterConfig` of ``fields`` (:func:`~shardsink.config.build`),
+    refusing a ``cluster`` key of :data:`RUN_FIELDS` by name."""
+    from ..config import build
+
+    taken = sorted(set(fields.get("cluster") or {}) & set(RUN_FIELDS))
+    if taken:
+        raise ValueError(
+            f"{source}: cluster.{taken[0]} is set by each run of the matrix; the cluster "
+            f"table may set any ClusterConfig field but {', '.join(RUN_FIELDS)}"
+        )
+    return build(BenchClusterConfig, fields, source=source)
 
 
 class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -141,9 +187,10 @@ MATRICES: dict[str, Callable[[], list[RunSpec]]] = {"default": _default, "quick"
 # --- running ---------------------------------------------------------------------------
 
 
-def run_one(spec: RunSpec, work_dir: Path) -> dict:
-    """Run ``spec`` in a fresh ``work_dir``; never raises: a failure is a row with
-    ``verified: false`` and the ``error``."""
+def run_one(spec: RunSpec, work_dir: Path, base: ClusterConfig | None = None) -> dict:
+    """Run ``spec`` in a fresh ``work_dir``, a cluster run from ``base``'s
+    settings (see :class:`BenchClusterConfig`); never raises: a failure is a
+    row with ``verified: false`` and the ``error``."""
     row = {**msgspec.structs.asdict(spec), "verified": False, "error": ""}
     try:
         if spec.mode.startswith("delta"):
@@ -161,7 +208,7 @@ def run_one(spec: RunSpec, work_dir: Path) -> dict:
                 )
             )
         else:
-            row.update(_run_cluster(spec, work_dir))
+            row.update(_run_cluster(spec, work_dir, base or ClusterConfig()))
     except Exception as exc:
         row["error"] = f"{type(exc).__name__}: {exc}"
         row["traceback"] = traceback.format_exc(limit=5)
@@ -170,11 +217,11 @@ def run_one(spec: RunSpec, work_dir: Path) -> dict:
     return row
 
 
-def _run_cluster(spec: RunSpec, work_dir: Path) -> dict:
+def _run_cluster(spec: RunSpec, work_dir: Path, base: ClusterConfig) -> dict:
     from ..cluster.cluster import Cluster
-    from ..config import ClusterConfig
 
-    config = ClusterConfig(
+    config = msgspec.structs.replace(
+        base,
         groups=spec.groups,
         workers=spec.workers,
         mode=spec.mode,
@@ -471,8 +518,16 @@ def plot(rows: list[dict], out: Path) -> list[Path]:
     return written
 
 
-def run(matrix_name: str, out: Path, command: str, *, quiet: bool = False) -> list[dict]:
-    """Run the matrix, write ``results.json``, plots and ``report.md`` into ``out``."""
+def run(
+    matrix_name: str,
+    out: Path,
+    command: str,
+    *,
+    quiet: bool = False,
+    base: ClusterConfig | None = None,
+) -> list[dict]:
+    """Run the matrix, its clusters from ``base`` (:func:`run_one`), and write
+    ``results.json``, plots and ``report.md`` into ``out``."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
@@ -502,7 +557,7 @@ def run(matrix_name: str, out: Path, command: str, *, quiet: bool = False) -> li
 
         for i, spec in enumerate(specs):
             progress.update(task, description=spec.label)
-            done(spec, run_one(spec, scratch / f"run-{i:03d}"))
+            done(spec, run_one(spec, scratch / f"run-{i:03d}", base))
     shutil.rmtree(scratch, ignore_errors=True)
     plot(rows, out)
     write_report(rows, out, command, time.monotonic() - started)

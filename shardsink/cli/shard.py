@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 
 from .. import datadir
 from ..connect import open_shard
+from ..datadir import DATA_DIR_ENV
 from ..persist.errors import PersistError
 from ..persist.shard import Shard
 from ..storage.uri import BLOB_ENV, STORE_ENV
@@ -144,12 +145,14 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
 
 
 def _store_args(parser: argparse.ArgumentParser) -> None:
+    from_env = os.environ.get(DATA_DIR_ENV)
     parser.add_argument(
         "--data-dir",
         type=Path,
+        default=Path(from_env) if from_env else None,
         metavar="D",
         help="file://D/blob, sqlite:///D/consensus.db; through the consensus server serving D, "
-        "if one runs",
+        f"if one runs (default ${DATA_DIR_ENV})",
     )
     parser.add_argument(
         "--blob",

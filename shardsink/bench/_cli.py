@@ -106,7 +106,9 @@ def register(commands, bench) -> None:
         "(default: none)",
     )
     parser.add_argument(
-        "--out", metavar="DIR", help="output directory (required here or in the file)"
+        "--out",
+        metavar="DIR",
+        help="output directory (default: none; required here or in the file)",
     )
     which = parser.add_mutually_exclusive_group()
     which.add_argument(

@@ -33,7 +33,8 @@ def register(commands, bench) -> None:
         default=None,
         metavar="FILE.toml",
         help='ChaosConfig fields as TOML keys (duration_s = 30.0, faults = ["kill-worker"], '
-        "...); flags given override it; an unknown key or a bad value is refused",
+        "...); flags given override it; an unknown key or a bad value is refused (default: "
+        "none)",
     )
     chaos.add_argument(
         "--duration",
@@ -42,7 +43,9 @@ def register(commands, bench) -> None:
         metavar="S",
         help=f"seconds of faults (default {d.duration_s:g})",
     )
-    chaos.add_argument("--seed", type=int, metavar="X", help=f"default {d.seed}")
+    chaos.add_argument(
+        "--seed", type=int, metavar="X", help=f"seeds the fault schedule (default {d.seed})"
+    )
     chaos.add_argument(
         "--data-dir",
         metavar="D",

@@ -79,7 +79,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         metavar="N",
         help=f"the first N rows (default for --format table: {TABLE_ROWS}, and it counts the rest)",
     )
-    read.add_argument("--output", type=Path, metavar="FILE", help="write here, not to stdout")
+    read.add_argument("--output", type=Path, metavar="FILE", help="write here (default: stdout)")
     read.set_defaults(func=_read)
 
     export = commands.add_parser(
@@ -139,7 +139,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         "--sweep-grace-ms",
         type=int,
         metavar="MS",
-        help="also delete unreferenced blobs older than MS milliseconds",
+        help="also delete unreferenced blobs older than MS milliseconds (default: none)",
     )
     gc.set_defaults(func=_gc)
 

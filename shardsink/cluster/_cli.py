@@ -50,7 +50,8 @@ def register(commands, bench) -> None:
         default=None,
         metavar="FILE.toml",
         help='ClusterConfig fields as TOML keys (groups = 2, mode = "barrier", '
-        'shared_max_bytes = "1MiB", ...); an unknown key or a bad value is refused',
+        'shared_max_bytes = "1MiB", ...); an unknown key or a bad value is refused '
+        "(default: none)",
     )
     up.add_argument("--groups", type=int, metavar="G", help=f"default {d.groups}")
     up.add_argument("--workers", type=int, metavar="W", help=f"per group (default {d.workers})")

@@ -8,6 +8,7 @@ malformed URI is a ``ValueError`` naming the field before any process starts.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 from pathlib import Path
@@ -289,6 +290,22 @@ def _parse_sizes(table: dict[str, Any], path: str, prefix: str = "") -> None:
                 table[name] = parse_size(value)
             except ValueError as exc:
                 raise ValueError(f"{prefix}{name} in {path!r}: {exc}") from None
+
+
+def add_config_option(parser: argparse.ArgumentParser, kind: type, example: str) -> None:
+    """``--config FILE.toml`` on ``parser``: ``kind``'s fields as TOML keys
+    (``example`` shows some), read by :func:`layered`. Every option added
+    after it defaults to ``SUPPRESS``, so that only flags given override the
+    file; each such option's dest must be the field it sets."""
+    parser.argument_default = argparse.SUPPRESS
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE.toml",
+        help=f"{kind.__name__} fields as TOML keys ({example}, ...); flags given override it; "
+        "an unknown key or a bad value is refused (default: none)",
+    )
 
 
 def layered(

@@ -7,6 +7,7 @@ from pathlib import Path
 
 
 def register(commands, bench) -> None:
+    from ..config import add_config_option
     from . import appends, cluster, consensus, read, soak, startup
 
     consensus.register(bench)
@@ -92,18 +93,11 @@ def register(commands, bench) -> None:
         description=cluster.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    # Flags default to SUPPRESS so that only those given override --config;
-    # each dest is the BenchClusterConfig field it sets.
-    parser.argument_default = argparse.SUPPRESS
-    parser.add_argument(
-        "--config",
-        type=Path,
-        default=None,
-        metavar="FILE.toml",
-        help='BenchClusterConfig fields as TOML keys (out = "bench-out", matrix = "quick", and '
-        'a [cluster] table of ClusterConfig fields every run starts from: start = "spawn", '
-        "...); flags given override it; an unknown key or a bad value is refused "
-        "(default: none)",
+    add_config_option(
+        parser,
+        cluster.BenchClusterConfig,
+        'out = "bench-out", matrix = "quick", and a [cluster] table of ClusterConfig fields '
+        'every run starts from: start = "spawn"',
     )
     parser.add_argument(
         "--out",

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from pathlib import Path
 
 
 def register(commands, bench) -> None:
     from .._http import FREE_PORT
+    from ..config import add_config_option
     from .config import ChaosConfig
     from .schedule import FAULT_KINDS
 
@@ -24,18 +24,7 @@ def register(commands, bench) -> None:
         "shared-memory segment is left. Exits 1 on any violation. The same seed replays the "
         "same fault schedule.",
     )
-    # Flags default to SUPPRESS so that only those given override --config;
-    # each dest is the ChaosConfig field it sets.
-    chaos.argument_default = argparse.SUPPRESS
-    chaos.add_argument(
-        "--config",
-        type=Path,
-        default=None,
-        metavar="FILE.toml",
-        help='ChaosConfig fields as TOML keys (duration_s = 30.0, faults = ["kill-worker"], '
-        "...); flags given override it; an unknown key or a bad value is refused (default: "
-        "none)",
-    )
+    add_config_option(chaos, ChaosConfig, 'duration_s = 30.0, faults = ["kill-worker"]')
     chaos.add_argument(
         "--duration",
         dest="duration_s",

@@ -15,7 +15,6 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
 
 import msgspec
 
@@ -28,7 +27,15 @@ PROGRESS_MIN_INTERVALS = 10
 
 def register(commands, bench) -> None:
     from .._http import FREE_PORT
-    from ..config import MODES, PACES, STARTS, WORKLOADS, ClusterConfig, format_size
+    from ..config import (
+        MODES,
+        PACES,
+        STARTS,
+        WORKLOADS,
+        ClusterConfig,
+        add_config_option,
+        format_size,
+    )
 
     d = ClusterConfig()
     up = commands.add_parser(
@@ -41,18 +48,7 @@ def register(commands, bench) -> None:
         "same data dir continues from the shard's upper. Settings come from the flags "
         "given, then the environment, then --config FILE, then the defaults shown.",
     )
-    # Flags default to SUPPRESS so that only those given override --config;
-    # each dest is the ClusterConfig field it sets.
-    up.argument_default = argparse.SUPPRESS
-    up.add_argument(
-        "--config",
-        type=Path,
-        default=None,
-        metavar="FILE.toml",
-        help='ClusterConfig fields as TOML keys (groups = 2, mode = "barrier", '
-        'shared_max_bytes = "1MiB", ...); an unknown key or a bad value is refused '
-        "(default: none)",
-    )
+    add_config_option(up, ClusterConfig, 'groups = 2, mode = "barrier", shared_max_bytes = "1MiB"')
     up.add_argument("--groups", type=int, metavar="G", help=f"default {d.groups}")
     up.add_argument("--workers", type=int, metavar="W", help=f"per group (default {d.workers})")
     up.add_argument("--mode", help=f"{' | '.join(MODES)} (default {d.mode})")

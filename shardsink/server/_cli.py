@@ -9,7 +9,6 @@ import logging
 import signal
 import sys
 import threading
-from pathlib import Path
 
 import msgspec
 
@@ -131,21 +130,13 @@ ROLE_ENV = {STORE_ENV: "store", BLOB_ENV: "blob"}
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``consensus serve``: ``--config`` and :data:`SERVE_OPTIONS`,
     each given one setting its field (see :func:`serve_config`)."""
-    from ..config import scalar_type
+    from ..config import add_config_option, scalar_type
     from .config import ServeConfig
 
     defaults = ServeConfig()
     types = {f.name: scalar_type(f.type) for f in msgspec.structs.fields(ServeConfig)}
-    # Flags default to SUPPRESS so that only those given override --config.
-    parser.argument_default = argparse.SUPPRESS
-    parser.add_argument(
-        "--config",
-        type=Path,
-        default=None,
-        metavar="FILE.toml",
-        help='ServeConfig fields as TOML keys (bind = "tcp://127.0.0.1:7000", '
-        "compact_interval_s = 30.0, ...); flags given override it; an unknown key or a bad "
-        "value is refused (default: none)",
+    add_config_option(
+        parser, ServeConfig, 'bind = "tcp://127.0.0.1:7000", compact_interval_s = 30.0'
     )
     for name, flag, metavar, text in SERVE_OPTIONS:
         value = getattr(defaults, name)

@@ -18,7 +18,7 @@ import msgspec
 import psutil
 import pytest
 import zmq
-from prometheus_client.parser import text_string_to_metric_families
+from cli_helpers import ENV, scrape, shardsink, start_up
 
 from shardsink import datadir
 from shardsink.cluster import Cluster, ClusterConfig
@@ -33,42 +33,20 @@ from shardsink.cluster.control import (
 )
 from shardsink.shm import list_segments
 
-ROOT = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
-
-
-def _shardsink(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "shardsink.cli", *args],
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
 
 def _up(popen, data: Path) -> tuple[subprocess.Popen, str]:
     """A 1x2 realtime cluster that would run for minutes; its id once it is up."""
-    proc = popen(
-        [
-            *(sys.executable, "-m", "shardsink.cli", "up", "--data-dir", str(data), "--json"),
-            *("--groups", "1", "--workers", "2", "--pace", "realtime", "--interval-ms", "100"),
-            *("--intervals", "3000"),
-        ],
-        env=ENV,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc, cluster_id, _ = start_up(
+        popen,
+        data,
+        *("--groups", "1", "--workers", "2", "--pace", "realtime", "--interval-ms", "100"),
+        *("--intervals", "3000"),
     )
-    first = proc.stderr.readline()
-    assert first.startswith("cluster "), first + proc.stderr.read()
-    second = proc.stderr.readline()
-    assert f"coordinator pid {proc.pid}" in second and "shardsink stop --data-dir" in second
-    return proc, first.split()[1].rstrip(":")
+    return proc, cluster_id
 
 
 def _status(data: Path) -> dict:
-    done = _shardsink("status", "--data-dir", str(data), "--json")
+    done = shardsink("status", "--data-dir", str(data), "--json")
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -116,16 +94,16 @@ def test_status_lists_every_process_and_stop_ends_the_run(tmp_path, popen):
     assert status["metrics"] is None and status["dashboard"] is None
     assert status["data_parts"] == round(status["data_parts_per_append"] * status["appends"])
 
-    text = _shardsink("status", "--data-dir", str(data))
+    text = shardsink("status", "--data-dir", str(data))
     assert text.returncode == 0 and "1x2 best-effort" in text.stdout and "g0/w1" in text.stdout
 
-    stop = _shardsink("stop", "--data-dir", str(data))
+    stop = shardsink("stop", "--data-dir", str(data))
     assert stop.returncode == 0, stop.stderr
     assert f"stopped the cluster of coordinator pid {proc.pid}" in stop.stdout
     assert proc.poll() is not None  # stop returned once up had exited
     stats = _ends_cleanly(proc, children, cluster_id, "stop requested over the control socket")
     assert stats["appends"] >= status["appends"]
-    gone = _shardsink("status", "--data-dir", str(data))
+    gone = shardsink("status", "--data-dir", str(data))
     assert gone.returncode == 1 and f"no cluster runs on data dir {data}" in gone.stderr
 
 
@@ -155,7 +133,7 @@ def test_sigterm_stops_up_as_ctrl_c_does_and_a_watch_ends_with_it(tmp_path, pope
 
 def test_no_cluster_and_a_stale_lock_are_reported_not_obeyed(tmp_path):
     for command in ("status", "stop"):
-        done = _shardsink(command, "--data-dir", str(tmp_path / "none"))
+        done = shardsink(command, "--data-dir", str(tmp_path / "none"))
         assert done.returncode == 1
         assert done.stderr == f"shardsink {command}: no cluster runs on data dir " + str(
             tmp_path / "none\n"
@@ -170,7 +148,7 @@ def test_no_cluster_and_a_stale_lock_are_reported_not_obeyed(tmp_path):
         pid=int(dead.stdout), start=1, kind=datadir.COORDINATOR, control="ipc:///nowhere"
     )
     (tmp_path / datadir.LOCK_NAME).write_bytes(msgspec.json.encode(holder))
-    done = _shardsink("stop", "--data-dir", str(tmp_path))
+    done = shardsink("stop", "--data-dir", str(tmp_path))
     assert done.returncode == 1
     assert f"its lock names coordinator pid {dead.stdout.strip()}" in done.stderr
     assert "no longer running (a stale lock" in done.stderr
@@ -219,18 +197,6 @@ def test_control_server_answers_strictly(tmp_path):
         server.close()
 
 
-def _scrape(url: str) -> dict[str, float]:
-    """Every sample of ``url``, by name and labels (``name{k=v,...}``)."""
-    with urllib.request.urlopen(url, timeout=10) as response:
-        text = response.read().decode()
-    samples = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
-            samples[sample.name + (f"{{{labels}}}" if labels else "")] = sample.value
-    return samples
-
-
 def test_metrics_rise_while_it_runs_and_end_equal_to_the_summary(tmp_path):
     config = ClusterConfig(
         data_dir=str(tmp_path), groups=1, workers=2, intervals=5, metrics_port=0, verify=False
@@ -239,8 +205,8 @@ def test_metrics_rise_while_it_runs_and_end_equal_to_the_summary(tmp_path):
     with Cluster(config) as cluster:
         url = cluster.metrics.url
         assert url.startswith("http://127.0.0.1:") and url.endswith("/metrics")
-        stats = cluster.run(on_append=lambda record: seen.append(_scrape(url)))
-        final = _scrape(url)
+        stats = cluster.run(on_append=lambda record: seen.append(scrape(url)))
+        final = scrape(url)
         assert cluster.status().metrics == url
         pids = {p.pid: p.kind for p in cluster.processes()}
     assert [s["shardsink_appends_total"] for s in seen] == [1, 2, 3, 4, 5]
@@ -260,4 +226,4 @@ def test_metrics_rise_while_it_runs_and_end_equal_to_the_summary(tmp_path):
     kinds = sorted(k.split("kind=")[1].split(",")[0] for k in rss)
     assert kinds == sorted(pids.values())
     with pytest.raises(urllib.error.URLError):  # the server stopped with the cluster
-        _scrape(url)
+        scrape(url)

@@ -7,16 +7,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import msgspec
 import psutil
 import pytest
+from cli_helpers import ROOT, shardsink, start_up
 
 from shardsink._http import HttpServer, parse_listen
 from shardsink.cli import main
@@ -25,8 +23,6 @@ from shardsink.cluster.control import ProcessStatus, Status
 from shardsink.cluster.dashboard import Watch, observe, sample_of
 from shardsink.shm import list_segments
 
-ROOT = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 #: Debian's chromium; Playwright's own browser builds are not fetched.
 CHROMIUM = "/usr/bin/chromium"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -198,31 +194,16 @@ def _observe(page) -> dict:
 
 def test_the_dashboard_updates_live_in_chromium(tmp_path, popen, chromium) -> None:
     data = tmp_path / "d"
-    proc = popen(
-        [
-            *(sys.executable, "-m", "shardsink.cli", "up", "--data-dir", str(data), "--json"),
-            *("--groups", "2", "--workers", "2", "--pace", "realtime", "--interval-ms", "200"),
-            *("--intervals", "3000", "--dashboard"),
-        ],
-        env=ENV,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc, cluster_id, second = start_up(
+        popen,
+        data,
+        *("--groups", "2", "--workers", "2", "--pace", "realtime", "--interval-ms", "200"),
+        *("--intervals", "3000", "--dashboard"),
     )
-    first = proc.stderr.readline()
-    assert first.startswith("cluster "), first + proc.stderr.read()
-    cluster_id = first.split()[1].rstrip(":")
-    second = proc.stderr.readline()
     url = second.split("dashboard at ")[1].split(";")[0]
     assert url.startswith("http://127.0.0.1:") and url.endswith("/"), second
     children = psutil.Process(proc.pid).children(recursive=True)
-    done = subprocess.run(
-        [sys.executable, "-m", "shardsink.cli", "status", "--data-dir", str(data), "--json"],
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = shardsink("status", "--data-dir", str(data), "--json")
     assert done.returncode == 0, done.stderr
     status = json.loads(done.stdout)
     assert status["dashboard"] == url
@@ -254,13 +235,7 @@ def test_the_dashboard_updates_live_in_chromium(tmp_path, popen, chromium) -> No
     (ROOT / "docs").mkdir(exist_ok=True)
     shutil.copyfile(shot, ROOT / "docs" / "dashboard.png")
 
-    stop = subprocess.run(
-        [sys.executable, "-m", "shardsink.cli", "stop", "--data-dir", str(data)],
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    stop = shardsink("stop", "--data-dir", str(data), timeout=120)
     assert stop.returncode == 0, stop.stderr
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err

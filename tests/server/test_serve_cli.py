@@ -5,23 +5,18 @@ scraped while it serves appends, ``--config FILE.toml``, and
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
-import urllib.request
-from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+from cli_helpers import ENV, scrape, shardsink
 
 from shardsink import datadir, open_shard
 from shardsink.cli import main
 from shardsink.workloads import Workload
 
-ROOT = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 #: 2,000 rows an interval: every part is too large to go inline, so each is a blob PUT.
 WORKLOAD = Workload("churn", rows_per_interval=2000, interval_ms=1)
 
@@ -48,17 +43,6 @@ def _stop(proc) -> None:
     assert proc.returncode == 0, err
 
 
-def _scrape(url: str) -> dict[str, float]:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        text = response.read().decode()
-    samples = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
-            samples[sample.name + (f"{{{labels}}}" if labels else "")] = sample.value
-    return samples
-
-
 def test_metrics_count_what_the_server_did(tmp_path, popen) -> None:
     data = tmp_path / "d"
     proc, address, lines = _serve(
@@ -73,10 +57,10 @@ def test_metrics_count_what_the_server_did(tmp_path, popen) -> None:
         writer = shard.writer()
         for i in range(4):
             writer.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
-            seen.append(_scrape(url))
+            seen.append(scrape(url))
         stats = shard.stats()
         deadline = time.monotonic() + 60
-        while (final := _scrape(url)).get("shardsink_compactions_total{shard=default}", 0) < 1:
+        while (final := scrape(url)).get("shardsink_compactions_total{shard=default}", 0) < 1:
             assert time.monotonic() < deadline, "no compaction in 60 s"
             time.sleep(0.2)
     on = "{shard=default}"
@@ -141,17 +125,11 @@ def test_serve_read_and_shard_take_the_data_dir_from_the_environment(tmp_path, p
     with open_shard("default", blob=datadir.blob_uri(data), consensus=address) as shard:
         shard.writer().compare_and_append_table(WORKLOAD.updates(0), 0, 1)
 
-    def shardsink(*args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "-m", "shardsink.cli", *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+    def output(*args: str) -> str:
+        done = shardsink(*args, env=env, timeout=120)
         assert done.returncode == 0, done.stderr
         return done.stdout
 
-    assert json.loads(shardsink("shard", "inspect", "--json"))["upper"] == 1
-    assert len(shardsink("read", "--format", "csv").splitlines()) == 1 + 2000
+    assert json.loads(output("shard", "inspect", "--json"))["upper"] == 1
+    assert len(output("read", "--format", "csv").splitlines()) == 1 + 2000
     _stop(proc)

@@ -43,6 +43,9 @@ SHARD_COUNTED = {
     "leaked_swept": "Leaked blobs swept",
     "compactions": "Compactions applied",
     "compactions_abandoned": "Compactions abandoned (their inputs changed meanwhile)",
+    "compacted_batches": "Batches compactions replaced",
+    "compaction_puts": "Data parts compactions wrote to blob",
+    "compaction_put_bytes": "Bytes of the data parts compactions wrote to blob",
 }
 #: Per-shard ``MachineStats`` counters exposed as ``shardsink_<name>_total``.
 MACHINE_COUNTED = {
@@ -113,7 +116,7 @@ class _Scraped(Collector):
         }
         gauges = {
             name: GaugeMetricFamily(f"shardsink_shard_{name}", f"The shard's {name}", labels=labels)
-            for name in ("upper", "seqno", "batches", "readers")
+            for name in ("upper", "seqno", "batches", "parts", "inline_bytes", "readers")
         }
         for shard in stats.shards:
             for name in SHARD_COUNTED:

@@ -48,7 +48,7 @@ def test_metrics_count_what_the_server_did(tmp_path, popen) -> None:
     proc, address, lines = _serve(
         popen,
         *("--data-dir", str(data), "--bind", f"ipc://{tmp_path}/sock/c", "--metrics-port", "0"),
-        *("--compact-interval", "0.2"),
+        *("--compact-interval", "0.2", "--compact-slack", "1"),
     )
     url = lines[-1].removeprefix("metrics at ")
     assert url.startswith("http://127.0.0.1:") and url.endswith("/metrics"), lines
@@ -71,6 +71,7 @@ def test_metrics_count_what_the_server_did(tmp_path, popen) -> None:
     assert final[f"shardsink_blob_put_bytes_total{on}"] == stats.blob_put_bytes
     assert final[f"shardsink_diff_bytes_total{on}"] >= stats.diff_bytes > 0
     assert final[f"shardsink_shard_upper{on}"] == 4
+    assert final[f"shardsink_compacted_batches_total{on}"] >= 2
     assert final["shardsink_process_resident_memory_bytes{kind=consensus,name=consensus}"] > 0
     assert final["shardsink_process_cpu_seconds_total{kind=consensus,name=consensus}"] > 0
     _stop(proc)

@@ -71,12 +71,24 @@ def compact(
 def compact_spine(
     machine: ShardMachine, blob: Blob, *, target_bytes: int, stats: ShardStats
 ) -> CompactionReport:
-    """The spine's merges (:func:`~.spine.merges`) on the latest state, one
-    compaction per run; the shard's schema comes from its state. Consolidation
-    may leave fewer rows than the rule counted, so run it until a call
-    applies nothing to bring the state within :func:`~.spine.batch_bound`."""
+    """The spine's merges (:func:`~.spine.merges`) on the latest state.
+    Consolidation may leave fewer rows than the rule counted, so run it until
+    a call applies nothing to bring the state within
+    :func:`~.spine.batch_bound`."""
     state = machine.state(refresh=True)
-    runs = spine.merges(state)
+    return merge_runs(machine, blob, state, spine.merges(state), target_bytes, stats)
+
+
+def merge_runs(
+    machine: ShardMachine,
+    blob: Blob,
+    state: ShardState,
+    runs: list[list[Batch]],
+    target_bytes: int,
+    stats: ShardStats,
+) -> CompactionReport:
+    """Merge each run of batches of ``state`` into one batch, one compaction
+    each; the shard's schema comes from ``state``."""
     schema = P.schema_from_bytes(state.schema)
     return _apply(machine, blob, schema, state, runs, target_bytes, stats)
 

@@ -31,6 +31,12 @@ pass writes about one part per ``slack`` batches appended while the state
 holds at most ``slack`` batches more than the rule's fixed point (plus what
 arrives during a pass).
 
+A pass that takes in a large old batch takes a while; the batches appended
+meanwhile need not wait for it: :func:`merges` with a ``wall`` leaves out
+the batches a running pass merges and everything older, so a second pass can
+keep the newer batches within the rule beside it (a consensus server runs
+two at once). The state then holds at most the bound of each side.
+
 A merge writes its output as any batch is written: parts below the shard's
 ``inline_max_bytes`` inline, larger ones to blob. So merging moves inline
 updates to blob once they outgrow that limit, and a converged spine of
@@ -40,6 +46,8 @@ inline bytes: the inline budget recovers.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from .state import Batch, ShardState
 
 
@@ -48,10 +56,11 @@ def level(batch: Batch) -> int:
     return batch.rows.bit_length()
 
 
-def merges(state: ShardState) -> list[list[Batch]]:
+def merges(state: ShardState, wall: Collection[str] = ()) -> list[list[Batch]]:
     """The run of adjacent batches (oldest first) that one pass merges into
     one batch, as a list of at most one run; empty when the state is within
-    the rule.
+    the rule. Only batches newer than every batch of ``wall`` (ids, say of
+    batches a pass is merging already) take part.
 
     The run starts at the oldest batch the rule would merge (applied to its
     fixed point, counting a merge's rows as its inputs' sum) and ends at the
@@ -63,7 +72,7 @@ def merges(state: ShardState) -> list[list[Batch]]:
     # top between pushes: only a pushed run can break the rule, against the
     # run below it, and each merge may break it again one further down.
     stack: list[tuple[int, list[Batch]]] = []
-    for batch in state.ordered_batches():
+    for batch in _beyond(state.ordered_batches(), wall):
         _push(stack, batch.rows, [batch])
     first = next((i for i, (_, run) in enumerate(stack) if len(run) > 1), None)
     if first is None:
@@ -72,6 +81,12 @@ def merges(state: ShardState) -> list[list[Batch]]:
     del stack[first:]
     _push(stack, sum(rows for rows, _ in tail), [b for _, run in tail for b in run])
     return [stack[-1][1]]
+
+
+def _beyond(order: list[Batch], wall: Collection[str]) -> list[Batch]:
+    """The batches of ``order`` after the last one whose id is in ``wall``."""
+    last = max((i for i, batch in enumerate(order) if batch.id in wall), default=-1)
+    return order[last + 1 :]
 
 
 def _push(stack: list[tuple[int, list[Batch]]], rows: int, run: list[Batch]) -> None:
@@ -88,10 +103,10 @@ def removed(runs: list[list[Batch]]) -> int:
     return sum(len(run) - 1 for run in runs)
 
 
-def pass_due(state: ShardState, slack: int) -> bool:
-    """Whether a pass over :func:`merges` of ``state`` removes at least
+def pass_due(runs: list[list[Batch]], slack: int) -> bool:
+    """Whether a pass merging ``runs`` (:func:`merges`) removes at least
     ``slack`` batches (any, for ``slack <= 1``)."""
-    return removed(merges(state)) >= max(1, slack)
+    return removed(runs) >= max(1, slack)
 
 
 def batch_bound(state: ShardState) -> int:

@@ -31,7 +31,7 @@ import zmq
 from .. import faults
 from ..persist import spine
 from ..persist.commands import Command, Result, Retain
-from ..persist.compaction import compact_spine
+from ..persist.compaction import CompactionReport, merge_runs
 from ..persist.config import (
     COMPACT_INTERVAL_S,
     COMPACT_SLACK,
@@ -41,6 +41,7 @@ from ..persist.config import (
 )
 from ..persist.gc import collect_garbage, expire, sweep_leaked_blobs
 from ..persist.machine import LocalMachine, wall_clock_ms
+from ..persist.state import Batch, ShardState
 from ..persist.stats import ShardStats
 from ..storage.contracts import Blob, Consensus
 from .rpc import RpcServer
@@ -80,9 +81,11 @@ MAX_PARK_MS = 30_000
 MAX_REQUEST_BYTES = 64 << 20
 #: Most versions one :class:`ScanVersions` answer carries (diffs are kilobytes).
 MAX_SCAN_VERSIONS = 1000
-#: How long one maintenance run keeps starting spine rounds; a backlog left
-#: then waits for the next run, so expiry and GC are never held up for long.
-COMPACTION_BUDGET_S = 1.0
+#: Passes of the spine's merges one shard may run at once. A pass that takes
+#: in a large old batch ran for seconds in a 20,000-interval soak while
+#: appends added hundreds of small batches; a second lane keeps those within
+#: the rule beside it (see ``spine.merges``' wall).
+MERGE_LANES = 2
 
 
 class _Shard:
@@ -99,9 +102,21 @@ class _Shard:
         self.compactions = 0
         self.compactions_abandoned = 0
         self.compacted_batches = 0
-        self.compaction_stats = ShardStats()
+        self.compaction_puts = 0
+        self.compaction_put_bytes = 0
         self.last_run = dict.fromkeys(("expiry", "compact", "gc", "sweep"), time.monotonic())
         self.maintenance: Future | None = None
+        #: passes of the spine's merges running, with the ids of their inputs
+        self.merging: dict[Future, frozenset[str]] = {}
+        self.counts_lock = threading.Lock()  # merge lanes count concurrently
+
+    def count_pass(self, report: CompactionReport, stats: ShardStats) -> None:
+        with self.counts_lock:
+            self.compactions += report.applied
+            self.compactions_abandoned += report.skipped
+            self.compacted_batches += report.batches_merged
+            self.compaction_puts += stats.blob_puts
+            self.compaction_put_bytes += stats.blob_put_bytes
 
 
 class _Parked(msgspec.Struct):
@@ -118,9 +133,11 @@ class ConsensusServer:
 
     ``gc_interval_s`` / ``sweep_interval_s`` schedule GC and the leaked-blob
     sweep per loaded shard (``0`` disables each). Every ``compact_interval_s``
-    (``0``: never) maintenance looks at the spine's merges
-    (:mod:`~shardsink.persist.spine`) and makes them once they remove
-    ``compact_slack`` batches (:func:`~shardsink.persist.spine.pass_due`).
+    (``0``: never) the loop looks at the spine's merges
+    (:mod:`~shardsink.persist.spine`) and, once they remove ``compact_slack``
+    batches (:func:`~shardsink.persist.spine.pass_due`), starts a pass in
+    one of :data:`MERGE_LANES` merge threads, apart from the maintenance
+    thread, so neither a long merge nor GC holds up the other.
     ``config`` holds the settings every shard runs with here, whoever opened
     it first and after a restart alike (its
     :data:`~shardsink.persist.config.SERVED_FIELDS`: rollup threshold,
@@ -164,6 +181,7 @@ class ConsensusServer:
         self._shards: dict[str, _Shard] = {}
         self._parked: list[_Parked] = []
         self._maintenance = ThreadPoolExecutor(1, thread_name_prefix="shardsink-gc")
+        self._merges = ThreadPoolExecutor(MERGE_LANES, thread_name_prefix="shardsink-merge")
         self.requests = 0
         self.errors = 0
         self.on_command: Callable[[str, Command, Result, float], None] | None = None
@@ -289,11 +307,14 @@ class ConsensusServer:
         now = time.monotonic()
         intervals = {
             "expiry": self.config.writer_lease_ms / 10_000,
-            "compact": self._compact_interval_s,
             "gc": self._gc_interval_s,
             "sweep": self._sweep_interval_s,
         }
         for shard in self._shards.values():
+            every = self._compact_interval_s
+            if every > 0 and now - shard.last_run["compact"] >= every:
+                shard.last_run["compact"] = now
+                self._schedule_merge(shard)
             if shard.maintenance is not None and not shard.maintenance.done():
                 continue
             due = {
@@ -317,8 +338,6 @@ class ConsensusServer:
                 shard.writers_expired += len(writers)
             if "expiry" in due and self.config.retain:
                 machine.run(Retain(self.config.retain))
-            if "compact" in due:
-                self._compact(shard)
             if "gc" in due:
                 report = collect_garbage(machine, self._blob)
                 shard.gc_runs += 1
@@ -333,24 +352,30 @@ class ConsensusServer:
         except Exception:
             log.exception("maintenance of shard %r failed; retrying on schedule", machine.shard)
 
-    def _compact(self, shard: _Shard) -> None:
-        """Passes of the spine's merges while one is due (the slack) and
-        applies something, starting none after :data:`COMPACTION_BUDGET_S`."""
-        deadline = time.monotonic() + COMPACTION_BUDGET_S
-        while time.monotonic() < deadline and spine.pass_due(
-            shard.machine.state(), self._compact_slack
-        ):
-            report = compact_spine(
-                shard.machine,
-                self._blob,
-                target_bytes=self.config.blob_target_bytes,
-                stats=shard.compaction_stats,
+    def _schedule_merge(self, shard: _Shard) -> None:
+        """Start a pass of the spine's merges in a free lane when one is due
+        (``compact_slack``) among the batches newer than those being merged."""
+        shard.merging = {f: ids for f, ids in shard.merging.items() if not f.done()}
+        if len(shard.merging) >= MERGE_LANES:
+            return
+        # the machine's own state is current: this server is the shard's one writer
+        state = shard.machine.state()
+        runs = spine.merges(state, frozenset().union(*shard.merging.values()))
+        if spine.pass_due(runs, self._compact_slack):
+            future = self._merges.submit(self._merge, shard, state, runs)
+            shard.merging[future] = frozenset(b.id for run in runs for b in run)
+
+    def _merge(self, shard: _Shard, state: ShardState, runs: list[list[Batch]]) -> None:
+        """Runs in a merge lane: the pass's blob reads and writes happen here."""
+        stats = ShardStats()
+        try:
+            report = merge_runs(
+                shard.machine, self._blob, state, runs, self.config.blob_target_bytes, stats
             )
-            shard.compactions += report.applied
-            shard.compactions_abandoned += report.skipped
-            shard.compacted_batches += report.batches_merged
-            if not report.applied:
-                return
+        except Exception:
+            log.exception("compaction of shard %r failed; retrying on schedule", state.shard)
+            return
+        shard.count_pass(report, stats)
 
     # --- stats and lifecycle --------------------------------------------------------
 
@@ -379,8 +404,8 @@ class ConsensusServer:
                     compactions=shard.compactions,
                     compactions_abandoned=shard.compactions_abandoned,
                     compacted_batches=shard.compacted_batches,
-                    compaction_puts=shard.compaction_stats.blob_puts,
-                    compaction_put_bytes=shard.compaction_stats.blob_put_bytes,
+                    compaction_puts=shard.compaction_puts,
+                    compaction_put_bytes=shard.compaction_put_bytes,
                 )
             )
         return StatsReply(os.getpid(), self.requests, self.errors, self._rpc.dropped, tuple(shards))
@@ -391,6 +416,7 @@ class ConsensusServer:
             return
         self._closed = True
         self._maintenance.shutdown(wait=True, cancel_futures=True)
+        self._merges.shutdown(wait=True, cancel_futures=True)
         self._rpc.close()
         for shard in self._shards.values():
             shard.machine.close()

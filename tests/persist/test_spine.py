@@ -141,4 +141,23 @@ def test_a_pass_is_due_once_it_removes_slack_batches(sizes, slack):
         state = msgspec.structs.replace(state, batches={**state.batches, batch.id: batch})
     removed = len(state.batches) - len(_exact_round(state).batches)
     assert spine.removed(spine.merges(state)) == removed
-    assert spine.pass_due(state, slack) == (removed >= max(1, slack))
+    assert spine.pass_due(spine.merges(state), slack) == (removed >= max(1, slack))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(1, 5000), min_size=1, max_size=40), st.data())
+def test_a_pass_beside_a_running_one_merges_only_newer_batches(sizes, data):
+    """With a wall (the inputs of a pass in flight), the next pass takes only
+    batches newer than all of them, and leaves those within the rule."""
+    state = s0()
+    for i, rows in enumerate(sizes):
+        batch = Batch(f"a{i:03}", i, i + 1, (), rows)
+        state = msgspec.structs.replace(state, batches={**state.batches, batch.id: batch})
+    order = state.ordered_batches()
+    walled = data.draw(st.lists(st.sampled_from(order), unique=True, max_size=5))
+    wall = {b.id for b in walled}
+    last = max((order.index(b) for b in walled), default=-1)
+    runs = spine.merges(state, wall)
+    assert all(order.index(b) > last for run in runs for b in run)
+    newer = msgspec.structs.replace(state, batches={b.id: b for b in order[last + 1 :]})
+    assert runs == spine.merges(newer)

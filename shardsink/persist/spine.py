@@ -34,8 +34,14 @@ arrives during a pass).
 A pass that takes in a large old batch takes a while; the batches appended
 meanwhile need not wait for it: :func:`merges` with a ``wall`` leaves out
 the batches a running pass merges and everything older, so a second pass can
-keep the newer batches within the rule beside it (a consensus server runs
-two at once). The state then holds at most the bound of each side.
+keep the newer batches within the rule beside it. :func:`next_pass` runs
+passes in two lanes: the *tail* lane only ever merges runs of at most
+``tail_bytes``, so it is never stuck behind a long merge; the *big* lane
+takes any run. When the rule's run is big and the big lane is busy, the
+tail lane merges the newest batches up to ``tail_bytes`` (:func:`tail`)
+instead: the rule merges their output later like any small batch, so an
+update is rewritten at most about ``tail_bytes`` / (bytes per pass) more
+times, and the batches appended stay near the slack while a long merge runs.
 
 A merge writes its output as any batch is written: parts below the shard's
 ``inline_max_bytes`` inline, larger ones to blob. So merging moves inline
@@ -96,6 +102,45 @@ def _push(stack: list[tuple[int, list[Batch]]], rows: int, run: list[Batch]) -> 
         below_rows, below = stack.pop()
         rows, run = below_rows + rows, below + run
     stack.append((rows, run))
+
+
+def tail(state: ShardState, wall: Collection[str], max_bytes: int) -> list[list[Batch]]:
+    """The newest batches beyond ``wall`` together at most ``max_bytes``
+    (encoded) as one run, if there are two or more; else empty."""
+    run: list[Batch] = []
+    size = 0
+    for batch in reversed(_beyond(state.ordered_batches(), wall)):
+        size += batch.encoded_bytes
+        if size > max_bytes:
+            break
+        run.insert(0, batch)
+    return [run] if len(run) > 1 else []
+
+
+#: The lanes :func:`next_pass` runs passes in.
+LANES = ("tail", "big")
+
+
+def next_pass(
+    state: ShardState,
+    running: dict[str, Collection[str]],
+    slack: int,
+    tail_bytes: int,
+) -> tuple[str, list[list[Batch]]] | None:
+    """The lane and runs of the pass to start now, given the ids each busy
+    lane of :data:`LANES` is merging (``running``), or ``None``: both lanes
+    busy, or no pass removes ``slack`` batches beyond the running ones."""
+    free = [lane for lane in LANES if lane not in running]
+    if not free:
+        return None
+    wall = {batch_id for ids in running.values() for batch_id in ids}
+    runs = merges(state, wall)
+    small = sum(b.encoded_bytes for run in runs for b in run) <= tail_bytes
+    if free == ["tail"] and not small:
+        runs = tail(state, wall, tail_bytes)
+    if not pass_due(runs, slack):
+        return None
+    return ("tail" if small and "tail" in free else free[-1]), runs
 
 
 def removed(runs: list[list[Batch]]) -> int:

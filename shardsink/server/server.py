@@ -81,11 +81,12 @@ MAX_PARK_MS = 30_000
 MAX_REQUEST_BYTES = 64 << 20
 #: Most versions one :class:`ScanVersions` answer carries (diffs are kilobytes).
 MAX_SCAN_VERSIONS = 1000
-#: Passes of the spine's merges one shard may run at once. A pass that takes
-#: in a large old batch ran for seconds in a 20,000-interval soak while
-#: appends added hundreds of small batches; a second lane keeps those within
-#: the rule beside it (see ``spine.merges``' wall).
-MERGE_LANES = 2
+#: The most encoded bytes a pass in the spine's tail lane merges (see
+#: ``spine.next_pass``). A pass that took in a large old batch ran for
+#: seconds in a 20,000-interval soak while appends added hundreds of small
+#: batches; a lane that merges at most this much takes well under a second
+#: on a busy machine.
+TAIL_BYTES = 4 << 20
 
 
 class _Shard:
@@ -106,8 +107,8 @@ class _Shard:
         self.compaction_put_bytes = 0
         self.last_run = dict.fromkeys(("expiry", "compact", "gc", "sweep"), time.monotonic())
         self.maintenance: Future | None = None
-        #: passes of the spine's merges running, with the ids of their inputs
-        self.merging: dict[Future, frozenset[str]] = {}
+        #: passes of the spine's merges running, by lane, with their inputs' ids
+        self.merging: dict[str, tuple[Future, frozenset[str]]] = {}
         self.counts_lock = threading.Lock()  # merge lanes count concurrently
 
     def count_pass(self, report: CompactionReport, stats: ShardStats) -> None:
@@ -135,9 +136,10 @@ class ConsensusServer:
     sweep per loaded shard (``0`` disables each). Every ``compact_interval_s``
     (``0``: never) the loop looks at the spine's merges
     (:mod:`~shardsink.persist.spine`) and, once they remove ``compact_slack``
-    batches (:func:`~shardsink.persist.spine.pass_due`), starts a pass in
-    one of :data:`MERGE_LANES` merge threads, apart from the maintenance
-    thread, so neither a long merge nor GC holds up the other.
+    batches, starts a pass in one of the spine's two lanes
+    (:func:`~shardsink.persist.spine.next_pass`), each a thread apart from
+    the maintenance thread, so neither a long merge nor GC holds up the
+    other.
     ``config`` holds the settings every shard runs with here, whoever opened
     it first and after a restart alike (its
     :data:`~shardsink.persist.config.SERVED_FIELDS`: rollup threshold,
@@ -181,7 +183,10 @@ class ConsensusServer:
         self._shards: dict[str, _Shard] = {}
         self._parked: list[_Parked] = []
         self._maintenance = ThreadPoolExecutor(1, thread_name_prefix="shardsink-gc")
-        self._merges = ThreadPoolExecutor(MERGE_LANES, thread_name_prefix="shardsink-merge")
+        self._lanes = {
+            lane: ThreadPoolExecutor(1, thread_name_prefix=f"shardsink-merge-{lane}")
+            for lane in spine.LANES
+        }
         self.requests = 0
         self.errors = 0
         self.on_command: Callable[[str, Command, Result, float], None] | None = None
@@ -354,16 +359,23 @@ class ConsensusServer:
 
     def _schedule_merge(self, shard: _Shard) -> None:
         """Start a pass of the spine's merges in a free lane when one is due
-        (``compact_slack``) among the batches newer than those being merged."""
-        shard.merging = {f: ids for f, ids in shard.merging.items() if not f.done()}
-        if len(shard.merging) >= MERGE_LANES:
+        (``compact_slack``) among the batches newer than those being merged
+        (:func:`~shardsink.persist.spine.next_pass`)."""
+        shard.merging = {
+            lane: (future, ids)
+            for lane, (future, ids) in shard.merging.items()
+            if not future.done()
+        }
+        if len(shard.merging) == len(spine.LANES):
             return
         # the machine's own state is current: this server is the shard's one writer
         state = shard.machine.state()
-        runs = spine.merges(state, frozenset().union(*shard.merging.values()))
-        if spine.pass_due(runs, self._compact_slack):
-            future = self._merges.submit(self._merge, shard, state, runs)
-            shard.merging[future] = frozenset(b.id for run in runs for b in run)
+        running = {lane: ids for lane, (_, ids) in shard.merging.items()}
+        chosen = spine.next_pass(state, running, self._compact_slack, TAIL_BYTES)
+        if chosen is not None:
+            lane, runs = chosen
+            future = self._lanes[lane].submit(self._merge, shard, state, runs)
+            shard.merging[lane] = (future, frozenset(b.id for run in runs for b in run))
 
     def _merge(self, shard: _Shard, state: ShardState, runs: list[list[Batch]]) -> None:
         """Runs in a merge lane: the pass's blob reads and writes happen here."""
@@ -416,7 +428,8 @@ class ConsensusServer:
             return
         self._closed = True
         self._maintenance.shutdown(wait=True, cancel_futures=True)
-        self._merges.shutdown(wait=True, cancel_futures=True)
+        for lane in self._lanes.values():
+            lane.shutdown(wait=True, cancel_futures=True)
         self._rpc.close()
         for shard in self._shards.values():
             shard.machine.close()

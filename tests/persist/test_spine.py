@@ -14,7 +14,7 @@ from shardsink.persist import spine
 from shardsink.persist.batches import load_part
 from shardsink.persist.compaction import compact_spine
 from shardsink.persist.shard import open_shard
-from shardsink.persist.state import Batch
+from shardsink.persist.state import Batch, InlinePart
 from shardsink.persist.stats import ShardStats
 
 
@@ -161,3 +161,28 @@ def test_a_pass_beside_a_running_one_merges_only_newer_batches(sizes, data):
     assert all(order.index(b) > last for run in runs for b in run)
     newer = msgspec.structs.replace(state, batches={b.id: b for b in order[last + 1 :]})
     assert runs == spine.merges(newer)
+
+
+def _state_of(sizes, part_bytes=100):
+    state = s0()
+    part = InlinePart(data=b"x" * part_bytes, rows=1, ts_lo=0, ts_hi=0)
+    for i, rows in enumerate(sizes):
+        batch = Batch(f"a{i:03}", i, i + 1, (part,), rows)
+        state = msgspec.structs.replace(state, batches={**state.batches, batch.id: batch})
+    return state
+
+
+def test_the_tail_lane_takes_small_runs_and_the_newest_batches_while_the_big_lane_is_busy():
+    # one big old batch, then 30 small ones: the rule's run would take the big one in
+    state = _state_of([1 << 20] + [1 << 19] + [1] * 30)
+    order = state.ordered_batches()
+    lane, (run,) = spine.next_pass(state, {}, slack=8, tail_bytes=10_000)
+    assert lane == "tail" and run == order[2:]  # 30 small: 3,000 bytes, within the tail
+    lane, (run,) = spine.next_pass(state, {}, slack=8, tail_bytes=1_000)
+    assert lane == "big" and run[-1] == order[-1]
+    busy = {"big": {order[0].id}}
+    # the big lane busy: the tail lane merges the newest batches up to its bytes
+    lane, (run,) = spine.next_pass(state, busy, slack=8, tail_bytes=1_000)
+    assert lane == "tail" and run == order[-10:]
+    assert spine.next_pass(state, busy, slack=10, tail_bytes=1_000) is None  # removes 9
+    assert spine.next_pass(state, {"big": set(), "tail": set()}, 1, 1 << 30) is None

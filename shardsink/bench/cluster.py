@@ -113,7 +113,9 @@ def _bytes(n: int) -> str:
 
 
 def matrix(name: str) -> list[RunSpec]:
-    """The runs of matrix ``name`` (``default`` or ``quick``), interleaved by repeat."""
+    """The runs of matrix ``name`` (see :data:`MATRICES`), interleaved by repeat:
+    ``default``; ``quick``, its cut-down version; ``trickle``, only its trickle
+    section (every mode at 4x8 with 128 and 32 rows per interval)."""
     if name not in MATRICES:
         raise ValueError(f"unknown matrix {name!r}; choose one of {', '.join(MATRICES)}")
     return MATRICES[name]()
@@ -129,32 +131,47 @@ def _build(
     every mode at each ``(groups, workers, rows)`` of ``shapes``; compaction on
     and off and the Delta peer at the first of them; hydration of
     ``hydrate = (snapshot rows, workers)`` by threshold, ``repeats`` times."""
-
-    def spec(section: str, mode: str, g: int, w: int, r: int, **extra) -> RunSpec:
-        return RunSpec(
-            section=section,
-            mode=mode,
-            groups=g,
-            workers=w,
-            workload="trickle",
-            rows_per_interval=r,
-            intervals=n,
-            **extra,
-        )
-
-    runs = [spec("small-writes", mode, 1, 8, 1000) for mode in CLUSTER_MODES]
-    runs += [spec("trickle", mode, *shape) for shape in shapes for mode in CLUSTER_MODES]
+    runs = [_trickle("small-writes", mode, 1, 8, 1000, n) for mode in CLUSTER_MODES]
+    runs += _trickles(shapes, n)
     g, w, r = shapes[0]
-    runs += [spec("compaction", "best-effort", g, w, r, compaction=c) for c in (False, True)]
-    runs += [spec("peer", mode, g, w, r) for mode in ("delta-per-worker", "delta-per-interval")]
+    runs += [_trickle("compaction", "best-effort", g, w, r, n, compaction=c) for c in (False, True)]
+    runs += [
+        _trickle("peer", mode, g, w, r, n) for mode in ("delta-per-worker", "delta-per-interval")
+    ]
     snapshot, workers = hydrate
     for repeat in range(repeats):
         runs += _hydrate(snapshot, 1000, 4, workers=workers, repeat=repeat)
     return runs
 
 
+def _trickle(section: str, mode: str, g: int, w: int, r: int, n: int, **extra) -> RunSpec:
+    return RunSpec(
+        section=section,
+        mode=mode,
+        groups=g,
+        workers=w,
+        workload="trickle",
+        rows_per_interval=r,
+        intervals=n,
+        **extra,
+    )
+
+
+def _trickles(shapes: list[tuple[int, int, int]], n: int) -> list[RunSpec]:
+    """Every mode at each ``(groups, workers, rows)`` of ``shapes``, ``n`` intervals."""
+    return [_trickle("trickle", mode, *shape, n) for shape in shapes for mode in CLUSTER_MODES]
+
+
+#: The trickle shapes of the default matrix.
+TRICKLE_SHAPES = [(4, 8, 128), (4, 8, 32)]
+
+
 def _default() -> list[RunSpec]:
-    return _build(40, [(4, 8, 128), (4, 8, 32)], (2_000_000, 8), repeats=3)
+    return _build(40, TRICKLE_SHAPES, (2_000_000, 8), repeats=3)
+
+
+def _trickle_only() -> list[RunSpec]:
+    return _trickles(TRICKLE_SHAPES, 40)
 
 
 def _quick() -> list[RunSpec]:
@@ -181,7 +198,11 @@ def _hydrate(snapshot: int, r: int, n: int, *, workers: int, repeat: int) -> lis
     ]
 
 
-MATRICES: dict[str, Callable[[], list[RunSpec]]] = {"default": _default, "quick": _quick}
+MATRICES: dict[str, Callable[[], list[RunSpec]]] = {
+    "default": _default,
+    "quick": _quick,
+    "trickle": _trickle_only,
+}
 
 
 # --- running ---------------------------------------------------------------------------

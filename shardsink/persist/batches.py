@@ -16,7 +16,6 @@ import pyarrow as pa
 from ..storage.contracts import Blob
 from ..storage.errors import StorageError
 from . import parts as P
-from .errors import CorruptState
 from .state import Batch, BlobPart, InlinePart, Part
 from .stats import ShardStats
 
@@ -59,11 +58,12 @@ def build_batch(
 def flush_inline(
     blob: Blob, shard: str, batch: Batch, schema: pa.Schema, stats: ShardStats
 ) -> Batch:
-    """``batch`` with each inline part written to blob instead (same id)."""
+    """``batch`` with each inline part written to blob instead (same id);
+    :class:`CorruptState` naming the shard and part if one does not decode."""
     if not batch.inline_bytes:
         return batch
     flushed = tuple(
-        put_blob_part(blob, shard, P.decode_inline(p, schema), stats)
+        put_blob_part(blob, shard, load_part(blob, shard, p, schema), stats)
         if isinstance(p, InlinePart)
         else p
         for p in batch.parts
@@ -80,8 +80,7 @@ def load_part(blob: Blob, shard: str, part: Part, schema: pa.Schema) -> pa.Table
         data = blob.get(part.key)
         return None if data is None else P.decode_parquet(data, schema)
     except ValueError as exc:
-        where = part.key if isinstance(part, BlobPart) else "inline"
-        raise CorruptState(f"shard {shard!r}: part {where}: {exc}") from None
+        raise P.corrupt(shard, part, exc) from None
 
 
 def _part(

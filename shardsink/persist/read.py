@@ -193,8 +193,7 @@ class _Cursor:
         if (self.last is not None and first < self.last) or (
             len(keys) > 1 and not pc.all(pc.less_equal(keys[:-1], keys[1:])).as_py()
         ):
-            where = self.part.key if isinstance(self.part, BlobPart) else "inline"
-            raise ValueError(f"part {where} is not sorted by key")
+            raise ValueError(f"{P.describe(self.part)} is not sorted by key")
         self.last = keys[-1].as_py()
         self.buffer = chunk if self.buffer is None else pa.concat_tables([self.buffer, chunk])
 
@@ -238,7 +237,6 @@ def part_chunks(
     other (a builder's concatenation of its workers' parts, an inline part) is
     loaded whole and sorted, so memory holds at most one such part.
     :class:`CorruptState` if it does not decode as ``schema``."""
-    where = part.key if isinstance(part, BlobPart) else "inline"
     try:
         if isinstance(part, InlinePart):
             return _slices(P.decode_inline(part, schema).sort_by("key"), rows)
@@ -252,8 +250,8 @@ def part_chunks(
             table = file.read().replace_schema_metadata(None).cast(schema)
             return _slices(table.sort_by("key"), rows)
     except (ValueError, pa.ArrowInvalid, OSError) as exc:
-        raise CorruptState(f"shard {shard!r}: part {where}: {exc}") from None
-    return _batches_of(file, schema, rows, shard, where)
+        raise P.corrupt(shard, part, exc) from None
+    return _batches_of(file, schema, rows, shard, part)
 
 
 def _slices(table: pa.Table, rows: int) -> Iterator[pa.Table]:
@@ -261,13 +259,13 @@ def _slices(table: pa.Table, rows: int) -> Iterator[pa.Table]:
 
 
 def _batches_of(
-    file: pq.ParquetFile, schema: pa.Schema, rows: int, shard: str, where: str
+    file: pq.ParquetFile, schema: pa.Schema, rows: int, shard: str, part: BlobPart
 ) -> Iterator[pa.Table]:
     try:
         for batch in file.iter_batches(batch_size=rows):
             yield pa.Table.from_batches([batch.replace_schema_metadata(None)], schema=schema)
     except (pa.ArrowInvalid, OSError) as exc:
-        raise CorruptState(f"shard {shard!r}: part {where}: {exc}") from None
+        raise P.corrupt(shard, part, exc) from None
 
 
 #: How a snapshot is computed from a manifest's updates (parts and inline).
@@ -303,7 +301,10 @@ def manifest(state: ShardState, as_of: int | None, schema: pa.Schema) -> dict:
                     }
                 )
             else:
-                table = P.decode_inline(part, schema)
+                try:
+                    table = P.decode_inline(part, schema)
+                except ValueError as exc:
+                    raise P.corrupt(state.shard, part, exc) from None
                 at = table.filter(pc.less_equal(table["ts"], pa.scalar(as_of, pa.uint64())))
                 inline.extend(at.to_pylist())
     return {

@@ -8,6 +8,7 @@ transitions build new dicts and never mutate an existing one.
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 import msgspec
 
@@ -44,9 +45,23 @@ class BlobPart(msgspec.Struct, frozen=True, tag="blob", forbid_unknown_fields=Tr
     key_hi: KeyBound = None
 
 
-class InlinePart(msgspec.Struct, frozen=True, tag="inline", forbid_unknown_fields=True):
-    """A small part stored in state: one Arrow IPC record-batch message whose
-    schema is the shard's."""
+#: How an inline part's ``data`` holds its message: as it is (what earlier
+#: versions stored), or as one zstd frame (what this version stores).
+InlineCodec = Literal["none", "zstd"]
+
+
+class InlinePart(
+    msgspec.Struct, frozen=True, tag="inline", forbid_unknown_fields=True, omit_defaults=True
+):
+    """A small part stored in state: one Arrow IPC record-batch message (no
+    schema: it is the shard's, stored once in :class:`ShardState`),
+    compressed as a whole (``codec`` ``"zstd"``, ``size`` the message's bytes
+    once decompressed; see :func:`~shardsink.persist.parts.inline_part`).
+
+    Parts stored by earlier versions lack ``codec`` and ``size`` and read as
+    uncompressed messages (``"none"``), so their shards stay readable; a
+    version before this one refuses a part that has them (unknown fields).
+    """
 
     data: bytes
     rows: int
@@ -54,6 +69,8 @@ class InlinePart(msgspec.Struct, frozen=True, tag="inline", forbid_unknown_field
     ts_hi: int
     key_lo: KeyBound = None
     key_hi: KeyBound = None
+    codec: InlineCodec = "none"
+    size: int = 0
 
     @property
     def encoded_bytes(self) -> int:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import msgspec
 import pyarrow as pa
 import pytest
-from persist_helpers import SCHEMA, rows_of, updates
+from persist_helpers import SCHEMA, interval_rows, rows_of, updates
 
 from shardsink.persist import parts as P
+from shardsink.persist.batches import load_part
+from shardsink.persist.errors import CorruptState
+from shardsink.persist.state import Part
+from shardsink.storage.memory import MemoryBlob
 
 
 def test_consolidate_sums_drops_zeros_and_sorts():
@@ -33,6 +38,60 @@ def test_inline_round_trip_and_size_limit():
     assert part.rows == 5 and (part.ts_lo, part.ts_hi, part.key_lo, part.key_hi) == (3, 3, 0, 4)
     assert P.decode_inline(part, SCHEMA).equals(table)
     assert P.inline_part(table, len(part.data)) is None
+
+
+def _message(table: pa.Table) -> bytes:
+    return table.combine_chunks().to_batches()[0].serialize().to_pybytes()
+
+
+def test_an_inline_part_is_its_message_compressed_whole_with_little_around_it():
+    """A 4x8 trickle's 4-row part: no schema in it, the message's metadata
+    compressed with its body, and only the part's own fields around it."""
+    table = interval_rows(3, range(100, 132, 8))
+    message = _message(table)
+    part = P.inline_part(table, 4096)
+    assert (part.codec, part.size) == ("zstd", len(message))
+    assert len(part.data) < len(message) // 2
+    assert pa.decompress(part.data, part.size, codec="zstd").to_pybytes() == message
+    assert SCHEMA.serialize().to_pybytes() not in message
+    assert len(msgspec.msgpack.encode(part)) - len(part.data) < 80
+    assert P.decode_inline(part, SCHEMA).equals(table)
+
+
+def test_an_inline_part_stored_uncompressed_by_an_earlier_version_still_reads():
+    table = interval_rows(3, range(4))
+    earlier = msgspec.msgpack.encode(
+        {"type": "inline", "data": _message(table), "rows": 4, "ts_lo": 3, "ts_hi": 3,
+         "key_lo": 0, "key_hi": 3}
+    )  # fmt: skip
+    part = msgspec.msgpack.decode(earlier, type=Part)
+    assert (part.codec, part.size) == ("none", 0)
+    assert P.decode_inline(part, SCHEMA).equals(table)
+
+
+@pytest.mark.parametrize(
+    "damage, says",
+    [
+        (lambda p: msgspec.structs.replace(p, data=p.data[:-4]), "corrupt payload"),
+        (
+            lambda p: msgspec.structs.replace(p, data=p.data[:20] + bytes(8) + p.data[28:]),
+            "corrupt",
+        ),
+        (lambda p: msgspec.structs.replace(p, size=p.size + 1), "corrupt payload"),
+        (lambda p: msgspec.structs.replace(p, size=1 << 40), "decompressed size"),
+        (lambda p: msgspec.structs.replace(p, rows=p.rows + 1), "holds 4 rows"),
+        (lambda p: msgspec.structs.replace(p, codec="none"), "corrupt payload"),
+    ],
+    ids=["truncated", "overwritten", "wrong-size", "huge-size", "wrong-rows", "wrong-codec"],
+)
+def test_a_corrupt_inline_part_is_an_error_naming_the_shard_and_the_part(damage, says):
+    part = damage(P.inline_part(interval_rows(3, range(4)), 4096))
+    with pytest.raises(ValueError, match=says):
+        P.decode_inline(part, SCHEMA)
+    with pytest.raises(CorruptState) as error:
+        load_part(MemoryBlob(), "s", part, SCHEMA)
+    assert str(error.value).startswith(f"shard 's': {P.describe(part)}: ")
+    assert P.describe(part).startswith(f"inline part ({part.codec}, {part.rows} rows, ts 3..3, ")
 
 
 def test_parquet_round_trip_is_plain_parquet():

@@ -15,6 +15,7 @@ from shardsink.persist import (
     UpperMismatch,
     open_shard,
 )
+from shardsink.persist import parts as P
 from shardsink.persist.state import BlobPart, InlinePart
 
 
@@ -89,13 +90,15 @@ def test_large_parts_go_to_blob_as_parquet_small_ones_inline(stores):
 
 
 def test_inline_cap_flushes_to_blob_and_retries(stores):
-    config = ShardConfig(inline_total_max_bytes=1200)
+    # room for about three of the six one-row parts
+    cap = 3 * len(P.inline_part(interval_rows(0, [0]), 4096).data) + 10
+    config = ShardConfig(inline_total_max_bytes=cap)
     with open_(stores, config=config) as shard:
         w = shard.writer()
         for i in range(6):
             w.compare_and_append_table(interval_rows(i, [i]), i, i + 1)
         state = shard.state()
-        assert state.inline_bytes <= 1200
+        assert state.inline_bytes <= cap
         kinds = [type(b.parts[0]) for b in state.ordered_batches()]
         assert InlinePart in kinds and BlobPart in kinds
         assert shard.reader().snapshot().num_rows == 6

@@ -113,7 +113,10 @@ def register(commands, bench) -> None:
         help="the cut-down matrix (minutes); same as --matrix quick",
     )
     which.add_argument(
-        "--matrix", choices=sorted(cluster.MATRICES), help="which matrix (default default)"
+        "--matrix",
+        choices=sorted(cluster.MATRICES),
+        help="default: the whole matrix (the default); quick: the cut-down one; trickle: its "
+        "trickle section; scale: rows/s, parts per append and latency as workers and groups grow",
     )
     parser.set_defaults(func=_run)
 
@@ -163,10 +166,11 @@ def bench_cluster_config(args: argparse.Namespace):
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .cluster import command_line, run
+    from .cluster import command_line, matrix, run
 
     config = bench_cluster_config(args)
-    rows = run(config.matrix, Path(config.out), command_line(), base=config.cluster)
+    specs = matrix(config.matrix)
+    rows = run(specs, Path(config.out), command_line(), title=config.matrix, base=config.cluster)
     return 0 if rows and all(r.get("verified") for r in rows) else 1
 
 

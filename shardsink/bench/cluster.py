@@ -6,12 +6,15 @@ fails or does not verify is kept in the results with ``verified: false`` and
 its ``error``, never dropped. Output, in ``--out DIR``:
 
 - ``results.json``: ``{"runs": [...]}`` in the schema of DESIGN.md section 9,
-  plus ``section``, ``repeat``, ``compaction``, ``error``, ``peak_rss`` and
-  the peer's ``commits`` / ``files_per_interval`` / ``commit_bytes_per_interval``;
+  plus ``section``, ``repeat``, ``compaction``, ``error``, ``peak_rss``,
+  where the CPU went (``machine_busy``, ``cpu_cores`` by process kind,
+  ``busiest`` and ``busiest_core``: see :func:`shardsink.bench.scale.cpu_use`)
+  and the peer's ``commits`` / ``files_per_interval`` / ``commit_bytes_per_interval``;
 - ``report.md``: the exact command, the machine, one table per section, the
-  checks the design promises (pass or fail) and side-by-side ratios;
+  checks the design promises (pass or fail) and side-by-side ratios, and for
+  the scale sweeps where scaling stops and why;
 - PNG plots: parts, blob PUTs and diff bytes per append by mode and shape;
-  hydration wall time by threshold; append latency.
+  hydration wall time by threshold; append latency; the scale curves.
 
 Ratios are measured side by side in one run: runs that are compared are
 interleaved (repeat 0 of each, then repeat 1, ...) and compared by median.
@@ -29,12 +32,13 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
 from ..config import ClusterConfig
 from ..workloads import Workload
+from . import scale
 
 MIB = 1 << 20
 UNLIMITED = 1 << 50  # "everything through the builder"
@@ -60,15 +64,15 @@ RUN_FIELDS = (
 
 
 class BenchClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """What ``bench cluster`` runs: ``matrix`` (``default`` or ``quick``,
-    :data:`MATRICES`) into ``out`` (required to run; a file may leave it to
-    ``--out``), each cluster run from ``cluster``: ClusterConfig fields
-    every run starts from (``start``, ``best_effort_linger_ms``,
+    """What ``bench cluster`` runs: ``matrix`` (one of :data:`MATRICES`) into
+    ``out`` (required to run; a file may leave it to ``--out``), each cluster
+    run from ``cluster``: ClusterConfig fields every run starts from
+    (``start``, ``best_effort_linger_ms``,
     ``blob_target_bytes``, ...), all but :data:`RUN_FIELDS`, which each run
     sets itself (``ValueError`` naming such a key)."""
 
     out: str | None = None
-    matrix: Literal["default", "quick"] = "default"
+    matrix: Literal["default", "quick", "trickle", "scale"] = "default"
     cluster: ClusterConfig = msgspec.field(default_factory=ClusterConfig)
 
 
@@ -84,6 +88,12 @@ def bench_config(fields: dict, source: str) -> BenchClusterConfig:
             f"table may set any ClusterConfig field but {', '.join(RUN_FIELDS)}"
         )
     return build(BenchClusterConfig, fields, source=source)
+
+
+SECTIONS = ("small-writes", "trickle", "compaction", "peer", "hydrate", *scale.SECTIONS)
+
+if TYPE_CHECKING:
+    from ..cluster.cluster import Cluster
 
 
 class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -115,7 +125,8 @@ def _bytes(n: int) -> str:
 def matrix(name: str) -> list[RunSpec]:
     """The runs of matrix ``name`` (see :data:`MATRICES`), interleaved by repeat:
     ``default``; ``quick``, its cut-down version; ``trickle``, only its trickle
-    section (every mode at 4x8 with 128 and 32 rows per interval)."""
+    section (every mode at 4x8 with 128 and 32 rows per interval); ``scale``,
+    the scale-out sweeps (:func:`scale_matrix`)."""
     if name not in MATRICES:
         raise ValueError(f"unknown matrix {name!r}; choose one of {', '.join(MATRICES)}")
     return MATRICES[name]()
@@ -198,10 +209,62 @@ def _hydrate(snapshot: int, r: int, n: int, *, workers: int, repeat: int) -> lis
     ]
 
 
+#: The modes the scale sweeps compare. Host coalescing (issue 17, item 1:
+#: ``--coalesce host``, one part per host) joins them here once it exists.
+SCALE_MODES = CLUSTER_MODES
+#: Workers at one group, then groups of :data:`SCALE_GROUP_WORKERS` workers.
+SCALE_WORKERS = (1, 2, 4, 8, 16, 32)
+SCALE_GROUPS = (1, 2, 4, 8)
+SCALE_GROUP_WORKERS = 4
+#: Trickle rows per worker per interval: every worker has the same work
+#: whatever the shape, so ideal scaling is linear.
+SCALE_ROWS_PER_WORKER = 5000
+SCALE_INTERVALS = 20
+#: Runs of each point; the report and plots take the median (a shared
+#: 2-core machine is noisy).
+SCALE_REPEATS = 3
+
+
+def scale_matrix(
+    workers: tuple[int, ...],
+    groups: tuple[int, ...],
+    *,
+    group_workers: int,
+    rows_per_worker: int,
+    intervals: int,
+    repeats: int,
+) -> list[RunSpec]:
+    """The scale sweeps (see :mod:`shardsink.bench.scale`): every mode of
+    :data:`SCALE_MODES` at one group of each of ``workers``, then at each of
+    ``groups`` groups of ``group_workers``; ``rows_per_worker`` trickle rows
+    per worker per interval, ``intervals`` intervals a run; all of it
+    ``repeats`` times, interleaved."""
+    shapes = [("scale-workers", 1, w) for w in workers]
+    shapes += [("scale-groups", g, group_workers) for g in groups]
+    return [
+        _trickle(section, mode, g, w, rows_per_worker * g * w, intervals, repeat=repeat)
+        for repeat in range(repeats)
+        for section, g, w in shapes
+        for mode in SCALE_MODES
+    ]
+
+
+def _scale() -> list[RunSpec]:
+    return scale_matrix(
+        SCALE_WORKERS,
+        SCALE_GROUPS,
+        group_workers=SCALE_GROUP_WORKERS,
+        rows_per_worker=SCALE_ROWS_PER_WORKER,
+        intervals=SCALE_INTERVALS,
+        repeats=SCALE_REPEATS,
+    )
+
+
 MATRICES: dict[str, Callable[[], list[RunSpec]]] = {
     "default": _default,
     "quick": _quick,
     "trickle": _trickle_only,
+    "scale": _scale,
 }
 
 
@@ -257,6 +320,9 @@ def _run_cluster(spec: RunSpec, work_dir: Path, base: ClusterConfig) -> dict:
     )
     extra: dict = {}
     with Cluster(config) as cluster:
+        cpu_before = _cpu_times(cluster)
+        machine_before = scale.cpu_sample()
+        started = time.monotonic()
         if spec.compaction:
             compacted = 0
             done = 0
@@ -268,6 +334,8 @@ def _run_cluster(spec: RunSpec, work_dir: Path, base: ClusterConfig) -> dict:
             extra["compactions"] = compacted
         else:
             cluster.run(spec.intervals)
+        extra["machine_busy"] = scale.machine_busy(machine_before, scale.cpu_sample())
+        extra.update(scale.cpu_use(cpu_before, _cpu_times(cluster), time.monotonic() - started))
         state = cluster.shard.state(refresh=True)
         extra["batches_in_state"] = len(state.batches)
         extra["parts_in_state"] = sum(len(b.parts) for b in state.batches.values())
@@ -279,6 +347,10 @@ def _run_cluster(spec: RunSpec, work_dir: Path, base: ClusterConfig) -> dict:
         row["error"] = stats.verify_detail or "the shard does not match the workload"
     row.update(extra)
     return row
+
+
+def _cpu_times(cluster: Cluster) -> scale.CpuTimes:
+    return scale.cpu_times((p.kind, p.name, p.pid) for p in cluster.processes())
 
 
 # --- reporting ---------------------------------------------------------------------------
@@ -358,6 +430,8 @@ _COLUMNS = [
     ("rows/s", "rows_per_s", "{:,.0f}"),
     ("p50 ms", "append_latency_ms_p50", "{:.1f}"),
     ("p99 ms", "append_latency_ms_p99", "{:.1f}"),
+    ("CPU busy", "machine_busy", "{:.0%}"),
+    ("busiest (core)", None, "{} {:.2f}"),
     ("verified", "verified", "{}"),
 ]
 
@@ -365,6 +439,8 @@ _COLUMNS = [
 def _cell(row: dict, name: str, key: str | None, fmt: str) -> str:
     if name == "shape":
         return describe(row)
+    if name == "busiest (core)":
+        return fmt.format(row["busiest"], row["busiest_core"]) if row.get("busiest") else "-"
     if name == "PUTs/append":
         return fmt.format(row.get("blob_puts", 0) / max(row.get("appends") or 1, 1))
     value = row.get(key)
@@ -398,10 +474,7 @@ def write_report(rows: list[dict], out: Path, command: str, elapsed_s: float) ->
         verdict = "not measured" if passed is None else ("pass" if passed else "**FAIL**")
         lines.append(f"| {claim} | {verdict} | {figures} |")
     headers = [name for name, _, _ in _COLUMNS]
-    sections = sorted(
-        {r["section"] for r in rows},
-        key=["small-writes", "trickle", "compaction", "peer", "hydrate"].index,
-    )
+    sections = sorted({r["section"] for r in rows}, key=SECTIONS.index)
     for section in sections:
         picked = [r for r in rows if r["section"] == section]
         lines += [
@@ -450,6 +523,7 @@ def write_report(rows: list[dict], out: Path, command: str, elapsed_s: float) ->
                     f"{r.get('diff_bytes_per_append', 0):,.0f} | "
                     f"{r.get('cas_per_append', 0) * appends:.0f} |"
                 )
+    lines += scale.report_lines(rows, os.cpu_count() or 1)
     plots = sorted(p.name for p in out.glob("*.png"))
     if plots:
         lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
@@ -536,24 +610,25 @@ def plot(rows: list[dict], out: Path) -> list[Path]:
         fig.savefig(path, dpi=100)
         plt.close(fig)
         written.append(path)
-    return written
+    return written + scale.plot(rows, out, os.cpu_count() or 1)
 
 
 def run(
-    matrix_name: str,
+    specs: list[RunSpec],
     out: Path,
     command: str,
     *,
+    title: str,
     quiet: bool = False,
     base: ClusterConfig | None = None,
 ) -> list[dict]:
-    """Run the matrix, its clusters from ``base`` (:func:`run_one`), and write
-    ``results.json``, plots and ``report.md`` into ``out``."""
+    """Run ``specs`` (a matrix, named ``title``), their clusters from ``base``
+    (:func:`run_one`), and write ``results.json``, plots and ``report.md``
+    into ``out``."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    specs = matrix(matrix_name)
     out.mkdir(parents=True, exist_ok=True)
     scratch = out / "scratch"
     console = Console(stderr=True, quiet=quiet)
@@ -582,7 +657,7 @@ def run(
     shutil.rmtree(scratch, ignore_errors=True)
     plot(rows, out)
     write_report(rows, out, command, time.monotonic() - started)
-    table = Table(title=f"bench cluster ({matrix_name}): {out / 'results.json'}")
+    table = Table(title=f"bench cluster ({title}): {out / 'results.json'}")
     for name, _, _ in _COLUMNS:
         table.add_column(name, justify="left" if name in ("mode", "shape") else "right")
     for cells in table_rows(rows):

@@ -6,7 +6,16 @@ import json
 
 import pytest
 
-from shardsink.bench.cluster import RunSpec, checks, matrix, run_one, write_report
+from shardsink.bench.cluster import (
+    RunSpec,
+    checks,
+    matrix,
+    run,
+    run_one,
+    scale_matrix,
+    write_report,
+)
+from shardsink.bench.scale import report_lines, stop, sweeps
 
 
 def test_a_run_verifies_and_a_broken_one_is_marked_not_dropped(tmp_path) -> None:
@@ -89,7 +98,10 @@ def test_a_toml_file_sets_the_bench_and_flags_override_it(tmp_path) -> None:
     ("text", "message"),
     [
         ('out = "x"\nmatrx = "quick"\n', "unknown key 'matrx'"),
-        ('out = "x"\nmatrix = "huge"\n', "unknown matrix 'huge'; choose one of default, quick"),
+        (
+            'out = "x"\nmatrix = "huge"\n',
+            "unknown matrix 'huge'; choose one of default, quick, trickle, scale",
+        ),
         ('out = "x"\n[cluster]\ngroups = 3\n', "cluster.groups is set by each run of the matrix"),
         ('out = "x"\n[cluster]\nstrat = "spawn"\n', "unknown key 'strat'"),
         ('out = "x"\n[cluster]\nstart = "teleport"\n', "'teleport'"),
@@ -106,3 +118,75 @@ def test_a_bad_bench_config_is_refused_naming_the_key(tmp_path, capsys, text, me
     err = capsys.readouterr().err
     assert err.startswith("shardsink bench: error: ") and message in err, err
     assert not (tmp_path / "x").exists()
+
+
+def test_the_scale_matrix_grows_workers_then_groups_for_every_mode() -> None:
+    specs = matrix("scale")
+    modes = {"off", "best-effort", "barrier"}
+    workers = [s for s in specs if s.section == "scale-workers"]
+    groups = [s for s in specs if s.section == "scale-groups"]
+    assert {(s.groups, s.workers) for s in workers} == {(1, w) for w in (1, 2, 4, 8, 16, 32)}
+    assert {(s.groups, s.workers) for s in groups} == {(g, 4) for g in (1, 2, 4, 8)}
+    assert {s.mode for s in specs} == modes and len(specs) == 3 * 3 * (6 + 4)
+    # the same rows per worker at every shape, so ideal scaling is linear
+    assert len({s.rows_per_interval // (s.groups * s.workers) for s in specs}) == 1
+
+
+def _scale_row(section: str, mode: str, n: int, rows_per_s: float, **extra) -> dict:
+    groups, workers = (1, n) if section == "scale-workers" else (n, 4)
+    return {
+        "section": section, "mode": mode, "groups": groups, "workers": workers,
+        "rows_per_s": rows_per_s, "data_parts_per_append": 1.0,
+        "inline_parts_per_append": 0.0, "append_latency_ms_p50": 5.0, "verified": True,
+        **extra,
+    }  # fmt: skip
+
+
+def test_scaling_stops_at_the_first_step_that_gains_little_and_says_why() -> None:
+    busy = {"machine_busy": 0.97, "busiest": "builder g0/b", "busiest_core": 0.95,
+            "cpu_cores": {"builder": 0.95, "worker": 0.9}}  # fmt: skip
+    rows = [
+        _scale_row("scale-workers", "barrier", 1, 100.0),
+        _scale_row("scale-workers", "barrier", 2, 190.0),
+        _scale_row("scale-workers", "barrier", 4, 200.0, **busy),
+        _scale_row("scale-workers", "barrier", 8, 400.0),
+        # repeats: the point is the run with the median rows/s
+        *(_scale_row("scale-groups", "off", 1, v) for v in (50.0, 10.0, 60.0)),
+        _scale_row("scale-groups", "off", 2, 200.0),
+        _scale_row("scale-groups", "off", 4, 100.0, verified=False),
+    ]
+    barrier, off = sweeps(rows)
+    end = stop(barrier, cores=2)
+    assert (end.last.n, end.next.n) == (2, 4)
+    assert "4 worker processes share the machine's 2 cores" in end.why
+    assert "the CPUs were 97% busy" in end.why
+    assert "builder g0/b used 0.95 of a core: it is the bottleneck" in end.why
+    assert [(p.n, p.runs, p.rows_per_s) for p in off.points] == [(1, 3, 50.0), (2, 1, 200.0)]
+    assert stop(off, cores=2).next is None
+    lines = "\n".join(report_lines(rows, cores=2))
+    assert (
+        "| scale-workers | barrier | workers=2 | x1.90 | 95% | workers=4: rows/s x1.05 |" in lines
+    )
+    assert "| scale-groups | off | groups=2 | x4.00 | 200% | still scaling" in lines
+
+
+def test_a_tiny_scale_run_is_verified_and_reported_with_its_plots(tmp_path) -> None:
+    specs = scale_matrix(
+        (1, 2), (1, 2), group_workers=2, rows_per_worker=50, intervals=3, repeats=1
+    )
+    rows = run(specs, tmp_path, "shardsink bench cluster --matrix tiny", title="tiny", quiet=True)
+    assert len(rows) == len(specs) == 12
+    assert all(r["verified"] for r in rows), [r["error"] for r in rows]
+    assert json.loads((tmp_path / "results.json").read_text())["runs"] == json.loads(
+        json.dumps(rows, default=str)
+    )
+    for r in rows:
+        assert r["cpu_cores"]["worker"] > 0 and 0 <= r["machine_busy"] <= 1 and r["busiest"]
+    for name in ("scale-workers.png", "scale-groups.png"):
+        assert (tmp_path / name).read_bytes().startswith(b"\x89PNG")
+    report = (tmp_path / "report.md").read_text()
+    assert "## Where scaling stops" in report and "| every run verified | pass | 12/12 |" in report
+    for section in ("scale-workers", "scale-groups"):
+        for mode in ("off", "best-effort", "barrier"):
+            assert f"| {section} | {mode} | " in report
+        assert f"![{section}.png]({section}.png)" in report

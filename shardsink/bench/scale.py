@@ -1,0 +1,275 @@
+"""The scale-out curves of ``shardsink bench cluster --matrix scale``.
+
+Two sweeps of the trickle workload with a fixed number of rows per worker
+per interval, so that ideal scaling is linear: workers per group grow at one
+group (``scale-workers``), and groups grow at a fixed number of workers each
+(``scale-groups``), for every coalescing mode. Each point is one cluster run
+(rows/s, data and inline parts per append, append latency p50), verified
+like every other run, plus where its CPU went (:func:`cpu_use`); a point
+is the median of its repeats.
+
+This module reads the result rows: :func:`sweeps` and :func:`stop` find
+where scaling stops and say why, :func:`report_lines` writes that into
+``report.md`` and :func:`plot` draws each sweep against its ideal linear line
+and the machine's core count. Nothing here runs a cluster.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from pathlib import Path
+
+import msgspec
+import psutil
+
+#: The sections of the scale matrix and the axis each one grows.
+SECTIONS = {"scale-workers": "workers", "scale-groups": "groups"}
+#: A step that raises rows/s by less than this factor ends the scaling.
+GAIN = 1.10
+#: A process using at least this share of one core is saturated.
+SATURATED = 0.90
+#: Above this share of all the machine's cores busy, the machine is saturated.
+MACHINE_SATURATED = 0.90
+
+
+class Point(msgspec.Struct, frozen=True):
+    """One point of a sweep: ``n`` the value of the axis, ``processes`` the
+    worker processes in all (groups x workers); the figures of the run with
+    the median rows/s among its verified repeats (``runs`` of them)."""
+
+    n: int
+    processes: int
+    runs: int
+    rows_per_s: float
+    parts_per_append: float
+    latency_ms_p50: float
+    machine_busy: float
+    cpu_cores: dict[str, float]
+    busiest: str
+    busiest_core: float
+
+
+class Sweep(msgspec.Struct, frozen=True):
+    """The points of one mode along one axis (``workers`` or ``groups``), by ``n``."""
+
+    section: str
+    axis: str
+    mode: str
+    points: list[Point]
+
+
+class Stop(msgspec.Struct, frozen=True):
+    """Where a sweep stops scaling: ``last`` is the last point that still
+    gained :data:`GAIN` over the one before; ``next`` the point after it
+    (``None`` if every step gained: scaling had not stopped yet)."""
+
+    last: Point
+    next: Point | None
+    why: str
+
+
+#: ``pid -> (kind, name, user + system CPU seconds)``: see :func:`cpu_times`.
+CpuTimes = dict[int, tuple[str, str, float]]
+
+
+def cpu_use(before: CpuTimes, after: CpuTimes, wall_s: float) -> dict:
+    """Where the CPU went between two :func:`cpu_times` samples ``wall_s``
+    apart: cores used per process kind (``cpu_cores``), and the busiest
+    process (``busiest``, ``busiest_core``: its share of one core)."""
+    by_kind: dict[str, float] = {}
+    busiest, busiest_s = "", 0.0
+    for pid, (kind, name, seconds) in after.items():
+        used = seconds - before.get(pid, (kind, name, 0.0))[2]
+        by_kind[kind] = by_kind.get(kind, 0.0) + used
+        if used > busiest_s:
+            busiest, busiest_s = f"{kind} {name}", used
+    wall = max(wall_s, 1e-9)
+    return {
+        "cpu_cores": {kind: round(s / wall, 3) for kind, s in sorted(by_kind.items())},
+        "busiest": busiest,
+        "busiest_core": round(busiest_s / wall, 3),
+    }
+
+
+def cpu_times(processes: Iterable[tuple[str, str, int]]) -> CpuTimes:
+    """``pid -> (kind, name, user + system CPU seconds)`` of the live ones of
+    ``processes`` (kind, name, pid)."""
+    out = {}
+    for kind, name, pid in processes:
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.Error:  # gone since it was listed
+            continue
+        out[pid] = (kind, name, times.user + times.system)
+    return out
+
+
+def cpu_sample() -> tuple[float, float]:
+    """The machine's idle and total CPU seconds so far, all cores together
+    (every process, other users' included), for :func:`machine_busy`."""
+    times = psutil.cpu_times()
+    return times.idle + getattr(times, "iowait", 0.0), sum(times)
+
+
+def machine_busy(before: tuple[float, float], after: tuple[float, float]) -> float:
+    """The share of all the machine's cores that was busy between two
+    :func:`cpu_sample` samples."""
+    idle, total = after[0] - before[0], after[1] - before[1]
+    return round(1.0 - idle / total, 3) if total > 0 else 0.0
+
+
+def sweeps(rows: list[dict]) -> list[Sweep]:
+    """The sweeps of the verified scale runs in ``rows``, by section and mode."""
+    out = []
+    for section, axis in SECTIONS.items():
+        picked = [r for r in rows if r.get("section") == section and r.get("verified")]
+        for mode in dict.fromkeys(r["mode"] for r in picked):
+            by_n: dict[int, list[dict]] = {}
+            for r in picked:
+                if r["mode"] == mode:
+                    by_n.setdefault(r[axis], []).append(r)
+            points = [_point(n, runs) for n, runs in sorted(by_n.items())]
+            out.append(Sweep(section, axis, mode, points))
+    return out
+
+
+def _point(n: int, runs: list[dict]) -> Point:
+    row = sorted(runs, key=lambda r: r["rows_per_s"])[len(runs) // 2]
+    return Point(
+        n=n,
+        processes=row["groups"] * row["workers"],
+        runs=len(runs),
+        rows_per_s=row["rows_per_s"],
+        parts_per_append=row["data_parts_per_append"] + row["inline_parts_per_append"],
+        latency_ms_p50=row["append_latency_ms_p50"],
+        machine_busy=row.get("machine_busy", 0.0),
+        cpu_cores=row.get("cpu_cores", {}),
+        busiest=row.get("busiest", ""),
+        busiest_core=row.get("busiest_core", 0.0),
+    )
+
+
+def stop(sweep: Sweep, cores: int) -> Stop:
+    """Where ``sweep`` stops scaling (see :class:`Stop`) and why, from what
+    the run measured: more worker processes than ``cores``, the machine's
+    CPUs saturated, or one process using a whole core (the bottleneck)."""
+    points = sweep.points
+    for before, after in itertools.pairwise(points):
+        if after.rows_per_s < GAIN * before.rows_per_s:
+            return Stop(before, after, _why(after, cores))
+    return Stop(points[-1], None, "")
+
+
+def _why(point: Point, cores: int) -> str:
+    reasons = []
+    if point.processes > cores:
+        reasons.append(f"{point.processes} worker processes share the machine's {cores} cores")
+    if point.machine_busy >= MACHINE_SATURATED:
+        reasons.append(
+            f"the CPUs were {point.machine_busy:.0%} busy (every process on the machine)"
+        )
+    if point.busiest_core >= SATURATED:
+        reasons.append(
+            f"{point.busiest} used {point.busiest_core:.2f} of a core: it is the bottleneck"
+        )
+    elif point.busiest:
+        reasons.append(
+            f"the busiest process, {point.busiest}, used {point.busiest_core:.2f} of a core"
+        )
+    if point.cpu_cores:
+        used = ", ".join(f"{kind} {cores:.2f}" for kind, cores in point.cpu_cores.items())
+        reasons.append(f"cores the cluster used: {used}")
+    return "; ".join(reasons)
+
+
+def report_lines(rows: list[dict], cores: int) -> list[str]:
+    """``report.md``'s account of the scale sweeps: per sweep, how far it
+    scaled (speed-up over its first point and share of linear) and where and
+    why it stopped."""
+    found = sweeps(rows)
+    if not found:
+        return []
+    lines = [
+        "",
+        "## Where scaling stops",
+        "",
+        f"Rows per worker per interval are fixed, so ideal scaling is linear. A sweep stops "
+        f"scaling at the first step that raises rows/s by less than {GAIN - 1:.0%}. "
+        f"The machine has {cores} cores; the reasons come from the run's CPU use.",
+        "",
+        "| sweep | mode | scales to | speed-up | of linear | then | why |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for sweep in found:
+        first = sweep.points[0]
+        end = stop(sweep, cores)
+        speedup = end.last.rows_per_s / max(first.rows_per_s, 1e-9)
+        linear = speedup / (end.last.processes / first.processes)
+        then = "still scaling at the largest size"
+        if end.next is not None:
+            step = end.next.rows_per_s / end.last.rows_per_s
+            then = f"{sweep.axis}={end.next.n}: rows/s x{step:.2f}"
+        lines.append(
+            f"| {sweep.section} | {sweep.mode} | {sweep.axis}={end.last.n} | x{speedup:.2f} | "
+            f"{linear:.0%} | {then} | {end.why or '-'} |"
+        )
+    return lines
+
+
+def plot(rows: list[dict], out: Path, cores: int) -> list[Path]:
+    """Per sweep axis, rows/s (with each mode's ideal linear line), parts per
+    append and append latency p50 against the worker processes in all, the
+    machine's ``cores`` marked; returns the PNG files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    found = sweeps(rows)
+    for section, axis in SECTIONS.items():
+        mine = [s for s in found if s.section == section]
+        if not mine:
+            continue
+        fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+        for k, sweep in enumerate(mine):
+            color = f"C{k}"
+            xs = [p.processes for p in sweep.points]
+            first = sweep.points[0]
+            axes[0].plot(
+                xs, [p.rows_per_s for p in sweep.points], "o-", color=color, label=sweep.mode
+            )
+            axes[0].plot(
+                xs,
+                [first.rows_per_s * x / xs[0] for x in xs],
+                ":",
+                color=color,
+                label=f"{sweep.mode}: ideal (linear)",
+            )
+            axes[1].plot(
+                xs, [p.parts_per_append for p in sweep.points], "o-", color=color, label=sweep.mode
+            )
+            axes[2].plot(
+                xs, [p.latency_ms_p50 for p in sweep.points], "o-", color=color, label=sweep.mode
+            )
+        titles = ("rows/s", "data + inline parts per append", "append latency p50 (ms)")
+        fixed = "G=1" if axis == "workers" else f"W={_fixed_workers(rows, section)}"
+        ticks = sorted({p.processes for sweep in mine for p in sweep.points})
+        for ax, title in zip(axes, titles, strict=True):
+            ax.axvline(cores, color="grey", linestyle="--", label=f"{cores} cores")
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(ticks, [str(t) for t in ticks])
+            ax.set_xlabel(f"worker processes ({axis} grow, {fixed})")
+            ax.set_title(title)
+            ax.legend(fontsize="small")
+        fig.tight_layout()
+        path = out / f"{section}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def _fixed_workers(rows: list[dict], section: str) -> int:
+    return next(r["workers"] for r in rows if r.get("section") == section)

@@ -44,6 +44,8 @@ SIZE_UNITS: dict[str, int] = {
 _SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*", re.IGNORECASE)
 #: ClusterConfig fields that hold a byte count (a TOML file may write them as "1MiB").
 SIZE_FIELDS = ("shared_max_bytes", "blob_target_bytes", "transport_inline_max_bytes")
+#: The ``shared_max_bytes`` that tunes itself.
+AUTO = "auto"
 T = TypeVar("T", bound=msgspec.Struct)
 Mode = Literal["off", "best-effort", "barrier"]
 Pace = Literal["realtime", "max"]
@@ -68,7 +70,10 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
       (a worker joins its group's shared batch while one is being built),
       ``barrier`` (one shared batch per group per interval).
     - ``shared_max_bytes``: a worker whose staged updates for an interval take
-      more than this (Arrow bytes) writes its own batch; 0 disables sharing.
+      more than this (Arrow bytes) writes its own batch; 0 disables sharing;
+      ``"auto"`` starts at 1 MiB and tunes it every interval from the
+      builders' lag against the workers' own write time (the rule:
+      :mod:`shardsink.coordinator.threshold`).
     - ``blob_target_bytes``: size at which a builder cuts a Parquet part.
     - ``best_effort_linger_ms``: in best-effort mode, how long a builder holds
       a shared batch whose last open handle finished while some of the group's
@@ -128,7 +133,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     groups: int = 2
     workers: int = 4
     mode: Mode = "best-effort"
-    shared_max_bytes: int = MIB
+    shared_max_bytes: int | Literal["auto"] = MIB
     blob_target_bytes: int = 128 * MIB
     best_effort_linger_ms: int = 10
     transport_inline_max_bytes: int = INLINE_MAX_BYTES
@@ -159,7 +164,6 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in (
-            "shared_max_bytes",
             "best_effort_linger_ms",
             "transport_inline_max_bytes",
             "rows_per_interval",
@@ -170,6 +174,10 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.shared_max_bytes != AUTO and self.shared_max_bytes < 0:
+            raise ValueError(
+                f"shared_max_bytes must be >= 0 or 'auto', got {self.shared_max_bytes}"
+            )
         for name in ("start_timeout_s", "interval_timeout_s", "consensus_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
@@ -285,7 +293,7 @@ def _parse_sizes(table: dict[str, Any], path: str, prefix: str = "") -> None:
     for name, value in table.items():
         if isinstance(value, dict):
             _parse_sizes(value, path, f"{prefix}{name}.")
-        elif name in SIZE_FIELDS and isinstance(value, str):
+        elif name in SIZE_FIELDS and isinstance(value, str) and value != AUTO:
             try:
                 table[name] = parse_size(value)
             except ValueError as exc:

@@ -33,6 +33,7 @@ from .persist.state import Batch
 
 _OPTS = {"frozen": True, "forbid_unknown_fields": True}
 Count = Annotated[int, msgspec.Meta(ge=0)]
+Seconds = Annotated[float, msgspec.Meta(ge=0)]
 Flag = Annotated[int, msgspec.Meta(ge=0, le=1)]
 Role = Literal["builder", "worker"]
 
@@ -85,7 +86,10 @@ class SharedBatch(msgspec.Struct, **_OPTS):
     ``contributors`` maps each worker (index in the group) to the rows it
     added; ``blob_puts``/``blob_put_bytes`` are the builder's writes for it;
     ``segment_parts`` counts the parts with rows that reached the builder
-    through a shared-memory segment (the others came inline in the message)."""
+    through a shared-memory segment (the others came inline in the message).
+    ``lag_s``: the builder's lag, from taking the last finisher's finishing
+    part to handing the batch off (writing what it still held, and any
+    linger), for the ``auto`` threshold."""
 
     group: Count
     generation: Count
@@ -94,6 +98,7 @@ class SharedBatch(msgspec.Struct, **_OPTS):
     blob_puts: Count
     blob_put_bytes: Count
     segment_parts: Count = 0
+    lag_s: Seconds = 0.0
 
 
 class Contribution(msgspec.Struct, **_OPTS):
@@ -112,6 +117,10 @@ class Report(msgspec.Struct, tag="report", **_OPTS):
     received as the last finisher, if it was. ``blob_puts``/``blob_put_bytes``:
     its own writes. ``error``: why it could not do its part (then nothing of
     this report is appended).
+
+    For the ``auto`` threshold (:mod:`shardsink.coordinator.threshold`):
+    ``staged_bytes``, the Arrow bytes of its updates for the interval, and
+    ``write_s``, how long writing its own batch took (0 without one).
     """
 
     interval: Count
@@ -125,6 +134,8 @@ class Report(msgspec.Struct, tag="report", **_OPTS):
     blob_puts: Count = 0
     blob_put_bytes: Count = 0
     error: str | None = None
+    staged_bytes: Count = 0
+    write_s: Seconds = 0.0
 
 
 class Failure(msgspec.Struct, tag="failure", **_OPTS):

@@ -139,6 +139,15 @@ def test_a_missing_file_is_named(tmp_path, capsys):
     assert f"cannot read config file '{tmp_path / 'none.toml'}'" in capsys.readouterr().err
 
 
+def test_the_threshold_may_tune_itself(tmp_path):
+    assert _config("--shared-max-bytes", "auto").shared_max_bytes == "auto"
+    path = tmp_path / "c.toml"
+    path.write_text('shared_max_bytes = "auto"\n')
+    assert _config("--config", str(path)).shared_max_bytes == "auto"
+    with pytest.raises(ValueError, match="shared_max_bytes must be >= 0 or 'auto', got -1"):
+        ClusterConfig(shared_max_bytes=-1)
+
+
 def test_a_bad_size_flag_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exc:
         build_parser().parse_args(["up", "--shared-max-bytes", "1XB"])

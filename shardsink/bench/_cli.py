@@ -116,7 +116,8 @@ def register(commands, bench) -> None:
         "--matrix",
         choices=sorted(cluster.MATRICES),
         help="default: the whole matrix (the default); quick: the cut-down one; trickle: its "
-        "trickle section; scale: rows/s, parts per append and latency as workers and groups grow",
+        "trickle section; scale: rows/s, parts per append and latency as workers and groups "
+        "grow; auto: small writes and hydration with --shared-max-bytes auto",
     )
     parser.set_defaults(func=_run)
 

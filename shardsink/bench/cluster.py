@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
-from ..config import ClusterConfig
+from ..config import AUTO, ClusterConfig
 from ..workloads import Workload
 from . import scale
 
@@ -72,7 +72,7 @@ class BenchClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unkno
     sets itself (``ValueError`` naming such a key)."""
 
     out: str | None = None
-    matrix: Literal["default", "quick", "trickle", "scale"] = "default"
+    matrix: Literal["default", "quick", "trickle", "scale", "auto"] = "default"
     cluster: ClusterConfig = msgspec.field(default_factory=ClusterConfig)
 
 
@@ -107,7 +107,7 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
     rows_per_interval: int
     intervals: int
     snapshot_rows: int = 0
-    shared_max_bytes: int = MIB
+    shared_max_bytes: int | str = MIB
     compaction: bool = False
     repeat: int = 0
 
@@ -116,7 +116,9 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
         return f"{self.mode} {self.workload} {describe(msgspec.structs.asdict(self))}"
 
 
-def _bytes(n: int) -> str:
+def _bytes(n: int | str) -> str:
+    if n == AUTO:
+        return AUTO
     if n >= UNLIMITED:
         return "unlimited"
     return f"{n // MIB} MiB" if n >= MIB and n % MIB == 0 else str(n)
@@ -126,7 +128,8 @@ def matrix(name: str) -> list[RunSpec]:
     """The runs of matrix ``name`` (see :data:`MATRICES`), interleaved by repeat:
     ``default``; ``quick``, its cut-down version; ``trickle``, only its trickle
     section (every mode at 4x8 with 128 and 32 rows per interval); ``scale``,
-    the scale-out sweeps (:func:`scale_matrix`)."""
+    the scale-out sweeps (:func:`scale_matrix`); ``auto``, small writes and
+    hydration with ``--shared-max-bytes auto`` against 1 MiB and ``off``."""
     if name not in MATRICES:
         raise ValueError(f"unknown matrix {name!r}; choose one of {', '.join(MATRICES)}")
     return MATRICES[name]()
@@ -142,7 +145,7 @@ def _build(
     every mode at each ``(groups, workers, rows)`` of ``shapes``; compaction on
     and off and the Delta peer at the first of them; hydration of
     ``hydrate = (snapshot rows, workers)`` by threshold, ``repeats`` times."""
-    runs = [_trickle("small-writes", mode, 1, 8, 1000, n) for mode in CLUSTER_MODES]
+    runs = _small_writes(n)
     runs += _trickles(shapes, n)
     g, w, r = shapes[0]
     runs += [_trickle("compaction", "best-effort", g, w, r, n, compaction=c) for c in (False, True)]
@@ -153,6 +156,12 @@ def _build(
     for repeat in range(repeats):
         runs += _hydrate(snapshot, 1000, 4, workers=workers, repeat=repeat)
     return runs
+
+
+def _small_writes(n: int) -> list[RunSpec]:
+    """1x8, 1000 rows an interval: every mode, and best-effort with ``auto``."""
+    runs = [_trickle("small-writes", mode, 1, 8, 1000, n) for mode in CLUSTER_MODES]
+    return [*runs, _trickle("small-writes", "best-effort", 1, 8, 1000, n, shared_max_bytes=AUTO)]
 
 
 def _trickle(section: str, mode: str, g: int, w: int, r: int, n: int, **extra) -> RunSpec:
@@ -189,9 +198,37 @@ def _quick() -> list[RunSpec]:
     return _build(10, [(2, 4, 128)], (200_000, 4), repeats=3)
 
 
-def _hydrate(snapshot: int, r: int, n: int, *, workers: int, repeat: int) -> list[RunSpec]:
-    """Hydration by threshold: ``off`` against best-effort at 0, 1 MiB and unlimited."""
-    shapes = [("off", MIB), ("best-effort", 0), ("best-effort", MIB), ("best-effort", UNLIMITED)]
+def _auto() -> list[RunSpec]:
+    """What ``--shared-max-bytes auto`` must show: small writes, then hydration
+    of 2M rows at 1x8 against ``off`` and 1 MiB, three times interleaved."""
+    runs = _small_writes(40)
+    thresholds = [("off", MIB), ("best-effort", MIB), ("best-effort", AUTO)]
+    for repeat in range(3):
+        runs += _hydrate(2_000_000, 1000, 4, workers=8, repeat=repeat, thresholds=thresholds)
+    return runs
+
+
+#: Hydration's modes and thresholds: ``off``, best-effort sharing nothing, at
+#: 1 MiB, everything, and ``auto``.
+HYDRATE_THRESHOLDS = [
+    ("off", MIB),
+    ("best-effort", 0),
+    ("best-effort", MIB),
+    ("best-effort", UNLIMITED),
+    ("best-effort", AUTO),
+]
+
+
+def _hydrate(
+    snapshot: int,
+    r: int,
+    n: int,
+    *,
+    workers: int,
+    repeat: int,
+    thresholds: list[tuple[str, int | str]] = HYDRATE_THRESHOLDS,
+) -> list[RunSpec]:
+    """Hydration by threshold: one run of each ``(mode, shared_max_bytes)``."""
     return [
         RunSpec(
             section="hydrate",
@@ -205,7 +242,7 @@ def _hydrate(snapshot: int, r: int, n: int, *, workers: int, repeat: int) -> lis
             shared_max_bytes=smb,
             repeat=repeat,
         )
-        for mode, smb in shapes
+        for mode, smb in thresholds
     ]
 
 
@@ -265,6 +302,7 @@ MATRICES: dict[str, Callable[[], list[RunSpec]]] = {
     "quick": _quick,
     "trickle": _trickle_only,
     "scale": _scale,
+    "auto": _auto,
 }
 
 
@@ -338,6 +376,7 @@ def _run_cluster(spec: RunSpec, work_dir: Path, base: ClusterConfig) -> dict:
         extra.update(scale.cpu_use(cpu_before, _cpu_times(cluster), time.monotonic() - started))
         state = cluster.shard.state(refresh=True)
         extra["batches_in_state"] = len(state.batches)
+        extra["thresholds"] = [r.shared_max_bytes for r in cluster.records]
         extra["parts_in_state"] = sum(len(b.parts) for b in state.batches.values())
         cluster.verify()
         stats = cluster.stats()
@@ -377,16 +416,14 @@ def checks(rows: list[dict]) -> list[tuple[str, bool | None, str]]:
                 ", ".join(f"{g} groups: {p:.2f}" for g, p in parts),
             )
         )
-    small = find(section="small-writes", mode="best-effort")
-    if small:
-        p = small[0]["data_parts_per_append"] + small[0]["inline_parts_per_append"]
-        out.append(
-            (
-                "best-effort 1x8, 1000-row writes: <= 1.1 parts per append (reference 1.05)",
-                p <= 1.1,
-                f"{p:.3f}",
-            )
-        )
+    for threshold, most, claim in (
+        (MIB, 1.1, "best-effort 1x8, 1000-row writes: <= 1.1 parts per append (reference 1.05)"),
+        (AUTO, 1.05, "best-effort auto 1x8, 1000-row writes: <= 1.05 parts per append"),
+    ):
+        small = find(section="small-writes", mode="best-effort", shared_max_bytes=threshold)
+        if small:
+            p = small[0]["data_parts_per_append"] + small[0]["inline_parts_per_append"]
+            out.append((claim, p <= most, f"{p:.3f}"))
     off = find(section="trickle", mode="off", groups=4, rows_per_interval=128)
     bar = find(section="trickle", mode="barrier", groups=4, rows_per_interval=128)
     if off and bar:
@@ -399,14 +436,19 @@ def checks(rows: list[dict]) -> list[tuple[str, bool | None, str]]:
             )
         )
     hyd_off = [r["wall_s"] for r in find(section="hydrate", mode="off")]
-    hyd_1m = [
-        r["wall_s"] for r in find(section="hydrate", mode="best-effort", shared_max_bytes=MIB)
-    ]
-    if hyd_off and hyd_1m:
-        ratio = statistics.median(hyd_1m) / statistics.median(hyd_off)
-        figures = f"{ratio:.3f}x ({len(hyd_1m)} vs {len(hyd_off)} runs)"
-        claim = "hydrate: 1 MiB threshold wall time <= 1.10x off (medians, interleaved)"
-        out.append((claim, ratio <= 1.10, figures))
+    for threshold, most in ((MIB, 1.10), (AUTO, 1.0)):
+        walls = [
+            r["wall_s"]
+            for r in find(section="hydrate", mode="best-effort", shared_max_bytes=threshold)
+        ]
+        if hyd_off and walls:
+            ratio = statistics.median(walls) / statistics.median(hyd_off)
+            figures = f"{ratio:.3f}x ({len(walls)} vs {len(hyd_off)} runs)"
+            claim = (
+                f"hydrate: {_bytes(threshold)} threshold wall time <= {most:.2f}x off "
+                "(medians, interleaved)"
+            )
+            out.append((claim, ratio <= most, figures))
     out.append(
         (
             "every run verified",
@@ -523,6 +565,7 @@ def write_report(rows: list[dict], out: Path, command: str, elapsed_s: float) ->
                     f"{r.get('diff_bytes_per_append', 0):,.0f} | "
                     f"{r.get('cas_per_append', 0) * appends:.0f} |"
                 )
+    lines += _threshold_lines(rows)
     lines += scale.report_lines(rows, os.cpu_count() or 1)
     plots = sorted(p.name for p in out.glob("*.png"))
     if plots:
@@ -530,6 +573,30 @@ def write_report(rows: list[dict], out: Path, command: str, elapsed_s: float) ->
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def _threshold_lines(rows: list[dict]) -> list[str]:
+    """Where ``auto`` took the threshold in each run that used it."""
+    auto = [r for r in rows if r.get("shared_max_bytes") == AUTO and r.get("thresholds")]
+    if not auto:
+        return []
+    lines = [
+        "",
+        "## The auto threshold",
+        "",
+        "The threshold each interval was minted with (runs of `--shared-max-bytes auto`):",
+        "",
+        "| run | first | last | interval it last changed | distinct values |",
+        "|---|---|---|---|---|",
+    ]
+    for r in auto:
+        seen = r["thresholds"]
+        changed = max((i for i in range(1, len(seen)) if seen[i] != seen[i - 1]), default=0)
+        lines.append(
+            f"| {r['section']} {describe(r)} | {_bytes(seen[0])} | {_bytes(seen[-1])} | "
+            f"{changed} | {', '.join(_bytes(v) for v in dict.fromkeys(seen))} |"
+        )
+    return lines
 
 
 def _shape(row: dict) -> str:
@@ -541,7 +608,9 @@ def describe(row: dict) -> str:
     snapshot, threshold, compaction and repeat where they matter."""
     text = _shape(row)
     if row.get("snapshot_rows"):
-        text += f" S={row['snapshot_rows']:,} B={_bytes(row['shared_max_bytes'])}"
+        text += f" S={row['snapshot_rows']:,}"
+    if row.get("snapshot_rows") or row.get("shared_max_bytes", MIB) != MIB:
+        text += f" B={_bytes(row['shared_max_bytes'])}"
     if row.get("compaction"):
         text += " +compaction"
     return text + (f" #{row['repeat']}" if row.get("repeat") else "")
@@ -556,7 +625,11 @@ def plot(rows: list[dict], out: Path) -> list[Path]:
 
     ok = [r for r in rows if r.get("verified")]
     written = []
-    shapes = [r for r in ok if r["section"] in ("small-writes", "trickle")]
+    shapes = [
+        r
+        for r in ok
+        if r["section"] in ("small-writes", "trickle") and r["shared_max_bytes"] != AUTO
+    ]
     labels = sorted({_shape(r) for r in shapes})
     metrics = [
         (

@@ -54,10 +54,11 @@ def register(commands, bench) -> None:
     up.add_argument("--mode", help=f"{' | '.join(MODES)} (default {d.mode})")
     up.add_argument(
         "--shared-max-bytes",
-        type=_size,
-        metavar="SIZE",
+        type=_size_or_auto,
+        metavar="SIZE|auto",
         help="a worker staging more than this many bytes writes its own batch; 0: never "
-        f"share (default {format_size(d.shared_max_bytes)})",
+        "share; auto: tuned every interval from the builders' lag against the workers' own "
+        f"write time (default {format_size(d.shared_max_bytes)})",
     )
     up.add_argument(
         "--linger-ms",
@@ -270,6 +271,12 @@ def _size(text: str) -> int:
         return parse_size(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _size_or_auto(text: str) -> int | str:
+    from ..config import AUTO
+
+    return AUTO if text == AUTO else _size(text)
 
 
 def config_of(args: argparse.Namespace):

@@ -122,7 +122,7 @@ class ClusterStats(msgspec.Struct, frozen=True, kw_only=True):
     workload: str
     rows_per_interval: int
     snapshot_rows: int
-    shared_max_bytes: int
+    shared_max_bytes: int | str
     intervals: int
     upper: int
     appends: int

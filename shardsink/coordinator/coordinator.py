@@ -58,6 +58,8 @@ from ..storage.errors import StorageError
 from .accounting import Accepted, AccountingError, batches_of, check
 from .errors import ClusterError
 from .supervisor import LocalGroups, Supervisor
+from .threshold import Threshold, observe
+from .threshold import of as threshold_of
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +104,8 @@ class AppendCost(NamedTuple):
 class IntervalRecord(msgspec.Struct, frozen=True):
     """One appended interval: what went in and what it cost. ``segment_parts``
     counts the parts of shared batches that reached their builder through a
-    shared-memory segment rather than inline in a ZeroMQ message."""
+    shared-memory segment rather than inline in a ZeroMQ message;
+    ``shared_max_bytes`` is the threshold the interval was minted with."""
 
     interval: int
     attempt: int
@@ -118,6 +121,7 @@ class IntervalRecord(msgspec.Struct, frozen=True):
     cas_calls: int
     latency_ms: float
     segment_parts: int
+    shared_max_bytes: int
 
 
 @dataclass
@@ -159,6 +163,7 @@ class Coordinator:
         self._heartbeat_s = shard.machine.config.writer_lease_ms / 3000
         self._last_heartbeat = time.monotonic()
         self.counters = Counters()
+        self.threshold: Threshold = threshold_of(config.shared_max_bytes)
         self._random = random.Random(config.seed)
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.ROUTER)
@@ -334,13 +339,14 @@ class Coordinator:
                     self._discard(reports.values(), f"interval {interval}: {exc}")
                     return None
                 since = close if close is not None else minted
-                return self._record(interval, attempt, accepted, cost, since)
+                record = self._record(interval, attempt, accepted, cost, since)
+                self.threshold = self.threshold.after(observe(reports.values()))
+                return record
             attempt = self._next_attempt(interval, attempt)
         return None
 
-    @staticmethod
     def _record(
-        interval: int, attempt: int, accepted: Accepted, cost: AppendCost, since: float
+        self, interval: int, attempt: int, accepted: Accepted, cost: AppendCost, since: float
     ) -> IntervalRecord:
         return IntervalRecord(
             interval=interval,
@@ -357,6 +363,7 @@ class Coordinator:
             cas_calls=cost.cas_calls,
             latency_ms=(time.monotonic() - since) * 1000,
             segment_parts=accepted.segment_parts,
+            shared_max_bytes=self.threshold.bytes,
         )
 
     def _next_attempt(self, interval: int, attempt: int) -> int | None:
@@ -379,7 +386,7 @@ class Coordinator:
             lower=lower,
             upper=upper,
             mode=self.config.mode,
-            shared_max_bytes=self.config.shared_max_bytes,
+            shared_max_bytes=self.threshold.bytes,
         )
         workers = [w for group in self.supervisor.groups.values() for w in group.workers]
         self._random.shuffle(workers)

@@ -105,6 +105,9 @@ class GroupBuilder:
         self._ack = ack
         self._generations: dict[tuple[BatchId, int], _Generation] = {}
         self._failed: dict[tuple[BatchId, int], str] = {}
+        # when each finishing part was taken, until its finish is answered: a
+        # last finisher's is where the builder's lag starts
+        self._finish_taken: dict[tuple[BatchId, int], float] = {}
         self._newest: BatchId | None = None
         self._abandoned: BatchId | None = None
         self._senders = {protocol.worker_identity(w): w for w in range(n_workers)}
@@ -143,6 +146,8 @@ class GroupBuilder:
             self._newest = bid
             self.machine.sweep(lambda b: b >= bid)
         key = (bid, c.worker)
+        if c.last:
+            self._finish_taken[key] = time.monotonic()
         if key not in self._failed:
             try:
                 self._add(bid, c, part)
@@ -160,15 +165,17 @@ class GroupBuilder:
         error = self._failed.pop((bid, worker), None)
         if error is None and self._stale(bid):
             error = f"attempt {attempt} of interval {interval} was abandoned"
-        if error is not None:
-            return protocol.Handoff(interval, attempt, 0, error=error)
-        try:
-            decision = self.machine.finish(bid, worker, now)
-        except ValueError as exc:  # e.g. a second finish of one handle
-            return protocol.Handoff(interval, attempt, 0, error=f"{type(exc).__name__}: {exc}")
-        if isinstance(decision, Deferred):
-            return None
-        return self._answer(bid, decision)
+        if error is None:
+            try:
+                decision = self.machine.finish(bid, worker, now)
+            except ValueError as exc:  # e.g. a second finish of one handle
+                error = f"{type(exc).__name__}: {exc}"
+            else:
+                if isinstance(decision, Deferred):
+                    return None
+                return self._answer(bid, worker, decision)
+        self._finish_taken.pop((bid, worker), None)
+        return protocol.Handoff(interval, attempt, 0, error=error)
 
     def expire(self, now: float) -> None:
         """End the lingers that ran out by ``now``."""
@@ -191,15 +198,16 @@ class GroupBuilder:
                 self._orphan([Orphaned(r.bid, r.decision.generation)])
             error = f"attempt {attempt} of interval {interval} was abandoned"
             return protocol.Handoff(interval, attempt, 0, error=error)
-        return self._answer(r.bid, r.decision)
+        return self._answer(r.bid, r.worker, r.decision)
 
-    def _answer(self, bid: BatchId, decision: NotLast | Last) -> protocol.Handoff:
+    def _answer(self, bid: BatchId, worker: int, decision: NotLast | Last) -> protocol.Handoff:
         interval, attempt = bid
+        taken = self._finish_taken.pop((bid, worker), None)
         if isinstance(decision, NotLast):
             return protocol.Handoff(interval, attempt, decision.generation)
         assert isinstance(decision, Last)
         try:
-            shared = self._complete(bid, decision)
+            shared = self._complete(bid, decision, taken)
         except (ValueError, PersistError, StorageError) as exc:
             return protocol.Handoff(
                 interval, attempt, decision.generation, error=f"{type(exc).__name__}: {exc}"
@@ -210,6 +218,8 @@ class GroupBuilder:
         """Abort every shared batch of ``bid``; later parts of it are stale."""
         self._abandoned = bid if self._abandoned is None else max(self._abandoned, bid)
         self._orphan(self.machine.abandon(bid))
+        for key in [k for k in self._finish_taken if k[0] <= self._abandoned]:
+            del self._finish_taken[key]
 
     def close(self) -> None:
         """Abort everything not handed off (deleting its parts); idempotent."""
@@ -278,8 +288,11 @@ class GroupBuilder:
         if orphaned is not None:
             self._orphan([orphaned])
 
-    def _complete(self, bid: BatchId, decision: Last) -> protocol.SharedBatch | None:
-        """The finished batch of a generation; ``None`` if nobody added rows."""
+    def _complete(
+        self, bid: BatchId, decision: Last, taken: float | None
+    ) -> protocol.SharedBatch | None:
+        """The finished batch of a generation; ``None`` if nobody added rows.
+        ``taken``: when the last finisher's finishing part was taken."""
         gen = self._generations.pop((bid, decision.generation), None)
         if gen is None:
             return None
@@ -304,6 +317,7 @@ class GroupBuilder:
             blob_puts=gen.builder.stats.blob_puts,
             blob_put_bytes=gen.builder.stats.blob_put_bytes,
             segment_parts=gen.segment_parts,
+            lag_s=0.0 if taken is None else time.monotonic() - taken,
         )
 
     def _orphan(self, orphaned: list[Orphaned]) -> None:

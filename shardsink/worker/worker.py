@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 
 import msgspec
 import pyarrow as pa
@@ -130,11 +131,13 @@ class Worker:
         share = joins and rows > 0 and table.nbytes <= mint.shared_max_bytes
         stats = ShardStats()
         own = answer = error = None
+        write_s = 0.0
         if share:
             self._share(mint, table)
         elif joins:  # finish with nothing, so that the batch can be handed off
             self._finish(mint, _EMPTY)
         if rows and not share:
+            started = time.monotonic()
             try:
                 own = build_batch(
                     self.blob,
@@ -148,6 +151,7 @@ class Worker:
                 )
             except (StorageError, PersistError, ValueError) as exc:
                 error = f"writing its own batch failed: {type(exc).__name__}: {exc}"
+            write_s = time.monotonic() - started
         if joins:
             answer = self._await_handoff(mint)
             error = error or answer.error
@@ -165,6 +169,8 @@ class Worker:
             blob_puts=stats.blob_puts,
             blob_put_bytes=stats.blob_put_bytes,
             error=error,
+            staged_bytes=table.nbytes if rows else 0,
+            write_s=write_s,
         )
 
     def close(self) -> None:

@@ -49,8 +49,15 @@ def test_matrices_cover_what_the_design_promises() -> None:
     hydrate = [s for s in default if s.section == "hydrate"]
     assert {s.snapshot_rows for s in hydrate} == {2_000_000}
     assert {s.shared_max_bytes for s in hydrate if s.mode == "best-effort"} == {
-        0, 1 << 20, 1 << 50
+        0, 1 << 20, 1 << 50, "auto"
     }  # fmt: skip
+    small = [s for s in default if s.section == "small-writes"]
+    assert {(s.mode, s.shared_max_bytes) for s in small} == {
+        ("off", 1 << 20), ("best-effort", 1 << 20), ("barrier", 1 << 20), ("best-effort", "auto")
+    }  # fmt: skip
+    auto = matrix("auto")
+    assert {s.section for s in auto} == {"small-writes", "hydrate"}
+    assert sorted(s.repeat for s in auto if s.shared_max_bytes == "auto") == [0, 0, 1, 2]
     assert len(matrix("quick")) < len(default)
 
 
@@ -100,7 +107,7 @@ def test_a_toml_file_sets_the_bench_and_flags_override_it(tmp_path) -> None:
         ('out = "x"\nmatrx = "quick"\n', "unknown key 'matrx'"),
         (
             'out = "x"\nmatrix = "huge"\n',
-            "unknown matrix 'huge'; choose one of default, quick, trickle, scale",
+            "unknown matrix 'huge'; choose one of default, quick, trickle, scale, auto",
         ),
         ('out = "x"\n[cluster]\ngroups = 3\n', "cluster.groups is set by each run of the matrix"),
         ('out = "x"\n[cluster]\nstrat = "spawn"\n', "unknown key 'strat'"),
@@ -190,3 +197,24 @@ def test_a_tiny_scale_run_is_verified_and_reported_with_its_plots(tmp_path) -> N
         for mode in ("off", "best-effort", "barrier"):
             assert f"| {section} | {mode} | " in report
         assert f"![{section}.png]({section}.png)" in report
+
+
+def test_checks_hold_auto_to_its_promises() -> None:
+    def row(section: str, smb, **kw) -> dict:
+        fixed = {"mode": "best-effort", "workload": "trickle", "groups": 1, "verified": True}
+        return {
+            **fixed,
+            "section": section,
+            "rows_per_interval": 1000,
+            "shared_max_bytes": smb,
+            **kw,
+        }
+
+    rows = [
+        row("small-writes", "auto", data_parts_per_append=1.2, inline_parts_per_append=0.0),
+        row("hydrate", "auto", wall_s=9.0),
+        {**row("hydrate", 1 << 20, wall_s=10.0), "mode": "off"},
+    ]
+    claims = {claim: passed for claim, passed, _ in checks(rows)}
+    assert claims["best-effort auto 1x8, 1000-row writes: <= 1.05 parts per append"] is False
+    assert claims["hydrate: auto threshold wall time <= 1.00x off (medians, interleaved)"] is True

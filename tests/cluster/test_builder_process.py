@@ -69,10 +69,14 @@ def test_barrier_hands_one_batch_to_the_last_of_all_workers():
         a.send((0, 0), rows_batch([0, 3], 0), last=True, barrier=True)
         c.send((0, 0), EMPTY, last=True, barrier=True)  # nothing this interval
         assert a.answer().shared is None and c.answer().shared is None
+        sent = time.monotonic()
         b.send((0, 0), rows_batch([1], 0), last=True, barrier=True)
         shared = b.answer().shared
+        waited = time.monotonic() - sent
         assert shared is not None and shared.contributors == {0: 2, 1: 1}
         assert shared.batch.rows == 3 and len(shared.batch.parts) == 1
+        # the builder's lag runs from taking b's finish to the handoff: within b's wait
+        assert 0 < shared.lag_s < waited
 
 
 def test_abandoned_shared_batch_deletes_its_parts_and_releases_the_arena():

@@ -8,6 +8,7 @@ import pytest
 from cluster_helpers import run_cluster, workers_with_rows
 
 from shardsink.cluster import Cluster, ClusterConfig, Workload
+from shardsink.coordinator.threshold import MAX_BYTES, MIN_BYTES, START_BYTES
 from shardsink.process import ConsensusProcess
 from shardsink.shm import INLINE_MAX_BYTES
 from shardsink.worker.builder import HELD_PER_SENDER_MAX
@@ -121,6 +122,28 @@ def test_a_worker_sharing_more_than_its_arena_holds_gets_its_space_back(tmp_path
     record = run.records[0]
     assert record.shared_batches == {0: 1} and record.own_batches == 0
     assert 2 <= record.data_parts <= 90_000_000 // HELD_PER_SENDER_MAX + 1  # not 1 part
+
+
+def test_an_auto_threshold_is_minted_every_interval_and_small_writes_still_share(tmp_path):
+    """hydrate's interval 0 (~1.5 MB a worker) is above auto's 1 MiB start: the
+    workers write their own batches; the 50-row writes after it share, whatever
+    the rule makes of the timings (it never goes below MIN_BYTES)."""
+    run = run_cluster(
+        tmp_path,
+        5,
+        groups=1,
+        workers=4,
+        mode="barrier",
+        workload="hydrate",
+        rows_per_interval=200,
+        snapshot_rows=100_000,
+        shared_max_bytes="auto",
+    )
+    assert run.stats.verified is True and run.stats.shared_max_bytes == "auto"
+    first, *rest = run.records
+    assert first.shared_max_bytes == START_BYTES and first.own_batches == 4
+    assert all(MIN_BYTES <= r.shared_max_bytes <= MAX_BYTES for r in rest)
+    assert all(r.own_batches == 0 and r.shared_batches == {0: 1} for r in rest)
 
 
 def test_a_rerun_continues_from_the_shards_upper(tmp_path):

@@ -10,28 +10,32 @@ costs more than the workers' own writes would have.
 ``auto`` measures both sides on every appended interval (:func:`observe`):
 the *builder lag* (from the builder taking a group's last contribution to its
 handoff of the batch: its work on the shared data it still held) and the
-workers' *own write time* (how long writing their own batches took). The
-rule (:meth:`Auto.after`), pure and without I/O:
+workers' *own write time* (the slowest own write of the interval: what the
+interval waits for when they write apart; on a busy machine their writes
+share its cores, so each takes about as long as all of them). The rule
+(:meth:`Auto.after`), pure and without I/O:
 
-1. The builder is the bottleneck when the longest lag exceeds both
-   :data:`LAG_FLOOR_S` and twice the workers' own write time (the latest
-   measured; 0 before any): the threshold drops to half the largest write that
-   was shared, and that write's size becomes the *ceiling*. Below the floor a
-   lag never matters: it is under the fixed cost of an append.
-2. Otherwise, when workers wrote their own batches and the slowest took less
-   than half the floor (their parallelism bought nothing), the threshold
-   doubles, to at most half the ceiling, so that those writes coalesce.
-3. Otherwise it stays.
+1. A lag above :data:`LAG_FLOOR_S` (below it a lag is noise in an append's
+   fixed cost) for a shared write of size ``s`` not yet found fine is a
+   *probe*: the threshold drops to ``s / 2``, so the next interval measures
+   the same writes written apart.
+2. The probe's answer: if the lag was more than twice the own write time
+   now measured, the builder is the bottleneck: the threshold stays below
+   ``s``, and ``s`` becomes the *ceiling* it never climbs back to. Otherwise
+   writing apart gained too little for the parts it costs: the threshold
+   goes back, and ``s`` is *fine* (not probed again unless the lag doubles).
+3. Own writes that all took less than half the floor gain nothing from
+   their parallelism: the threshold doubles (to at most half the ceiling),
+   so that they coalesce.
 
 It starts at the fixed default (1 MiB) and stays within [:data:`MIN_BYTES`,
-:data:`MAX_BYTES`]. Each step halves or doubles it, and it never climbs back
-to a size found too slow, so it settles within a few intervals: a drop
-settles at once, a climb after at most one probe past the good size.
+:data:`MAX_BYTES`]. A drop is decided in two intervals (probe, answer) and
+a climb doubles once an interval; neither comes back to a size it settled,
+so the threshold settles within a few intervals.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable
 from typing import Protocol
 
@@ -52,14 +56,12 @@ class Observation(msgspec.Struct, frozen=True, kw_only=True):
     """What one appended interval measured (see :func:`observe`).
 
     ``lag_s``: the longest builder lag of a group (0 if nothing was shared);
-    ``shared_bytes``: the largest staged bytes a worker shared; ``own_s``:
-    the median time a worker took to write its own batch and ``own_max_s`` the
-    longest (both 0 if none did)."""
+    ``shared_bytes``: the largest staged bytes a worker shared; ``own_s``: the
+    slowest write of a worker's own batch (0 if none)."""
 
     lag_s: float = 0.0
     shared_bytes: int = 0
     own_s: float = 0.0
-    own_max_s: float = 0.0
 
 
 class Threshold(Protocol):
@@ -84,26 +86,48 @@ class Fixed(msgspec.Struct, frozen=True):
         return self
 
 
+class Probe(msgspec.Struct, frozen=True):
+    """A drop awaiting its answer: shared writes of ``size`` bytes lagged
+    ``lag_s``; the threshold was ``before``."""
+
+    size: int
+    lag_s: float
+    before: int
+
+
 class Auto(msgspec.Struct, frozen=True, kw_only=True):
     """The self-tuning threshold (see the module doc). ``ceiling``: the
-    smallest shared write found slower than writing apart (0: none yet);
-    ``own_s``: the latest median own write time (0: none measured)."""
+    smallest shared size found slower than writing apart (0: none);
+    ``fine``: the largest shared size found worth its lag, with that lag
+    (``fine_lag_s``); ``probe``: a drop awaiting its answer."""
 
     bytes: int = START_BYTES
     ceiling: int = 0
-    own_s: float = 0.0
+    fine: int = 0
+    fine_lag_s: float = 0.0
+    probe: Probe | None = None
 
     def after(self, observation: Observation) -> Auto:
-        own_s = observation.own_s or self.own_s
-        if observation.shared_bytes and observation.lag_s > max(LAG_FLOOR_S, 2 * own_s):
-            ceiling = min(self.ceiling or MAX_BYTES, observation.shared_bytes)
-            lowered = max(MIN_BYTES, min(self.bytes, observation.shared_bytes // 2))
-            return Auto(bytes=lowered, ceiling=ceiling, own_s=own_s)
-        cap = self.ceiling // 2 if self.ceiling else MAX_BYTES
-        if observation.own_max_s and observation.own_max_s < LAG_FLOOR_S / 2:
-            raised = max(self.bytes, min(cap, 2 * self.bytes))
-            return Auto(bytes=raised, ceiling=self.ceiling, own_s=own_s)
-        return Auto(bytes=self.bytes, ceiling=self.ceiling, own_s=own_s)
+        if self.probe is not None:
+            return self._answer(self.probe, observation)
+        lag, size = observation.lag_s, observation.shared_bytes
+        if size and lag > LAG_FLOOR_S and (size > self.fine or lag > 2 * self.fine_lag_s):
+            dropped = max(MIN_BYTES, min(self.bytes, size // 2))
+            return msgspec.structs.replace(self, bytes=dropped, probe=Probe(size, lag, self.bytes))
+        if observation.own_s and observation.own_s < LAG_FLOOR_S / 2:
+            cap = self.ceiling // 2 if self.ceiling else MAX_BYTES
+            return msgspec.structs.replace(self, bytes=max(self.bytes, min(cap, 2 * self.bytes)))
+        return self
+
+    def _answer(self, probe: Probe, observation: Observation) -> Auto:
+        if not observation.own_s:  # nothing was written apart: nothing to compare
+            return msgspec.structs.replace(self, probe=None)
+        if probe.lag_s > 2 * observation.own_s:
+            ceiling = min(self.ceiling or MAX_BYTES, probe.size)
+            return msgspec.structs.replace(self, ceiling=ceiling, probe=None)
+        return msgspec.structs.replace(
+            self, bytes=probe.before, fine=probe.size, fine_lag_s=probe.lag_s, probe=None
+        )
 
 
 def of(setting: int | str) -> Threshold:
@@ -116,12 +140,8 @@ def observe(reports: Iterable[Report]) -> Observation:
     the shared batches last finishers received, own write times from the
     workers that wrote their own batch, shared sizes from those that shared."""
     reports = list(reports)
-    lags = [r.received.lag_s for r in reports if r.received is not None]
-    own = [r.write_s for r in reports if r.own is not None]
-    shared = [r.staged_bytes for r in reports if r.shared is not None]
     return Observation(
-        lag_s=max(lags, default=0.0),
-        shared_bytes=max(shared, default=0),
-        own_s=statistics.median(own) if own else 0.0,
-        own_max_s=max(own, default=0.0),
+        lag_s=max((r.received.lag_s for r in reports if r.received is not None), default=0.0),
+        shared_bytes=max((r.staged_bytes for r in reports if r.shared is not None), default=0),
+        own_s=max((r.write_s for r in reports if r.own is not None), default=0.0),
     )

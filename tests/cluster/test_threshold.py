@@ -15,6 +15,7 @@ from shardsink.coordinator.threshold import (
     Auto,
     Fixed,
     Observation,
+    Probe,
     observe,
     of,
 )
@@ -30,24 +31,36 @@ def test_a_fixed_threshold_never_moves() -> None:
     assert of("auto") == Auto(bytes=START_BYTES)
 
 
-def test_a_lagging_builder_sends_the_writes_it_shared_down_their_own_path() -> None:
-    slow = Observation(lag_s=0.2, shared_bytes=600 << 10)
-    lowered = Auto().after(slow)
-    assert (lowered.bytes, lowered.ceiling) == (300 << 10, 600 << 10)
-    # those writes are now their own: 20 ms each is not cheap, so nothing moves
-    own = Observation(own_s=0.02, own_max_s=0.02)
-    assert lowered.after(own) == Auto(bytes=300 << 10, ceiling=600 << 10, own_s=0.02)
+SLOW = Observation(lag_s=0.2, shared_bytes=600 << 10)
 
 
-def test_a_lag_below_the_floor_or_within_twice_the_own_writes_is_kept() -> None:
-    auto = Auto(own_s=0.1)
-    assert auto.after(Observation(lag_s=LAG_FLOOR_S * 0.9, shared_bytes=MIB)).bytes == START_BYTES
-    assert auto.after(Observation(lag_s=0.19, shared_bytes=MIB)).bytes == START_BYTES
-    assert auto.after(Observation(lag_s=0.21, shared_bytes=MIB)).bytes == MIB // 2
+def test_a_lag_probes_writing_apart_and_keeps_it_if_that_is_twice_as_fast() -> None:
+    probing = Auto().after(SLOW)
+    assert probing.bytes == 300 << 10 and probing.probe == Probe(600 << 10, 0.2, START_BYTES)
+    kept = probing.after(Observation(own_s=0.08))
+    assert (kept.bytes, kept.ceiling, kept.probe) == (300 << 10, 600 << 10, None)
+    assert kept.after(Observation(own_s=0.08)) == kept  # settled
+
+
+def test_a_probe_that_gains_too_little_goes_back_and_is_not_repeated() -> None:
+    back = Auto().after(SLOW).after(Observation(own_s=0.15))
+    assert (back.bytes, back.fine, back.probe) == (START_BYTES, 600 << 10, None)
+    assert back.after(Observation(lag_s=0.3, shared_bytes=600 << 10)) == back
+    # unless the lag doubles
+    assert back.after(Observation(lag_s=0.5, shared_bytes=600 << 10)).probe is not None
+
+
+def test_a_probe_with_nothing_written_apart_keeps_the_drop() -> None:
+    probing = Auto().after(SLOW)
+    assert probing.after(Observation()) == Auto(bytes=300 << 10)
+
+
+def test_a_lag_below_the_floor_moves_nothing() -> None:
+    assert Auto().after(Observation(lag_s=LAG_FLOOR_S * 0.9, shared_bytes=MIB)) == Auto()
 
 
 def test_cheap_own_writes_raise_it_but_never_back_to_a_size_found_too_slow() -> None:
-    cheap = Observation(own_s=0.002, own_max_s=0.003)
+    cheap = Observation(own_s=0.003)
     assert Auto().after(cheap).bytes == 2 * MIB
     capped = Auto(bytes=MIB, ceiling=4 * MIB)
     assert capped.after(cheap).bytes == 2 * MIB
@@ -60,45 +73,48 @@ def test_cheap_own_writes_raise_it_but_never_back_to_a_size_found_too_slow() -> 
 
 class Group:
     """A model group: ``workers`` workers each staging ``staged`` bytes per
-    interval; a write costs ``fixed_s`` plus its bytes at ``bytes_per_s``,
-    the builder writing all that was shared one after the other."""
+    interval on ``cores`` cores; a write costs ``fixed_s`` plus its bytes at
+    ``bytes_per_s`` of one core; the builder writes all that was shared alone,
+    the workers' own writes share the cores."""
 
-    def __init__(self, workers: int, staged: int, fixed_s: float, bytes_per_s: float) -> None:
-        self.workers, self.staged = workers, staged
+    def __init__(self, workers: int, staged: int, fixed_s: float, bytes_per_s: float,
+                 cores: int) -> None:  # fmt: skip
+        self.workers, self.staged, self.cores = workers, staged, cores
         self.fixed_s, self.bytes_per_s = fixed_s, bytes_per_s
 
     def interval(self, threshold: int) -> Observation:
-        write_s = self.fixed_s + self.staged / self.bytes_per_s
+        data_s = self.workers * self.staged / self.bytes_per_s
         if self.staged <= threshold:
-            lag = self.fixed_s + self.workers * self.staged / self.bytes_per_s
-            return Observation(lag_s=lag, shared_bytes=self.staged)
-        return Observation(own_s=write_s, own_max_s=write_s)
+            return Observation(lag_s=self.fixed_s + data_s, shared_bytes=self.staged)
+        own_s = self.fixed_s + data_s / min(self.workers, self.cores)
+        return Observation(own_s=own_s)
 
 
 @pytest.mark.parametrize(
     ("group", "shares"),
     [
         # 1x8 small writes (125 rows of ~60 bytes): the builder keeps up, all coalesce
-        (Group(8, 7_500, 0.004, 300e6), True),
-        # 1x32 of 600 KiB: the builder writes ~19 MiB alone, far slower than in parallel
-        (Group(32, 600 << 10, 0.004, 300e6), False),
-        # 1x8 of 1.5 MiB, cheap to write apart: it climbs once, finds the builder
-        # too slow for eight of them, and settles below
-        (Group(8, 3 << 19, 0.001, 300e6), False),
+        (Group(8, 7_500, 0.004, 300e6, cores=2), True),
+        # 1x32 of 600 KiB: the builder writes ~19 MiB alone, 32 cores would write it
+        # in parallel: the writes go their own way
+        (Group(32, 600 << 10, 0.004, 300e6, cores=32), False),
+        # the same on 2 cores: writing apart is barely faster, so they keep sharing
+        (Group(32, 600 << 10, 0.004, 300e6, cores=2), True),
+        # 1x8 of 1.5 MiB on 8 cores, cheap to write apart: it climbs once, finds the
+        # builder too slow for eight of them, and settles below
+        (Group(8, 3 << 19, 0.001, 300e6, cores=8), False),
         # 1x4 of 1.5 MiB with a fast builder: it climbs, and sharing stays
-        (Group(4, 3 << 19, 0.001, 20e9), True),
+        (Group(4, 3 << 19, 0.001, 20e9, cores=4), True),
     ],
-    ids=["small-writes", "builder-bound", "probe-and-back", "climbs"],
+    ids=["small-writes", "builder-bound", "two-cores", "probe-and-back", "climbs"],
 )
 def test_auto_settles_within_a_few_intervals_and_stays(group: Group, shares: bool) -> None:
     threshold, seen = Auto(), []
     for _ in range(30):
         seen.append(threshold.bytes)
         threshold = threshold.after(group.interval(threshold.bytes))
-    settled = (
-        max(i for i in range(len(seen)) if seen[i] != seen[-1]) + 1 if len(set(seen)) > 1 else 0
-    )
-    assert settled <= 4, seen
+    changes = [i for i in range(1, len(seen)) if seen[i] != seen[i - 1]]
+    assert max(changes, default=0) <= 4, seen
     assert (group.staged <= seen[-1]) == shares, seen
 
 
@@ -119,5 +135,5 @@ def test_observe_takes_lags_from_handed_off_batches_and_times_from_own_writes() 
         _report(3, 8000, own=batch, write_s=0.03),
         _report(4, 7000, own=batch, write_s=0.02),
     ]
-    assert observe(reports) == Observation(lag_s=0.04, shared_bytes=700, own_s=0.02, own_max_s=0.03)
+    assert observe(reports) == Observation(lag_s=0.04, shared_bytes=700, own_s=0.03)
     assert observe([]) == Observation()

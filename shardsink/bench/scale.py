@@ -25,8 +25,9 @@ import psutil
 
 #: The sections of the scale matrix and the axis each one grows.
 SECTIONS = {"scale-workers": "workers", "scale-groups": "groups"}
-#: A step that raises rows/s by less than this factor ends the scaling.
-GAIN = 1.10
+#: A step ends the scaling when it raises rows/s by less than this share of
+#: what linear scaling would (doubling the workers: less than x1.5).
+GAIN = 0.5
 #: A process using at least this share of one core is saturated.
 SATURATED = 0.90
 #: Above this share of all the machine's cores busy, the machine is saturated.
@@ -61,8 +62,9 @@ class Sweep(msgspec.Struct, frozen=True):
 
 class Stop(msgspec.Struct, frozen=True):
     """Where a sweep stops scaling: ``last`` is the last point that still
-    gained :data:`GAIN` over the one before; ``next`` the point after it
-    (``None`` if every step gained: scaling had not stopped yet)."""
+    gained at least :data:`GAIN` of the linear step over the one before;
+    ``next`` the point after it (``None`` if every step did: scaling had not
+    stopped yet)."""
 
     last: Point
     next: Point | None
@@ -153,10 +155,12 @@ def _point(n: int, runs: list[dict]) -> Point:
 def stop(sweep: Sweep, cores: int) -> Stop:
     """Where ``sweep`` stops scaling (see :class:`Stop`) and why, from what
     the run measured: more worker processes than ``cores``, the machine's
-    CPUs saturated, or one process using a whole core (the bottleneck)."""
+    CPUs saturated, one process using a whole core (the bottleneck), or the
+    cluster using fewer cores than it has (waiting)."""
     points = sweep.points
     for before, after in itertools.pairwise(points):
-        if after.rows_per_s < GAIN * before.rows_per_s:
+        linear = after.processes / before.processes
+        if after.rows_per_s / before.rows_per_s - 1 < GAIN * (linear - 1):
             return Stop(before, after, _why(after, cores))
     return Stop(points[-1], None, "")
 
@@ -178,8 +182,11 @@ def _why(point: Point, cores: int) -> str:
             f"the busiest process, {point.busiest}, used {point.busiest_core:.2f} of a core"
         )
     if point.cpu_cores:
-        used = ", ".join(f"{kind} {cores:.2f}" for kind, cores in point.cpu_cores.items())
-        reasons.append(f"cores the cluster used: {used}")
+        total = sum(point.cpu_cores.values())
+        used = ", ".join(f"{kind} {n:.2f}" for kind, n in point.cpu_cores.items())
+        reasons.append(f"the cluster used {total:.2f} of {cores} cores ({used})")
+        if total < MACHINE_SATURATED * cores and point.busiest_core < SATURATED:
+            reasons.append("the rest of the time it waited (handoffs, fsyncs, appends)")
     return "; ".join(reasons)
 
 
@@ -195,8 +202,9 @@ def report_lines(rows: list[dict], cores: int) -> list[str]:
         "## Where scaling stops",
         "",
         f"Rows per worker per interval are fixed, so ideal scaling is linear. A sweep stops "
-        f"scaling at the first step that raises rows/s by less than {GAIN - 1:.0%}. "
-        f"The machine has {cores} cores; the reasons come from the run's CPU use.",
+        f"scaling at the first step that raises rows/s by less than {GAIN:.0%} of what linear "
+        f"scaling would (doubling the workers: less than x{1 + GAIN:.1f}). The machine has "
+        f"{cores} cores; the reasons come from the run's CPU use.",
         "",
         "| sweep | mode | scales to | speed-up | of linear | then | why |",
         "|---|---|---|---|---|---|---|",
@@ -214,6 +222,32 @@ def report_lines(rows: list[dict], cores: int) -> list[str]:
             f"| {sweep.section} | {sweep.mode} | {sweep.axis}={end.last.n} | x{speedup:.2f} | "
             f"{linear:.0%} | {then} | {end.why or '-'} |"
         )
+    return lines + _curves(found)
+
+
+def _curves(found: list[Sweep]) -> list[str]:
+    """Each sweep's points: rows/s, parts per append and append latency p50."""
+    lines = ["", "Each point (median of its repeats): rows/s, parts per append, p50 ms."]
+    for section in SECTIONS:
+        mine = [s for s in found if s.section == section]
+        if not mine:
+            continue
+        ns = sorted({p.n for s in mine for p in s.points})
+        lines += [
+            "",
+            f"| {section} | " + " | ".join(f"{mine[0].axis}={n}" for n in ns) + " |",
+            "|---|" + "---|" * len(ns),
+        ]
+        for sweep in mine:
+            by_n = {p.n: p for p in sweep.points}
+            cells = [
+                f"{by_n[n].rows_per_s:,.0f}, {by_n[n].parts_per_append:.2f}, "
+                f"{by_n[n].latency_ms_p50:.0f}"
+                if n in by_n
+                else "-"
+                for n in ns
+            ]
+            lines.append(f"| {sweep.mode} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -253,13 +287,15 @@ def plot(rows: list[dict], out: Path, cores: int) -> list[Path]:
             axes[2].plot(
                 xs, [p.latency_ms_p50 for p in sweep.points], "o-", color=color, label=sweep.mode
             )
-        titles = ("rows/s", "data + inline parts per append", "append latency p50 (ms)")
+        axes[0].set_yscale("log")  # the ideal line stays straight, the measured ones readable
+        titles = ("rows/s (log)", "data + inline parts per append", "append latency p50 (ms)")
         fixed = "G=1" if axis == "workers" else f"W={_fixed_workers(rows, section)}"
-        ticks = sorted({p.processes for sweep in mine for p in sweep.points})
+        ticks = {p.processes: p.n for sweep in mine for p in sweep.points}
+        labels = [f"{t}\n{axis[0].upper()}={n}" for t, n in sorted(ticks.items())]
         for ax, title in zip(axes, titles, strict=True):
             ax.axvline(cores, color="grey", linestyle="--", label=f"{cores} cores")
             ax.set_xscale("log", base=2)
-            ax.set_xticks(ticks, [str(t) for t in ticks])
+            ax.set_xticks(sorted(ticks), labels)
             ax.set_xlabel(f"worker processes ({axis} grow, {fixed})")
             ax.set_title(title)
             ax.legend(fontsize="small")

@@ -155,8 +155,8 @@ def test_scaling_stops_at_the_first_step_that_gains_little_and_says_why() -> Non
     rows = [
         _scale_row("scale-workers", "barrier", 1, 100.0),
         _scale_row("scale-workers", "barrier", 2, 190.0),
-        _scale_row("scale-workers", "barrier", 4, 200.0, **busy),
-        _scale_row("scale-workers", "barrier", 8, 400.0),
+        _scale_row("scale-workers", "barrier", 4, 270.0, **busy),  # x1.42: under x1.5
+        _scale_row("scale-workers", "barrier", 8, 600.0),
         # repeats: the point is the run with the median rows/s
         *(_scale_row("scale-groups", "off", 1, v) for v in (50.0, 10.0, 60.0)),
         _scale_row("scale-groups", "off", 2, 200.0),
@@ -172,9 +172,11 @@ def test_scaling_stops_at_the_first_step_that_gains_little_and_says_why() -> Non
     assert stop(off, cores=2).next is None
     lines = "\n".join(report_lines(rows, cores=2))
     assert (
-        "| scale-workers | barrier | workers=2 | x1.90 | 95% | workers=4: rows/s x1.05 |" in lines
+        "| scale-workers | barrier | workers=2 | x1.90 | 95% | workers=4: rows/s x1.42 |" in lines
     )
     assert "| scale-groups | off | groups=2 | x4.00 | 200% | still scaling" in lines
+    assert "the cluster used 1.85 of 2 cores (builder 0.95, worker 0.90)" in lines
+    assert "| barrier | 100, 1.00, 5 | 190, 1.00, 5 | 270, 1.00, 5 | 600, 1.00, 5 |" in lines
 
 
 def test_a_tiny_scale_run_is_verified_and_reported_with_its_plots(tmp_path) -> None:

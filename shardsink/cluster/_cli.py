@@ -276,7 +276,12 @@ def _size(text: str) -> int:
 def _size_or_auto(text: str) -> int | str:
     from ..config import AUTO
 
-    return AUTO if text == AUTO else _size(text)
+    if text == AUTO:
+        return AUTO
+    try:
+        return _size(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}, or {AUTO}") from None
 
 
 def config_of(args: argparse.Namespace):

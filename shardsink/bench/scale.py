@@ -186,7 +186,11 @@ def _why(point: Point, cores: int) -> str:
         used = ", ".join(f"{kind} {n:.2f}" for kind, n in point.cpu_cores.items())
         reasons.append(f"the cluster used {total:.2f} of {cores} cores ({used})")
         if total < MACHINE_SATURATED * cores and point.busiest_core < SATURATED:
-            reasons.append("the rest of the time it waited (handoffs, fsyncs, appends)")
+            reasons.append(
+                "other processes on the machine held the rest"
+                if point.machine_busy >= MACHINE_SATURATED
+                else "the rest of the time it waited (handoffs, fsyncs, appends)"
+            )
     return "; ".join(reasons)
 
 

@@ -176,6 +176,14 @@ def test_scaling_stops_at_the_first_step_that_gains_little_and_says_why() -> Non
     )
     assert "| scale-groups | off | groups=2 | x4.00 | 200% | still scaling" in lines
     assert "the cluster used 1.85 of 2 cores (builder 0.95, worker 0.90)" in lines
+    crowded = {"machine_busy": 0.99, "busiest": "worker g0/w0", "busiest_core": 0.2,
+               "cpu_cores": {"worker": 0.4}}  # fmt: skip
+    others = [
+        _scale_row("scale-workers", "off", 1, 100.0),
+        _scale_row("scale-workers", "off", 2, 110.0, **crowded),
+    ]
+    (crowded_sweep,) = sweeps(others)
+    assert stop(crowded_sweep, cores=2).why.endswith("other processes on the machine held the rest")
     assert "| barrier | 100, 1.00, 5 | 190, 1.00, 5 | 270, 1.00, 5 | 600, 1.00, 5 |" in lines
 
 

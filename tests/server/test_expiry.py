@@ -145,7 +145,7 @@ def test_maintenance_advances_since_by_retain_held_back_by_live_readers(tmp_path
 def test_maintenance_merges_by_the_spine_while_appends_go_on(tmp_path) -> None:
     blob_uri = f"file://{tmp_path}/blob"
     with (
-        serving(tmp_path, open_blob(blob_uri), compact_interval_s=0.05) as server,
+        serving(tmp_path, open_blob(blob_uri), compact_interval_s=0.05, compact_slack=1) as server,
         open_shard("g", blob=blob_uri, consensus=server.address) as shard,
     ):
         writer = shard.writer()
@@ -190,7 +190,7 @@ def test_a_slow_blob_store_under_compaction_does_not_stall_appends(tmp_path) -> 
     blob_uri = f"file://{tmp_path}/blob"
     slow = _SlowReads(open_blob(blob_uri))
     config = ShardConfig(inline_max_bytes=0)  # every part in blob: compaction must read it
-    with serving(tmp_path, slow, compact_interval_s=0.05) as server:
+    with serving(tmp_path, slow, compact_interval_s=0.05, compact_slack=1) as server:
         try:
             with open_shard("g", blob=blob_uri, consensus=server.address, config=config) as shard:
                 writer = shard.writer()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import msgspec
 
+from ..storage.contracts import VersionedData
+from .errors import CorruptState
 from .state import Batch, ReaderState, RollupRef, ShardState, WriterState
 
 #: Fields fixed when the shard is created; a diff never changes them.
@@ -103,3 +105,21 @@ def encode_diff(d: StateDiff) -> bytes:
 def decode_diff(data: bytes) -> StateDiff:
     """Decode a stored diff strictly; ``msgspec.DecodeError`` if it is not one."""
     return _DECODER.decode(data)
+
+
+def decode_version(shard: str, version: VersionedData) -> StateDiff:
+    """The diff stored as ``version`` of ``shard``; :class:`CorruptState`
+    naming both if it is not a state diff, or the diff of another shard or
+    version."""
+    try:
+        d = decode_diff(version.data)
+    except msgspec.DecodeError as exc:
+        raise CorruptState(
+            f"shard {shard!r}: version {version.seqno} is not a state diff: {exc}"
+        ) from None
+    if d.seqno != version.seqno or d.shard != shard:
+        raise CorruptState(
+            f"shard {shard!r}: version {version.seqno} holds the diff of shard "
+            f"{d.shard!r} version {d.seqno}"
+        )
+    return d

@@ -30,7 +30,7 @@ from ..storage.contracts import Blob, Committed, Consensus, VersionedData
 from ..storage.errors import IndeterminateError, StorageError
 from .commands import AddRollup, Command, Result
 from .config import ShardConfig
-from .diff import StateDiff, apply_diff, decode_diff, diff, encode_diff
+from .diff import StateDiff, apply_diff, decode_version, diff, encode_diff
 from .errors import Contended, CorruptState, ShardNotFound
 from .parts import full_schema, schema_from_bytes
 from .state import RollupRef, ShardState, check_shard_name, decode_state, encode_state
@@ -380,7 +380,7 @@ class LocalMachine:
             if versions[0].seqno != state.seqno + 1:
                 return None
             for version in versions:
-                state = apply_diff(state, self._decode_diff(version))
+                state = apply_diff(state, decode_version(self.shard, version))
 
     def _rebuild_latest(self, head: VersionedData) -> ShardState:
         """The state at ``head`` or a later head.
@@ -405,7 +405,7 @@ class LocalMachine:
     def _rebuild(self, head: VersionedData) -> ShardState:
         """The state at ``head``: its latest rollup plus the diffs after it."""
         self._stats.rebuilds += 1
-        rollup = self._decode_diff(head).rollup
+        rollup = decode_version(self.shard, head).rollup
         data = self._blob.get(rollup.key)
         if data is None:
             raise CorruptState(
@@ -428,20 +428,6 @@ class LocalMachine:
                 f"cannot rebuild version {head.seqno}"
             )
         return caught
-
-    def _decode_diff(self, version: VersionedData) -> StateDiff:
-        try:
-            d = decode_diff(version.data)
-        except msgspec.DecodeError as exc:
-            raise CorruptState(
-                f"shard {self.shard!r}: version {version.seqno} is not a state diff: {exc}"
-            ) from None
-        if d.seqno != version.seqno or d.shard != self.shard:
-            raise CorruptState(
-                f"shard {self.shard!r}: version {version.seqno} holds the diff of shard "
-                f"{d.shard!r} version {d.seqno}"
-            )
-        return d
 
 
 def _check_schema(schema: bytes) -> None:

@@ -18,15 +18,13 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import takewhile
 
-import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..storage.contracts import Blob
 from . import parts as P
-from .diff import StateDiff, decode_diff
-from .errors import CorruptState
+from .diff import StateDiff, decode_version
 from .machine import ShardMachine
 from .state import BlobPart, InlinePart, KeyBound, Part, ShardState
 
@@ -331,12 +329,7 @@ def history(machine: ShardMachine, limit: int, page: int = 1000) -> list[dict]:
     seqno = 0
     while versions := machine.versions(seqno, page):
         for version in versions:
-            try:
-                d = decode_diff(version.data)
-            except msgspec.DecodeError as exc:
-                raise CorruptState(
-                    f"shard {shard!r}: version {version.seqno} is not a state diff: {exc}"
-                ) from None
+            d = decode_version(shard, version)
             if d.upper is not None or d.since is not None or d.batches_put or d.batches_del:
                 kept.append(history_entry(d))
         seqno = versions[-1].seqno + 1

@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def register(commands, bench) -> None:
-    from ..config import add_config_option
+    from ..config import MODES, add_config_option
     from . import appends, cluster, consensus, read, soak, startup
 
     consensus.register(bench)
@@ -25,13 +25,13 @@ def register(commands, bench) -> None:
     )
     transport.set_defaults(func=_transport)
 
-    start = bench.add_parser(
+    start = _command(
+        bench,
         "startup",
-        help="cluster cold start, group restart and workers' memory: fork vs spawn",
-        description=startup.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        startup,
+        "cluster cold start, group restart and workers' memory: fork vs spawn",
+        _startup,
     )
-    start.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
     start.add_argument(
         "--shapes",
         default=",".join(f"{g}x{w}" for g, w in startup.DEFAULT_SHAPES),
@@ -42,50 +42,41 @@ def register(commands, bench) -> None:
     start.add_argument(
         "--restarts", type=int, default=5, metavar="N", help="group restarts timed (default 5)"
     )
-    start.set_defaults(func=_startup)
 
-    reads = bench.add_parser(
+    reads = _command(
+        bench,
         "read",
-        help="streaming a shard's snapshot (read, Reader.batches) against DuckDB",
-        description=read.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        read,
+        "streaming a shard's snapshot (read, Reader.batches) against DuckDB",
+        _read,
     )
-    reads.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
     reads.add_argument(
         "--rows",
         default=",".join(map(str, read.DEFAULT_ROWS)),
         metavar="N,...",
         help="snapshot rows of each shard (default %(default)s)",
     )
-    reads.set_defaults(func=_read)
 
-    soaks = bench.add_parser(
+    soaks = _command(
+        bench,
         "soak",
-        help="one cluster for many intervals: steady-state figures per block",
-        description=soak.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        soak,
+        "one cluster for many intervals: steady-state figures per block",
+        _soak,
     )
-    soaks.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
     soaks.add_argument("--intervals", type=int, default=20_000, metavar="N", help="default 20000")
     soaks.add_argument(
         "--block",
         type=int,
         default=soak.BLOCK,
         metavar="N",
-        help="intervals per block (default 500)",
+        help="intervals per block (default %(default)s)",
     )
-    soaks.add_argument("--groups", type=int, default=4, metavar="G", help="default 4")
-    soaks.add_argument("--workers", type=int, default=8, metavar="W", help="default 8")
-    soaks.add_argument(
-        "--rows-per-interval", type=int, default=128, metavar="R", help="default 128"
-    )
-    soaks.add_argument(
-        "--mode",
-        choices=("off", "best-effort", "barrier"),
-        default="best-effort",
-        help="default best-effort",
-    )
-    soaks.set_defaults(func=_soak)
+    for flag, metavar, default in SOAK_SHAPE:
+        soaks.add_argument(
+            flag, type=int, default=default, metavar=metavar, help="default %(default)s"
+        )
+    soaks.add_argument("--mode", choices=MODES, default="best-effort", help="default best-effort")
 
     parser = bench.add_parser(
         "cluster",
@@ -120,6 +111,25 @@ def register(commands, bench) -> None:
         "grow; auto: small writes and hydration with --shared-max-bytes auto",
     )
     parser.set_defaults(func=_run)
+
+
+#: ``bench soak``'s cluster shape (ClusterConfig fields): flag, metavar,
+#: default: the issue's steady-state cluster, not ``up``'s small default.
+SOAK_SHAPE = (("--groups", "G", 4), ("--workers", "W", 8), ("--rows-per-interval", "R", 128))
+
+
+def _command(bench, name: str, module, summary: str, func) -> argparse.ArgumentParser:
+    """A ``bench NAME`` command described by ``module``'s docstring, with
+    ``--out DIR``, running ``func``."""
+    parser = bench.add_parser(
+        name,
+        help=summary,
+        description=module.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
+    parser.set_defaults(func=func)
+    return parser
 
 
 def _soak(args: argparse.Namespace) -> int:

@@ -56,7 +56,9 @@ class _Block:
     max_batches: int = 0
     rss: dict[str, int] = field(default_factory=dict)
 
-    def row(self, start: _Server, end: _Server) -> dict:
+    def row(self, start, end) -> dict:
+        """The block's figures; ``start`` and ``end`` are the server's
+        counters when it began and ended."""
         appends = len(self.latencies)
         return {
             "first_interval": self.first,
@@ -71,7 +73,7 @@ class _Block:
             )
             / appends,
             "diff_bytes_per_append": self.diff_bytes / appends,
-            "rollup_bytes": end.rollup_bytes - start.rollup_bytes,
+            "rollup_bytes": end.machine.rollup_bytes - start.machine.rollup_bytes,
             "batches": end.batches,
             "max_batches": max(self.max_batches, end.batches),
             "parts": end.parts,
@@ -83,35 +85,11 @@ class _Block:
         }
 
 
-class _Server(msgspec.Struct, frozen=True):
-    """The consensus server's counters for the shard at one moment."""
-
-    batches: int = 0
-    parts: int = 0
-    inline_bytes: int = 0
-    rollup_bytes: int = 0
-    compactions: int = 0
-    compactions_abandoned: int = 0
-    compacted_batches: int = 0
-    compaction_puts: int = 0
-    compaction_put_bytes: int = 0
-
-
-def _server_counters(client, shard: str) -> _Server:
-    for counters in client.stats().shards:
-        if counters.shard == shard:
-            return _Server(
-                batches=counters.batches,
-                parts=counters.parts,
-                inline_bytes=counters.inline_bytes,
-                rollup_bytes=counters.machine.rollup_bytes,
-                compactions=counters.compactions,
-                compactions_abandoned=counters.compactions_abandoned,
-                compacted_batches=counters.compacted_batches,
-                compaction_puts=counters.compaction_puts,
-                compaction_put_bytes=counters.compaction_put_bytes,
-            )
-    return _Server()
+def _server_counters(client, shard: str):
+    """The consensus server's :class:`~shardsink.server.wire.ShardCounters`
+    of ``shard`` now (the cluster opened it, so the server holds it)."""
+    (counters,) = [c for c in client.stats().shards if c.shard == shard]
+    return counters
 
 
 def _sample_rss(cluster, into: dict[str, int], procs: dict[int, psutil.Process]) -> None:

@@ -19,6 +19,7 @@ import msgspec
 
 from . import datadir
 from ._address import REMOTE_SCHEMES
+from ._bounds import at_least, port, positive
 from ._http import parse_listen
 from .persist.config import ShardConfig
 from .persist.state import check_shard_name
@@ -160,10 +161,10 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     verify: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("groups", "workers", "interval_ms", "blob_target_bytes"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in (
+        at_least(self, 1, "groups", "workers", "interval_ms", "blob_target_bytes")
+        at_least(
+            self,
+            0,
             "best_effort_linger_ms",
             "transport_inline_max_bytes",
             "rows_per_interval",
@@ -171,18 +172,13 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             "intervals",
             "max_restarts",
             "retain",
-        ):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        )
         if self.shared_max_bytes != AUTO and self.shared_max_bytes < 0:
             raise ValueError(
                 f"shared_max_bytes must be >= 0 or 'auto', got {self.shared_max_bytes}"
             )
-        for name in ("start_timeout_s", "interval_timeout_s", "consensus_timeout_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
-            raise ValueError(f"metrics_port must be 0 to 65535, got {self.metrics_port}")
+        positive(self, "start_timeout_s", "interval_timeout_s", "consensus_timeout_s")
+        port(self, "metrics_port")
         if self.dashboard is not None:
             parse_listen(self.dashboard)
         _choice("mode", self.mode, MODES)

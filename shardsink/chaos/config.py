@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
+from .._bounds import at_least, positive
 from .._http import parse_listen
 from ..config import MODES, ClusterConfig, Mode
 from ..workloads import Workload
@@ -63,19 +64,13 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
                 f"consensus {self.consensus!r} is a server address; chaos runs (and kills) the "
                 "consensus process itself, so name its store (sqlite://, postgresql://)"
             )
-        if self.duration_s <= 0:
-            raise ValueError(f"duration_s must be > 0, got {self.duration_s}")
+        positive(self, "duration_s")
         if self.mode not in MODES:
             raise ValueError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
         injectable(self.faults, self.mode)
-        for name in ("groups", "workers", "rows_per_interval"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.readers < 0:
-            raise ValueError(f"readers must be >= 0, got {self.readers}")
-        for name in ("mean_gap_s", "pause_max_s", "maintenance_every_s", "stall_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        at_least(self, 1, "groups", "workers", "rows_per_interval")
+        at_least(self, 0, "readers")
+        positive(self, "mean_gap_s", "pause_max_s", "maintenance_every_s", "stall_s")
         if self.dashboard is not None:
             parse_listen(self.dashboard)
         if self.pause_max_s >= self.interval_timeout_s:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
+from .._bounds import at_least, positive
+
 MIB = 1 << 20
 
 #: How often a consensus server's maintenance looks for the spine's merges. A look that finds none
@@ -72,28 +74,28 @@ class ShardConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     server_retry_for_s: float = 60.0
 
     def __post_init__(self) -> None:
-        for name in (
+        where = "ShardConfig."
+        at_least(
+            self,
+            1,
             "rollup_threshold",
             "blob_target_bytes",
             "reader_lease_ms",
             "writer_lease_ms",
             "max_attempts",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"ShardConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.server_timeout_s <= 0:
-            raise ValueError(
-                f"ShardConfig.server_timeout_s must be > 0, got {self.server_timeout_s}"
-            )
-        for name in (
+            prefix=where,
+        )
+        positive(self, "server_timeout_s", prefix=where)
+        at_least(
+            self,
+            0,
             "inline_max_bytes",
             "inline_total_max_bytes",
             "leaked_blob_grace_ms",
             "retain",
             "server_retry_for_s",
-        ):
-            if getattr(self, name) < 0:
-                raise ValueError(f"ShardConfig.{name} must be >= 0, got {getattr(self, name)}")
+            prefix=where,
+        )
 
 
 #: The fields a consensus server applies to every shard it serves, for every

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
+from .._bounds import at_least, port
 from ..persist.config import COMPACT_INTERVAL_S, COMPACT_SLACK, SERVED_FIELDS, ShardConfig
 
 _SHARD = ShardConfig()
@@ -49,17 +50,16 @@ class ServeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     metrics_port: int | None = None
 
     def __post_init__(self) -> None:
-        for name in (
+        at_least(
+            self,
+            0,
             "gc_interval_s",
             "sweep_interval_s",
             "compact_interval_s",
             "compact_slack",
             "retain",
-        ):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
-            raise ValueError(f"metrics_port must be 0 to 65535, got {self.metrics_port}")
+        )
+        port(self, "metrics_port")
         self.shard_config()  # its own checks
 
     def shard_config(self) -> ShardConfig:

@@ -162,18 +162,33 @@ def _compare_and_append(state: ShardState, cmd: CompareAndAppend, now_ms: int) -
     refusal = _check_inline(state, cmd.batches, freed=0)
     if refusal is not None:
         return None, refusal
-    stored = {b.id: b for b in cmd.batches if b.parts}
+    stored = _one_batch([b for b in cmd.batches if b.parts])
     new = _next(
         state,
         upper=cmd.new_upper,
-        inline_bytes=state.inline_bytes + sum(b.inline_bytes for b in stored.values()),
-        batches={**state.batches, **stored} if stored else state.batches,
+        inline_bytes=state.inline_bytes + (stored.inline_bytes if stored else 0),
+        batches={**state.batches, stored.id: stored} if stored else state.batches,
         writers={
             **state.writers,
             cmd.writer_id: WriterState(cmd.token, cmd.new_upper, now_ms),
         },
     )
     return new, Appended(new.seqno, new.upper)
+
+
+def _one_batch(batches: list[Batch]) -> Batch | None:
+    """The batches of one append as one stored batch: their parts under the
+    first one's id. An append of G groups' shared batches (or W workers' own)
+    is one batch in state, not G: the spine merges, and every later version's
+    diff carries, one entry per interval instead of one per writer."""
+    if len(batches) <= 1:
+        return batches[0] if batches else None
+    first = batches[0]
+    return msgspec.structs.replace(
+        first,
+        parts=tuple(part for batch in batches for part in batch.parts),
+        rows=sum(batch.rows for batch in batches),
+    )
 
 
 def _register_reader(state: ShardState, cmd: RegisterReader, now_ms: int) -> Outcome:

@@ -87,9 +87,12 @@ class TestCompareAndAppend:
         new, res = apply(s0(), caa([empty], 0, 5), 0)
         assert res == Appended(1, 5) and new.batches == {} and new.upper == 5
 
-    def test_several_batches_of_one_interval_commit_together(self):
-        new, _ = apply(s0(), caa([blob_batch("a", 0, 1), blob_batch("b", 0, 1)], 0, 1), 0)
-        assert set(new.batches) == {"a", "b"} and new.seqno == 1
+    def test_several_batches_of_one_interval_commit_together_as_one(self):
+        a, b = blob_batch("a", 0, 1), inline_batch("b", 0, 1)
+        new, _ = apply(s0(), caa([a, b, Batch(id="e", lower=0, upper=1, parts=(), rows=0)], 0, 1), 0)
+        assert new.seqno == 1 and list(new.batches) == ["a"]
+        assert new.batches["a"].parts == a.parts + b.parts and new.batches["a"].rows == 2
+        assert new.inline_bytes == b.inline_bytes
 
     def test_same_token_is_already_appended_even_after_others_appended(self):
         state, _ = run(s0(), caa([blob_batch("a", 0, 1)], 0, 1, token="x"))

@@ -101,7 +101,9 @@ class Supervision(msgspec.Struct, frozen=True, kw_only=True):
 class ClusterStats(msgspec.Struct, frozen=True, kw_only=True):
     """What a cluster's runs did (DESIGN.md section 9, plus supervision).
 
-    Per-append figures average over the intervals appended. ``blob_puts`` and
+    Per-append figures average over the intervals appended; the append
+    latency percentiles are over the last
+    :data:`~shardsink.coordinator.coordinator.RECORDS_KEPT`. ``blob_puts`` and
     ``blob_put_bytes`` count data parts (rollups apart, in ``rollup_puts``).
     ``verified`` is ``None`` until the shard was read back. ``peak_rss`` maps
     a process kind (coordinator, consensus, builder, worker) to the largest
@@ -312,7 +314,9 @@ class Cluster:
             raise ValueError(f"intervals must be >= 0, got {n}")
 
         def appended(record: IntervalRecord) -> None:
-            self._appended_at.append((time.monotonic(), record))
+            now = time.monotonic()
+            self._appended_at.append((now, record))
+            self._forget_appended_before(now - STATUS_WINDOW_S)
             if self.metrics is not None:
                 self.metrics.observe(record)
             if on_append is not None:
@@ -342,7 +346,9 @@ class Cluster:
 
     @property
     def records(self) -> list[IntervalRecord]:
-        """Every interval appended so far, in order (also after :meth:`close`)."""
+        """The intervals appended so far, in order, up to the last
+        :data:`~shardsink.coordinator.coordinator.RECORDS_KEPT` (also after
+        :meth:`close`)."""
         return list(self.coordinator.counters.records) if self.coordinator is not None else []
 
     def restart_times(self, since: int = 0) -> list[float]:
@@ -373,21 +379,21 @@ class Cluster:
         coordinator = self._running()
         assert self.shard is not None
         now = time.monotonic()
-        while self._appended_at and self._appended_at[0][0] < now - STATUS_WINDOW_S:
-            self._appended_at.popleft()
+        self._forget_appended_before(now - STATUS_WINDOW_S)
         recent = [r for _, r in self._appended_at]
         latencies = [r.latency_ms for r in recent] or [0.0]
         span = min(STATUS_WINDOW_S, now - (self._run_started or now))
-        records = coordinator.counters.records
-        appends = len(records)
+        totals = coordinator.counters.totals
+        last = coordinator.counters.records[-1] if totals.appends else None
+        appends = totals.appends
 
         def per_append(total: float) -> float:
             return total / appends if appends else 0.0
 
         supervision = self.supervision()
         config = self.config
-        data_parts = sum(r.data_parts for r in records)
-        blob_puts = sum(r.blob_puts for r in records)
+        data_parts = totals.data_parts
+        blob_puts = totals.blob_puts
         return Status(
             cluster_id=self.cluster_id,
             coordinator_pid=os.getpid(),
@@ -401,7 +407,7 @@ class Cluster:
             # from what it appended: a request to consensus here could nest in one in flight
             upper=max(
                 self.shard.state(refresh=False).upper,
-                (records[-1].interval + 1) * config.interval_ms if records else 0,
+                (last.interval + 1) * config.interval_ms if last is not None else 0,
             ),
             appends=appends,
             window_s=STATUS_WINDOW_S,
@@ -413,7 +419,7 @@ class Cluster:
             blob_puts=blob_puts,
             data_parts_per_append=per_append(data_parts),
             blob_puts_per_append=per_append(blob_puts),
-            diff_bytes_per_append=per_append(sum(r.diff_bytes for r in records)),
+            diff_bytes_per_append=per_append(totals.diff_bytes),
             restarts=supervision.restarts,
             consensus_restarts=supervision.consensus_restarts,
             abandoned_attempts=supervision.abandoned_attempts,
@@ -477,15 +483,15 @@ class Cluster:
         assert self.shard is not None
         counters = coordinator.counters
         supervision = coordinator.supervisor.counters
-        records = counters.records
-        appends = len(records)
+        totals = counters.totals
+        appends = totals.appends
         config = self.config
 
         def per_append(total: float) -> float:
             return total / appends if appends else 0.0
 
-        latencies = np.array([r.latency_ms for r in records]) if records else np.zeros(1)
-        rows = sum(r.rows for r in records)
+        latencies = [r.latency_ms for r in counters.records] or [0.0]
+        rows = totals.rows
         wall = counters.wall_s
         v = self._verification
         return ClusterStats(
@@ -499,17 +505,15 @@ class Cluster:
             intervals=appends,
             upper=self.shard.state(refresh=False).upper,
             appends=appends,
-            cas_per_append=per_append(sum(r.cas_calls for r in records)),
-            blob_puts=sum(r.blob_puts for r in records),
-            blob_put_bytes=sum(r.blob_put_bytes for r in records),
-            data_parts_per_append=per_append(sum(r.data_parts for r in records)),
-            inline_parts_per_append=per_append(sum(r.inline_parts for r in records)),
-            inline_bytes_per_append=per_append(sum(r.inline_bytes for r in records)),
-            diff_bytes_per_append=per_append(sum(r.diff_bytes for r in records)),
-            own_batches_per_append=per_append(sum(r.own_batches for r in records)),
-            shared_batches_per_append=per_append(
-                sum(sum(r.shared_batches.values()) for r in records)
-            ),
+            cas_per_append=per_append(totals.cas_calls),
+            blob_puts=totals.blob_puts,
+            blob_put_bytes=totals.blob_put_bytes,
+            data_parts_per_append=per_append(totals.data_parts),
+            inline_parts_per_append=per_append(totals.inline_parts),
+            inline_bytes_per_append=per_append(totals.inline_bytes),
+            diff_bytes_per_append=per_append(totals.diff_bytes),
+            own_batches_per_append=per_append(totals.own_batches),
+            shared_batches_per_append=per_append(totals.shared_batches),
             rows=rows,
             wall_s=wall,
             startup_s=self.startup_s,
@@ -528,6 +532,12 @@ class Cluster:
         )
 
     # --- helpers ---------------------------------------------------------------------------
+
+    def _forget_appended_before(self, moment: float) -> None:
+        """Keep :meth:`status`'s window only: a run that nobody asks for its
+        status must not keep a record per interval."""
+        while self._appended_at and self._appended_at[0][0] < moment:
+            self._appended_at.popleft()
 
     def _running(self) -> Coordinator:
         if self._closed:

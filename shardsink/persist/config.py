@@ -16,9 +16,10 @@ COMPACT_INTERVAL_S = 0.1
 #: How many batches a pass of the spine's merges must remove before a
 #: consensus server starts one (see ``spine.pass_due``): about one blob part
 #: per this many small batches, and at most this many batches above the
-#: spine's bound. 24 keeps a 4x8 best-effort cluster (~4.7 batches per
-#: append) near 0.2 compaction PUTs per append and under 64 batches.
-COMPACT_SLACK = 24
+#: spine's bound. An append is one batch; 16 keeps a 4x8 best-effort
+#: cluster near 0.06 compaction PUTs per append and under 64 batches, where
+#: 24 peaked at 55 in a 4,000-interval soak.
+COMPACT_SLACK = 16
 
 
 class ShardConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import msgspec
+import pyarrow as pa
 import zmq
 
 from .. import faults
@@ -34,6 +35,7 @@ from ..persist.commands import Command, Result, Retain
 from ..persist.compaction import CompactionReport, merge_runs
 from ..persist.config import (
     COMPACT_INTERVAL_S,
+    COMPACT_PART_BYTES,
     COMPACT_SLACK,
     SERVED_FIELDS,
     ShardConfig,
@@ -380,13 +382,16 @@ class ConsensusServer:
     def _merge(self, shard: _Shard, state: ShardState, runs: list[list[Batch]]) -> None:
         """Runs in a merge lane: the pass's blob reads and writes happen here."""
         stats = ShardStats()
+        target = min(self.config.blob_target_bytes, COMPACT_PART_BYTES)
         try:
-            report = merge_runs(
-                shard.machine, self._blob, state, runs, self.config.blob_target_bytes, stats
-            )
+            report = merge_runs(shard.machine, self._blob, state, runs, target, stats)
         except Exception:
             log.exception("compaction of shard %r failed; retrying on schedule", state.shard)
             return
+        finally:
+            # the pool keeps a pass's freed pages otherwise: a server that runs
+            # for days would stay at the size of its largest merge
+            pa.default_memory_pool().release_unused()
         shard.count_pass(report, stats)
 
     # --- stats and lifecycle --------------------------------------------------------

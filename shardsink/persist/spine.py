@@ -33,15 +33,17 @@ arrives during a pass).
 
 A pass that takes in a large old batch takes a while; the batches appended
 meanwhile need not wait for it: :func:`merges` with a ``wall`` leaves out
-the batches a running pass merges and everything older, so a second pass can
+the batches a running pass merges and everything older, so another pass can
 keep the newer batches within the rule beside it. :func:`next_pass` runs
-passes in two lanes: the *tail* lane only ever merges runs of at most
-``tail_bytes``, so it is never stuck behind a long merge; the *big* lane
-takes any run. When the rule's run is big and the big lane is busy, the
-tail lane merges the newest batches up to ``tail_bytes`` (:func:`tail`)
-instead: the rule merges their output later like any small batch, so an
-update is rewritten at most about ``tail_bytes`` / (bytes per pass) more
-times, and the batches appended stay near the slack while a long merge runs.
+passes in *lanes* of growing caps (the consensus server's: 4 MiB, 64 MiB and
+no cap), one pass per lane at a time: the rule's run goes to the smallest
+free lane whose cap it fits, so a long merge of old batches never holds up
+the small ones, and the rule's carries among the batches appended during it
+go to a middle lane instead of piling up. When no free lane fits the run,
+the largest free one merges the newest batches up to its cap (:func:`tail`)
+instead: the rule merges their output later like any other batch. (Two
+lanes, a 4 MiB one and an uncapped one, left the 4 MiB outputs of a minute's
+appends piling up beside a long merge: 59 batches in a 20,000-interval soak.)
 
 A merge writes its output as any batch is written: parts below the shard's
 ``inline_max_bytes`` inline, larger ones to blob. So merging moves inline
@@ -52,7 +54,7 @@ inline bytes: the inline budget recovers.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 
 from .state import Batch, ShardState
 
@@ -117,30 +119,32 @@ def tail(state: ShardState, wall: Collection[str], max_bytes: int) -> list[list[
     return [run] if len(run) > 1 else []
 
 
-#: The lanes :func:`next_pass` runs passes in.
-LANES = ("tail", "big")
-
-
 def next_pass(
     state: ShardState,
-    running: dict[str, Collection[str]],
+    running: Mapping[int, Collection[str]],
     slack: int,
-    tail_bytes: int,
-) -> tuple[str, list[list[Batch]]] | None:
-    """The lane and runs of the pass to start now, given the ids each busy
-    lane of :data:`LANES` is merging (``running``), or ``None``: both lanes
-    busy, or no pass removes ``slack`` batches beyond the running ones."""
-    free = [lane for lane in LANES if lane not in running]
+    caps: Sequence[int | None],
+) -> tuple[int, list[list[Batch]]] | None:
+    """The lane and runs of the pass to start now, or ``None``: every lane
+    busy, or no pass removes ``slack`` batches beyond the running ones.
+    ``caps``: the most encoded bytes a pass in each lane (by index) merges,
+    ascending, ``None`` for no cap; ``running``: the ids each busy lane is
+    merging."""
+    free = [lane for lane in range(len(caps)) if lane not in running]
     if not free:
         return None
     wall = {batch_id for ids in running.values() for batch_id in ids}
     runs = merges(state, wall)
-    small = sum(b.encoded_bytes for run in runs for b in run) <= tail_bytes
-    if free == ["tail"] and not small:
-        runs = tail(state, wall, tail_bytes)
+    size = sum(b.encoded_bytes for run in runs for b in run)
+    fits = [lane for lane in free if caps[lane] is None or size <= caps[lane]]
+    if fits:
+        lane = fits[0]
+    else:
+        lane = free[-1]
+        runs = tail(state, wall, caps[lane])
     if not pass_due(runs, slack):
         return None
-    return ("tail" if small and "tail" in free else free[-1]), runs
+    return lane, runs
 
 
 def removed(runs: list[list[Batch]]) -> int:

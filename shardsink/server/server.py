@@ -83,12 +83,13 @@ MAX_PARK_MS = 30_000
 MAX_REQUEST_BYTES = 64 << 20
 #: Most versions one :class:`ScanVersions` answer carries (diffs are kilobytes).
 MAX_SCAN_VERSIONS = 1000
-#: The most encoded bytes a pass in the spine's tail lane merges (see
-#: ``spine.next_pass``). A pass that took in a large old batch ran for
-#: seconds in a 20,000-interval soak while appends added hundreds of small
-#: batches; a lane that merges at most this much takes well under a second
-#: on a busy machine.
-TAIL_BYTES = 4 << 20
+#: The most encoded bytes a pass merges in each of the spine's lanes (see
+#: ``spine.next_pass``), one thread each. A pass that took in a large old
+#: batch ran for seconds in a 20,000-interval soak while appends added
+#: hundreds of small batches; a 4 MiB lane takes well under a second on a busy
+#: machine, and a 64 MiB one keeps the 4 MiB outputs of the appends during a
+#: long merge within the spine's rule.
+LANE_CAPS = (4 << 20, 64 << 20, None)
 
 
 class _Shard:
@@ -110,7 +111,7 @@ class _Shard:
         self.last_run = dict.fromkeys(("expiry", "compact", "gc", "sweep"), time.monotonic())
         self.maintenance: Future | None = None
         #: passes of the spine's merges running, by lane, with their inputs' ids
-        self.merging: dict[str, tuple[Future, frozenset[str]]] = {}
+        self.merging: dict[int, tuple[Future, frozenset[str]]] = {}
         self.counts_lock = threading.Lock()  # merge lanes count concurrently
 
     def count_pass(self, report: CompactionReport, stats: ShardStats) -> None:
@@ -138,7 +139,7 @@ class ConsensusServer:
     sweep per loaded shard (``0`` disables each). Every ``compact_interval_s``
     (``0``: never) the loop looks at the spine's merges
     (:mod:`~shardsink.persist.spine`) and, once they remove ``compact_slack``
-    batches, starts a pass in one of the spine's two lanes
+    batches, starts a pass in one of the spine's lanes
     (:func:`~shardsink.persist.spine.next_pass`), each a thread apart from
     the maintenance thread, so neither a long merge nor GC holds up the
     other.
@@ -185,10 +186,10 @@ class ConsensusServer:
         self._shards: dict[str, _Shard] = {}
         self._parked: list[_Parked] = []
         self._maintenance = ThreadPoolExecutor(1, thread_name_prefix="shardsink-gc")
-        self._lanes = {
-            lane: ThreadPoolExecutor(1, thread_name_prefix=f"shardsink-merge-{lane}")
-            for lane in spine.LANES
-        }
+        self._lanes = [
+            ThreadPoolExecutor(1, thread_name_prefix=f"shardsink-merge-{lane}")
+            for lane in range(len(LANE_CAPS))
+        ]
         self.requests = 0
         self.errors = 0
         self.on_command: Callable[[str, Command, Result, float], None] | None = None
@@ -368,12 +369,12 @@ class ConsensusServer:
             for lane, (future, ids) in shard.merging.items()
             if not future.done()
         }
-        if len(shard.merging) == len(spine.LANES):
+        if len(shard.merging) == len(LANE_CAPS):
             return
         # the machine's own state is current: this server is the shard's one writer
         state = shard.machine.state()
         running = {lane: ids for lane, (_, ids) in shard.merging.items()}
-        chosen = spine.next_pass(state, running, self._compact_slack, TAIL_BYTES)
+        chosen = spine.next_pass(state, running, self._compact_slack, LANE_CAPS)
         if chosen is not None:
             lane, runs = chosen
             future = self._lanes[lane].submit(self._merge, shard, state, runs)
@@ -433,7 +434,7 @@ class ConsensusServer:
             return
         self._closed = True
         self._maintenance.shutdown(wait=True, cancel_futures=True)
-        for lane in self._lanes.values():
+        for lane in self._lanes:
             lane.shutdown(wait=True, cancel_futures=True)
         self._rpc.close()
         for shard in self._shards.values():

@@ -172,17 +172,30 @@ def _state_of(sizes, part_bytes=100):
     return state
 
 
-def test_the_tail_lane_takes_small_runs_and_the_newest_batches_while_the_big_lane_is_busy():
-    # one big old batch, then 30 small ones: the rule's run would take the big one in
+CAPS = (1_000, 10_000, None)
+
+
+def test_a_run_goes_to_the_smallest_free_lane_it_fits():
+    # two big old batches within the rule, then 30 small ones of 100 bytes
     state = _state_of([1 << 20] + [1 << 19] + [1] * 30)
     order = state.ordered_batches()
-    lane, (run,) = spine.next_pass(state, {}, slack=8, tail_bytes=10_000)
-    assert lane == "tail" and run == order[2:]  # 30 small: 3,000 bytes, within the tail
-    lane, (run,) = spine.next_pass(state, {}, slack=8, tail_bytes=1_000)
-    assert lane == "big" and run[-1] == order[-1]
-    busy = {"big": {order[0].id}}
-    # the big lane busy: the tail lane merges the newest batches up to its bytes
-    lane, (run,) = spine.next_pass(state, busy, slack=8, tail_bytes=1_000)
-    assert lane == "tail" and run == order[-10:]
-    assert spine.next_pass(state, busy, slack=10, tail_bytes=1_000) is None  # removes 9
-    assert spine.next_pass(state, {"big": set(), "tail": set()}, 1, 1 << 30) is None
+    lane, (run,) = spine.next_pass(state, {}, slack=8, caps=(10_000, None))
+    assert lane == 0 and run == order[2:]  # 30 small: 3,000 bytes, within lane 0
+    lane, (run,) = spine.next_pass(state, {}, slack=8, caps=CAPS)
+    assert lane == 1 and run == order[2:]  # beyond lane 0's cap, within lane 1's
+    lane, (run,) = spine.next_pass(state, {0: set()}, slack=8, caps=(10_000, None))
+    assert lane == 1 and run == order[2:]  # lane 0 busy: the next one up
+
+
+def test_the_largest_free_lane_merges_the_newest_batches_when_no_free_lane_fits():
+    state = _state_of([1 << 20] + [1 << 19] + [1] * 30)
+    order = state.ordered_batches()
+    busy = {2: {order[0].id}}
+    # the rule's run (the 30 small) fits lane 1: taken whole
+    lane, (run,) = spine.next_pass(state, busy, slack=8, caps=CAPS)
+    assert lane == 1 and run == order[2:]
+    # lanes 1 and 2 busy: lane 0 merges the newest batches up to its cap
+    lane, (run,) = spine.next_pass(state, {**busy, 1: set()}, slack=8, caps=CAPS)
+    assert lane == 0 and run == order[-10:]
+    assert spine.next_pass(state, {**busy, 1: set()}, slack=10, caps=CAPS) is None  # removes 9
+    assert spine.next_pass(state, {0: set(), 1: set(), 2: set()}, 1, CAPS) is None

@@ -89,7 +89,8 @@ class TestCompareAndAppend:
 
     def test_several_batches_of_one_interval_commit_together_as_one(self):
         a, b = blob_batch("a", 0, 1), inline_batch("b", 0, 1)
-        new, _ = apply(s0(), caa([a, b, Batch(id="e", lower=0, upper=1, parts=(), rows=0)], 0, 1), 0)
+        empty = Batch(id="e", lower=0, upper=1, parts=(), rows=0)
+        new, _ = apply(s0(), caa([a, b, empty], 0, 1), 0)
         assert new.seqno == 1 and list(new.batches) == ["a"]
         assert new.batches["a"].parts == a.parts + b.parts and new.batches["a"].rows == 2
         assert new.inline_bytes == b.inline_bytes

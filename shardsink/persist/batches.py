@@ -27,7 +27,10 @@ def part_key(shard: str) -> str:
 
 
 def put_blob_part(blob: Blob, shard: str, table: pa.Table, stats: ShardStats) -> BlobPart:
-    part, data = P.blob_part(table, part_key(shard))
+    return _put(blob, *P.blob_part(table, part_key(shard)), stats)
+
+
+def _put(blob: Blob, part: BlobPart, data: bytes, stats: ShardStats) -> BlobPart:
     blob.set(part.key, data)
     stats.blob_puts += 1
     stats.blob_put_bytes += len(data)
@@ -228,3 +231,55 @@ class BatchBuilder:
             raise ValueError(
                 f"batch builder [{self.lower}, {self.upper}) is already finished or aborted"
             )
+
+
+class SortedBatchBuilder(BatchBuilder):
+    """A :class:`BatchBuilder` for tables sorted by key and added in key order,
+    as compaction makes them: past what could still go inline, the rows go
+    straight into a streamed Parquet part (:class:`~.parts.SortedPartWriter`)
+    cut once its encoding reaches ``target_bytes``. So it holds one part's
+    encoding, not its Arrow data: a compaction writing 16 MiB parts held
+    three times that while Arrow data waited for its part to fill."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._schema: pa.Schema | None = None
+        self._stream: P.SortedPartWriter | None = None
+
+    def add(self, batch: pa.RecordBatch, *, write: bool = False) -> bool:
+        """Add ``batch``; return whether every batch added so far is written
+        or streamed (``write`` is ignored: nothing waits that could be written)."""
+        self._check_open()
+        if batch.num_rows == 0:
+            return False
+        self._schema = batch.schema
+        self.rows += batch.num_rows
+        self._held.append(batch)
+        self._held_bytes += batch.nbytes
+        if self._stream is None and self._held_bytes < 4 * self.inline_max_bytes:
+            return False  # may still go inline
+        if self._stream is None:
+            self._stream = P.SortedPartWriter(self._schema)
+        self._stream.write(self._take())
+        if self._stream.encoded_bytes >= self.target_bytes:
+            self._put_stream()
+        return True
+
+    def finish(self) -> Batch:
+        if self._stream is not None:
+            if self._held:
+                self._stream.write(self._take())
+            self._put_stream()
+        return super().finish()
+
+    def abort(self) -> list[str]:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+        return super().abort()
+
+    def _put_stream(self) -> None:
+        assert self._stream is not None
+        part, data = self._stream.finish(part_key(self.shard))
+        self._stream = None
+        self._parts.append(_put(self.blob, part, data, self.stats))

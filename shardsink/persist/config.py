@@ -20,13 +20,15 @@ COMPACT_INTERVAL_S = 0.1
 #: cluster near 0.06 compaction PUTs per append and under 64 batches, where
 #: 24 peaked at 55 in a 4,000-interval soak.
 COMPACT_SLACK = 16
-#: The Arrow bytes at which a consensus server's compaction cuts an output
-#: part (below ``blob_target_bytes``, which it never exceeds). A merge holds
-#: one output part in memory until it is encoded and stored, so this bounds a
-#: pass's memory: at the 128 MiB blob target a 20,000-interval soak's
-#: consensus process peaked at 393 MiB in the block of its largest merge,
-#: against 132 MiB early on.
-COMPACT_PART_BYTES = 16 * 1024 * 1024
+#: The encoded bytes at which a consensus server's compaction cuts an output
+#: part (at most ``blob_target_bytes``). A merge holds its output part's
+#: encoding until it is stored, so this bounds a pass's memory: a
+#: 20,000-interval soak's consensus process peaked at 393 MiB in its largest
+#: merge's block with parts cut at 128 MiB of Arrow data, against 132 MiB
+#: early on. Merging 4M rows in 32Ki-row windows (``compaction.WINDOW_ROWS``)
+#: peaks 52-59 MiB above the process's size into 8 MiB parts; 128Ki-row
+#: windows took 104 MiB into 8 MiB parts and 151 MiB into 16 MiB ones.
+COMPACT_PART_BYTES = 8 * 1024 * 1024
 
 
 class ShardConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -198,12 +198,71 @@ def blob_part(table: pa.Table, key: str) -> tuple[BlobPart, bytes]:
     ``key``. A table sorted by key says so in the file (Parquet's
     ``sorting_columns``), so a reader may stream it instead of sorting it."""
     sink = pa.BufferOutputStream()
-    keys = table["key"]
-    ordered = len(keys) < 2 or pc.all(pc.less_equal(keys[:-1], keys[1:])).as_py()
-    sorting = [pq.SortingColumn(table.schema.get_field_index("key"))] if ordered else None
+    sorting = _by_key(table.schema) if _ordered(table["key"]) else None
     pq.write_table(table, sink, sorting_columns=sorting)
     data = sink.getvalue().to_pybytes()
     return BlobPart(key=key, encoded_bytes=len(data), **_bounds(table)), data
+
+
+def _ordered(keys: pa.ChunkedArray) -> bool:
+    return len(keys) < 2 or pc.all(pc.less_equal(keys[:-1], keys[1:])).as_py()
+
+
+def _by_key(schema: pa.Schema) -> list[pq.SortingColumn]:
+    return [pq.SortingColumn(schema.get_field_index("key"))]
+
+
+class SortedPartWriter:
+    """One Parquet part written a table at a time (each a row group), from
+    tables sorted by key and added in key order, as compaction makes them; the
+    file says it is sorted by key. What it holds is the encoding so far, not
+    the Arrow data: Parquet is several times smaller. ``ValueError`` for a
+    table out of key order. :meth:`close` (idempotent) drops it unfinished."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self._sink = pa.BufferOutputStream()
+        self._writer = pq.ParquetWriter(self._sink, schema, sorting_columns=_by_key(schema))
+        self._bounds: dict | None = None
+
+    @property
+    def encoded_bytes(self) -> int:
+        """The bytes written so far (the file's footer comes on top)."""
+        return self._sink.tell()
+
+    def write(self, table: pa.Table) -> None:
+        if table.num_rows == 0:
+            return
+        bounds = _bounds(table)
+        last = None if self._bounds is None else self._bounds["key_hi"]
+        if not _ordered(table["key"]) or (
+            last is not None and bounds["key_lo"] is not None and bounds["key_lo"] < last
+        ):
+            raise ValueError("a sorted part's tables must be sorted by key and come in key order")
+        self._writer.write_table(table)
+        self._bounds = bounds if self._bounds is None else _joined(self._bounds, bounds)
+
+    def finish(self, key: str) -> tuple[BlobPart, bytes]:
+        """The part's description under ``key`` and its bytes; ``ValueError``
+        if nothing was written."""
+        if self._bounds is None:
+            raise ValueError("a part needs rows")
+        self._writer.close()
+        data = self._sink.getvalue().to_pybytes()
+        return BlobPart(key=key, encoded_bytes=len(data), **self._bounds), data
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+def _joined(first: dict, then: dict) -> dict:
+    """The bounds of two tables' rows, ``then``'s keys after ``first``'s."""
+    return {
+        "rows": first["rows"] + then["rows"],
+        "ts_lo": min(first["ts_lo"], then["ts_lo"]),
+        "ts_hi": max(first["ts_hi"], then["ts_hi"]),
+        "key_lo": first["key_lo"],
+        "key_hi": then["key_hi"],
+    }
 
 
 def decode_inline(part: InlinePart, schema: pa.Schema) -> pa.Table:

@@ -87,11 +87,11 @@ def windows(
     for table, cut in key_windows(parts, load, as_of, schema, after, window_rows):
         window = P.at_time(table, as_of)
         del table
-        _release_freed_pages()
+        release_freed_pages()
         yield window, cut
 
 
-def _release_freed_pages() -> None:
+def release_freed_pages() -> None:
     """Hand the pages Arrow freed back to the OS. pyarrow's default pool
     (mimalloc) keeps them for reuse, so each window's group-by scratch would
     stay resident and the stream's peak RSS grow well past what it holds."""

@@ -49,10 +49,12 @@ SIZE_FIELDS = ("shared_max_bytes", "blob_target_bytes", "transport_inline_max_by
 AUTO = "auto"
 T = TypeVar("T", bound=msgspec.Struct)
 Mode = Literal["off", "best-effort", "barrier"]
+Coalesce = Literal["group", "host"]
 Pace = Literal["realtime", "max"]
 Start = Literal["fork", "spawn"]
 WorkloadName = Literal["trickle", "churn", "hydrate"]
 MODES: tuple[str, ...] = get_args(Mode)
+COALESCES: tuple[str, ...] = get_args(Coalesce)
 PACES: tuple[str, ...] = get_args(Pace)
 STARTS: tuple[str, ...] = get_args(Start)
 WORKLOADS: tuple[str, ...] = get_args(WorkloadName)
@@ -70,6 +72,11 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     - ``mode``: ``off`` (every worker writes its own batch), ``best-effort``
       (a worker joins its group's shared batch while one is being built),
       ``barrier`` (one shared batch per group per interval).
+    - ``coalesce``: where shared batches are built in ``best-effort`` and
+      ``barrier`` mode (``off`` ignores it): ``group``, one builder per group
+      writes one part per group and interval; ``host``, the group builders
+      pass their finished shared-batch rows to one host builder, which writes
+      one part per host and interval (the README gives the figures).
     - ``shared_max_bytes``: a worker whose staged updates for an interval take
       more than this (Arrow bytes) writes its own batch; 0 disables sharing;
       ``"auto"`` starts at 1 MiB and tunes it every interval from the
@@ -134,6 +141,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     groups: int = 2
     workers: int = 4
     mode: Mode = "best-effort"
+    coalesce: Coalesce = "group"
     shared_max_bytes: int | Literal["auto"] = MIB
     blob_target_bytes: int = 128 * MIB
     best_effort_linger_ms: int = 10
@@ -182,6 +190,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         if self.dashboard is not None:
             parse_listen(self.dashboard)
         _choice("mode", self.mode, MODES)
+        _choice("coalesce", self.coalesce, COALESCES)
         _choice("pace", self.pace, PACES)
         _choice("start", self.start, STARTS)
         _choice("workload", self.workload, WORKLOADS)
@@ -204,6 +213,12 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     def n_workers(self) -> int:
         """Workers in the whole cluster (``groups * workers``)."""
         return self.groups * self.workers
+
+    @property
+    def host_builder(self) -> bool:
+        """Whether the cluster runs a host builder (``coalesce`` host in a
+        sharing mode)."""
+        return self.coalesce == "host" and self.mode != "off"
 
     @property
     def data_path(self) -> str:

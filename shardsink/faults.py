@@ -62,6 +62,10 @@ POINTS: dict[str, str] = {
     "worker.last_finisher": "a worker received its group's shared batch as the last finisher",
     "builder.after_upload": "a builder uploaded a part to blob",
     "builder.before_handoff": "a builder finished a shared batch but has not handed it over",
+    "builder.before_forward": "a group builder (coalesce host) is about to pass its finished "
+    "generation to the host builder",
+    "builder.host_last": "a group builder received the host batch as the last group to finish, "
+    "and has not relayed it",
     "append.before_cas": "the append operator is about to compare-and-append",
     "append.after_cas": "the append operator's compare-and-append returned",
     "consensus.after_store": "the consensus server stored a version but has not replied",

@@ -13,6 +13,11 @@ directory, plus the shared-memory part channel of ``shardsink.shm``):
 - builder ROUTER <-> worker DEALER (routing id ``w<W>``): :class:`HandoffHello`
   from the worker once, :class:`Handoff` to every finisher.
 - coordinator -> child at launch: a :class:`ChildSpec` as JSON on stdin.
+- with ``coalesce`` host, group builder -> host builder (routing id
+  ``host`` on the coordinator's socket): each group builder is a worker of
+  the host builder, routing id :func:`worker_identity` of its group index, on
+  the host builder's part channel and handoff socket, with the same
+  :class:`Contribute`, :class:`HandoffHello` and :class:`Handoff` messages.
 
 Per interval and worker: one :class:`Mint`; unless the mode is ``off``, an
 empty part that joins the shared batch (best-effort only), the worker's parts
@@ -24,13 +29,18 @@ or evaluated.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import logging
+from collections.abc import Callable, Iterator
+from typing import Annotated, Literal, TypeVar
 
 import msgspec
+import zmq
 
 from .config import ClusterConfig, Mode
 from .persist.state import Batch
 
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 _OPTS = {"frozen": True, "forbid_unknown_fields": True}
 Count = Annotated[int, msgspec.Meta(ge=0)]
 Seconds = Annotated[float, msgspec.Meta(ge=0)]
@@ -101,6 +111,21 @@ class SharedBatch(msgspec.Struct, **_OPTS):
     lag_s: Seconds = 0.0
 
 
+class GroupShare(msgspec.Struct, **_OPTS):
+    """``coalesce`` host: generation ``generation`` of ``group``'s shared
+    batch, whose rows (``contributors``: worker index in the group -> rows)
+    its builder passed to the host builder, in host batch generation
+    ``host_generation``; ``segment_parts`` counts its parts with rows that
+    reached the group builder through a shared-memory segment. Reported by the
+    generation's last finisher, whether or not it received the host batch."""
+
+    group: Count
+    generation: Count
+    contributors: dict[Count, Count]
+    host_generation: Count
+    segment_parts: Count = 0
+
+
 class Contribution(msgspec.Struct, **_OPTS):
     """Rows a worker added to shared batch generation ``generation`` of its group."""
 
@@ -114,7 +139,11 @@ class Report(msgspec.Struct, tag="report", **_OPTS):
     ``rows``: all the rows it produced (its own batch's plus its shared
     contribution). ``own``: the batch it wrote itself, if any. ``shared``: what
     it added to a shared batch, if anything. ``received``: the shared batch it
-    received as the last finisher, if it was. ``blob_puts``/``blob_put_bytes``:
+    received as the last finisher, if it was (with ``coalesce`` host: the
+    host batch, received by the last finisher of the group that finished last
+    at the host builder). ``delivered``: with ``coalesce`` host, the group
+    generation this worker finished last and its builder passed on to the host
+    builder. ``blob_puts``/``blob_put_bytes``:
     its own writes. ``error``: why it could not do its part (then nothing of
     this report is appended).
 
@@ -131,6 +160,7 @@ class Report(msgspec.Struct, tag="report", **_OPTS):
     own: Batch | None = None
     shared: Contribution | None = None
     received: SharedBatch | None = None
+    delivered: GroupShare | None = None
     blob_puts: Count = 0
     blob_put_bytes: Count = 0
     error: str | None = None
@@ -189,13 +219,18 @@ class Welcome(msgspec.Struct, tag="welcome", **_OPTS):
 class Handoff(msgspec.Struct, tag="handoff", **_OPTS):
     """The answer to a finish: ``shared`` if this worker was the last finisher
     of ``generation``, else ``None``; ``error`` if the builder could not take
-    the contribution (then nothing was taken)."""
+    the contribution (then nothing was taken). With ``coalesce`` host, a group
+    builder answers the last finisher of its generation with ``share`` (where
+    the generation went) and, if its group finished last at the host builder,
+    the host batch as ``shared``; the host builder answers group builders as a
+    group builder answers workers."""
 
     interval: Count
     attempt: Count
     generation: Count
     shared: SharedBatch | None = None
     error: str | None = None
+    share: GroupShare | None = None
 
 
 # --- coordinator -> child at launch ------------------------------------------------
@@ -205,7 +240,9 @@ class ChildSpec(msgspec.Struct, **_OPTS):
     """Everything a builder or worker process needs to start (its role and
     parent come in its argv, as for every child). ``coordinator``/``parts``/
     ``handoff``: socket addresses.
-    ``inline_max_bytes``: the shard's inline threshold.
+    ``inline_max_bytes``: the shard's inline threshold. ``host_parts``/
+    ``host_handoff``: the host builder's sockets, which a group builder
+    connects to with ``coalesce`` host (empty otherwise).
     """
 
     group: Count
@@ -216,6 +253,8 @@ class ChildSpec(msgspec.Struct, **_OPTS):
     handoff: str
     inline_max_bytes: Count
     config: ClusterConfig
+    host_parts: str = ""
+    host_handoff: str = ""
 
 
 _from_child = msgspec.msgpack.Decoder(FromChild)
@@ -224,6 +263,20 @@ _from_builder = msgspec.msgpack.Decoder(Welcome | Handoff)
 _to_builder = msgspec.msgpack.Decoder(HandoffHello)
 _spec = msgspec.json.Decoder(ChildSpec)
 encode = msgspec.msgpack.Encoder().encode
+
+
+def queued(sock: zmq.Socket, decode: Callable[[bytes], T], what: str) -> Iterator[T]:
+    """Every message queued on ``sock`` (without waiting), decoded with
+    ``decode``; a malformed one is logged as from ``what`` and skipped."""
+    while True:
+        try:
+            raw = sock.recv(zmq.NOBLOCK)
+        except zmq.Again:
+            return
+        try:
+            yield decode(raw)
+        except msgspec.DecodeError as exc:
+            log.warning("malformed message from %s: %s", what, exc)
 
 
 def worker_identity(index: int) -> bytes:

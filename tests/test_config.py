@@ -94,6 +94,13 @@ def test_flags_given_override_the_file_and_the_file_overrides_defaults(tmp_path)
     assert config.intervals == ClusterConfig().intervals
 
 
+def test_coalesce_is_a_flag_and_matters_in_sharing_modes_only():
+    config = _config("--coalesce", "host", "--mode", "barrier")
+    assert config.coalesce == "host" and config.host_builder
+    assert not _config("--coalesce", "host", "--mode", "off").host_builder
+    assert ClusterConfig().coalesce == "group" and not ClusterConfig().host_builder
+
+
 def test_environment_between_flags_and_the_file(tmp_path, monkeypatch):
     path = tmp_path / "c.toml"
     path.write_text(f'data_dir = "{tmp_path / "file"}"\n')
@@ -120,6 +127,7 @@ def test_hydrate_gets_its_snapshot_unless_told(tmp_path):
         ('groups = "two"\n', "Expected `int`, got `str` (key 'groups')"),
         ("groups = 0\n", "groups must be >= 1, got 0"),
         ('mode = "always"\n', "unknown mode 'always'; choose one of off, best-effort, barrier"),
+        ('coalesce = "rack"\n', "unknown coalesce 'rack'; choose one of group, host"),
         ('shared_max_bytes = "lots"\n', "shared_max_bytes in "),
         ("groups = \n", "cannot read config file"),
     ],

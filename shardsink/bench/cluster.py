@@ -43,6 +43,15 @@ from . import scale
 MIB = 1 << 20
 UNLIMITED = 1 << 50  # "everything through the builder"
 CLUSTER_MODES = ("off", "best-effort", "barrier")
+#: What the trickle and scale sections compare side by side: ``(mode,
+#: coalesce)``, shown as :func:`~shardsink.bench.scale.variant` names them.
+VARIANTS = (
+    ("off", "group"),
+    ("best-effort", "group"),
+    ("barrier", "group"),
+    ("best-effort", "host"),
+    ("barrier", "host"),
+)
 COMPACT_EVERY = 10  # intervals between compactions when compaction is on
 #: ClusterConfig fields each run of a matrix sets itself (a config's
 #: ``[cluster]`` table may set any other).
@@ -50,6 +59,7 @@ RUN_FIELDS = (
     "groups",
     "workers",
     "mode",
+    "coalesce",
     "shared_max_bytes",
     "workload",
     "rows_per_interval",
@@ -110,10 +120,12 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
     shared_max_bytes: int | str = MIB
     compaction: bool = False
     repeat: int = 0
+    coalesce: str = "group"
 
     @property
     def label(self) -> str:
-        return f"{self.mode} {self.workload} {describe(msgspec.structs.asdict(self))}"
+        row = msgspec.structs.asdict(self)
+        return f"{scale.variant(row)} {self.workload} {describe(row)}"
 
 
 def _bytes(n: int | str) -> str:
@@ -127,7 +139,8 @@ def _bytes(n: int | str) -> str:
 def matrix(name: str) -> list[RunSpec]:
     """The runs of matrix ``name`` (see :data:`MATRICES`), interleaved by repeat:
     ``default``; ``quick``, its cut-down version; ``trickle``, only its trickle
-    section (every mode at 4x8 with 128 and 32 rows per interval); ``scale``,
+    section (every variant of :data:`VARIANTS`, host coalescing included, at
+    4x8 with 128 and 32 rows per interval); ``scale``,
     the scale-out sweeps (:func:`scale_matrix`); ``auto``, small writes and
     hydration with ``--shared-max-bytes auto`` against 1 MiB and ``off``."""
     if name not in MATRICES:
@@ -178,8 +191,13 @@ def _trickle(section: str, mode: str, g: int, w: int, r: int, n: int, **extra) -
 
 
 def _trickles(shapes: list[tuple[int, int, int]], n: int) -> list[RunSpec]:
-    """Every mode at each ``(groups, workers, rows)`` of ``shapes``, ``n`` intervals."""
-    return [_trickle("trickle", mode, *shape, n) for shape in shapes for mode in CLUSTER_MODES]
+    """Every variant (:data:`VARIANTS`) at each ``(groups, workers, rows)`` of
+    ``shapes``, ``n`` intervals."""
+    return [
+        _trickle("trickle", mode, *shape, n, coalesce=coalesce)
+        for shape in shapes
+        for mode, coalesce in VARIANTS
+    ]
 
 
 #: The trickle shapes of the default matrix.
@@ -246,9 +264,8 @@ def _hydrate(
     ]
 
 
-#: The modes the scale sweeps compare. Host coalescing (issue 17, item 1:
-#: ``--coalesce host``, one part per host) joins them here once it exists.
-SCALE_MODES = CLUSTER_MODES
+#: The ``(mode, coalesce)`` pairs the scale sweeps compare.
+SCALE_MODES = VARIANTS
 #: Workers at one group, then groups of :data:`SCALE_GROUP_WORKERS` workers.
 SCALE_WORKERS = (1, 2, 4, 8, 16, 32)
 SCALE_GROUPS = (1, 2, 4, 8)
@@ -279,10 +296,19 @@ def scale_matrix(
     shapes = [("scale-workers", 1, w) for w in workers]
     shapes += [("scale-groups", g, group_workers) for g in groups]
     return [
-        _trickle(section, mode, g, w, rows_per_worker * g * w, intervals, repeat=repeat)
+        _trickle(
+            section,
+            mode,
+            g,
+            w,
+            rows_per_worker * g * w,
+            intervals,
+            repeat=repeat,
+            coalesce=coalesce,
+        )
         for repeat in range(repeats)
         for section, g, w in shapes
-        for mode in SCALE_MODES
+        for mode, coalesce in SCALE_MODES
     ]
 
 
@@ -347,6 +373,7 @@ def _run_cluster(spec: RunSpec, work_dir: Path, base: ClusterConfig) -> dict:
         groups=spec.groups,
         workers=spec.workers,
         mode=spec.mode,
+        coalesce=spec.coalesce,
         shared_max_bytes=spec.shared_max_bytes,
         workload=spec.workload,
         rows_per_interval=spec.rows_per_interval,
@@ -401,19 +428,24 @@ def checks(rows: list[dict]) -> list[tuple[str, bool | None, str]]:
     out: list[tuple[str, bool | None, str]] = []
 
     def find(**kv) -> list[dict]:
-        return [r for r in ok if all(r.get(k) == v for k, v in kv.items())]
-
-    barrier = [r for r in find(mode="barrier") if r["workload"] == "trickle"]
-    if barrier:
-        parts = [
-            (r["groups"], r["data_parts_per_append"] + r["inline_parts_per_append"])
-            for r in barrier
+        # rows of runs before coalesce existed coalesced per group
+        return [
+            r
+            for r in ok
+            if all(r.get(k, "group" if k == "coalesce" else None) == v for k, v in kv.items())
         ]
+
+    def parts(row: dict) -> float:
+        return row["data_parts_per_append"] + row["inline_parts_per_append"]
+
+    barrier = [r for r in find(mode="barrier", coalesce="group") if r["workload"] == "trickle"]
+    if barrier:
+        counts = [(r["groups"], parts(r)) for r in barrier]
         out.append(
             (
                 "barrier: data-or-inline parts per append == groups",
-                all(abs(p - g) < 1e-9 for g, p in parts),
-                ", ".join(f"{g} groups: {p:.2f}" for g, p in parts),
+                all(abs(p - g) < 1e-9 for g, p in counts),
+                ", ".join(f"{g} groups: {p:.2f}" for g, p in counts),
             )
         )
     for threshold, most, claim in (
@@ -422,19 +454,30 @@ def checks(rows: list[dict]) -> list[tuple[str, bool | None, str]]:
     ):
         small = find(section="small-writes", mode="best-effort", shared_max_bytes=threshold)
         if small:
-            p = small[0]["data_parts_per_append"] + small[0]["inline_parts_per_append"]
+            p = parts(small[0])
             out.append((claim, p <= most, f"{p:.3f}"))
-    off = find(section="trickle", mode="off", groups=4, rows_per_interval=128)
-    bar = find(section="trickle", mode="barrier", groups=4, rows_per_interval=128)
-    if off and bar:
-        ratio = off[0]["diff_bytes_per_append"] / max(bar[0]["diff_bytes_per_append"], 1e-9)
-        out.append(
-            (
-                "4x8 R=128: barrier diff bytes per append <= half of off's",
-                ratio >= 2.0,
-                f"off/barrier = {ratio:.2f}x",
+    trickle = {"section": "trickle", "groups": 4, "workers": 8, "rows_per_interval": 128}
+    off = find(mode="off", **trickle)
+    for mode, coalesce, fewer in (("barrier", "group", 2.0), ("barrier", "host", 4.0)):
+        bar = find(mode=mode, coalesce=coalesce, **trickle)
+        if off and bar:
+            name = scale.variant(bar[0])
+            ratio = off[0]["diff_bytes_per_append"] / max(bar[0]["diff_bytes_per_append"], 1e-9)
+            out.append(
+                (
+                    f"4x8 R=128: {name} diff bytes per append >= {fewer:g}x fewer than off's",
+                    ratio >= fewer,
+                    f"off/{name} = {ratio:.2f}x",
+                )
             )
-        )
+    for mode, most, claim in (
+        ("barrier", 1.0, "4x8 R=128: host barrier 1.00 part per append"),
+        ("best-effort", 1.1, "4x8 R=128: host best-effort <= 1.1 parts per append"),
+    ):
+        host = find(mode=mode, coalesce="host", **trickle)
+        if host:
+            p = parts(host[0])
+            out.append((claim, p <= most + 1e-9, f"{p:.3f}"))
     hyd_off = [r["wall_s"] for r in find(section="hydrate", mode="off")]
     for threshold, most in ((MIB, 1.10), (AUTO, 1.0)):
         walls = [
@@ -481,6 +524,8 @@ _COLUMNS = [
 def _cell(row: dict, name: str, key: str | None, fmt: str) -> str:
     if name == "shape":
         return describe(row)
+    if name == "mode":
+        return scale.variant(row)
     if name == "busiest (core)":
         return fmt.format(row["busiest"], row["busiest_core"]) if row.get("busiest") else "-"
     if name == "PUTs/append":
@@ -559,7 +604,8 @@ def write_report(rows: list[dict], out: Path, command: str, elapsed_s: float) ->
             for r in picked + same:
                 appends = max(r.get("appends") or 1, 1)
                 parts = r.get("data_parts_per_append", 0) + r.get("inline_parts_per_append", 0)
-                name = r["mode"] if r["mode"].startswith("delta") else f"shardsink {r['mode']}"
+                delta = r["mode"].startswith("delta")
+                name = r["mode"] if delta else f"shardsink {scale.variant(r)}"
                 lines.append(
                     f"| {name} | {r.get('blob_puts', 0) / appends:.2f} | {parts:.2f} | "
                     f"{r.get('diff_bytes_per_append', 0):,.0f} | "
@@ -653,11 +699,12 @@ def plot(rows: list[dict], out: Path) -> list[Path]:
         if not labels:
             break
         fig, ax = plt.subplots(figsize=(8, 4))
-        width = 0.8 / len(CLUSTER_MODES)
-        for k, mode in enumerate(CLUSTER_MODES):
+        modes = list(dict.fromkeys(scale.variant(r) for r in shapes))
+        width = 0.8 / len(modes)
+        for k, mode in enumerate(modes):
             ys = []
             for label in labels:
-                match = [r for r in shapes if r["mode"] == mode and _shape(r) == label]
+                match = [r for r in shapes if scale.variant(r) == mode and _shape(r) == label]
                 ys.append(value(match[0]) if match else 0)
             ax.bar([i + k * width for i in range(len(labels))], ys, width, label=mode)
         ax.set_xticks([i + width for i in range(len(labels))], labels)

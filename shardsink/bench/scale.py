@@ -121,15 +121,23 @@ def machine_busy(before: tuple[float, float], after: tuple[float, float]) -> flo
     return round(1.0 - idle / total, 3) if total > 0 else 0.0
 
 
+def variant(row: dict) -> str:
+    """A run's mode as the bench compares it: ``host best-effort`` and
+    ``host barrier`` for ``coalesce`` host, else the mode (``off`` ignores
+    ``coalesce``)."""
+    host = row.get("coalesce") == "host" and row["mode"] != "off"
+    return f"host {row['mode']}" if host else row["mode"]
+
+
 def sweeps(rows: list[dict]) -> list[Sweep]:
     """The sweeps of the verified scale runs in ``rows``, by section and mode."""
     out = []
     for section, axis in SECTIONS.items():
         picked = [r for r in rows if r.get("section") == section and r.get("verified")]
-        for mode in dict.fromkeys(r["mode"] for r in picked):
+        for mode in dict.fromkeys(variant(r) for r in picked):
             by_n: dict[int, list[dict]] = {}
             for r in picked:
-                if r["mode"] == mode:
+                if variant(r) == mode:
                     by_n.setdefault(r[axis], []).append(r)
             points = [_point(n, runs) for n, runs in sorted(by_n.items())]
             out.append(Sweep(section, axis, mode, points))

@@ -28,6 +28,7 @@ PROGRESS_MIN_INTERVALS = 10
 def register(commands, bench) -> None:
     from .._http import FREE_PORT
     from ..config import (
+        COALESCES,
         MODES,
         PACES,
         STARTS,
@@ -52,6 +53,12 @@ def register(commands, bench) -> None:
     up.add_argument("--groups", type=int, metavar="G", help=f"default {d.groups}")
     up.add_argument("--workers", type=int, metavar="W", help=f"per group (default {d.workers})")
     up.add_argument("--mode", help=f"{' | '.join(MODES)} (default {d.mode})")
+    up.add_argument(
+        "--coalesce",
+        help=f"{' | '.join(COALESCES)}; where best-effort and barrier build shared batches: "
+        "one builder per group, or the group builders hand their rows to one host builder "
+        f"that writes one part per host and interval (default {d.coalesce})",
+    )
     up.add_argument(
         "--shared-max-bytes",
         type=_size_or_auto,
@@ -284,6 +291,11 @@ def _size_or_auto(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"{exc}, or {AUTO}") from None
 
 
+def _host(config) -> str:
+    """`` coalesced per host`` for a config or stats of ``coalesce`` host in a sharing mode."""
+    return " coalesced per host" if config.coalesce == "host" and config.mode != "off" else ""
+
+
 def config_of(args: argparse.Namespace):
     """The ClusterConfig ``up`` runs with the parsed ``args``.
 
@@ -319,7 +331,8 @@ def _up(args: argparse.Namespace) -> int:
     try:
         with term, Cluster(config) as cluster:
             console.print(
-                f"cluster {cluster.cluster_id}: {config.groups}x{config.workers} {config.mode}, "
+                f"cluster {cluster.cluster_id}: {config.groups}x{config.workers} {config.mode}"
+                f"{_host(config)}, "
                 f"{config.workload}, shard {config.shard!r} from upper {cluster.shard.upper}, "
                 f"started in {cluster.startup_s:.2f}s ({config.start})",
                 soft_wrap=True,
@@ -486,7 +499,7 @@ def status_tables(status):
     summary.add_column(style="bold")
     summary.add_column(overflow="fold")
     rows = [
-        ("shape", f"{status.groups}x{status.workers} {status.mode}"),
+        ("shape", f"{status.groups}x{status.workers} {status.mode}{_host(status)}"),
         ("workload", f"{status.workload} ({status.pace})"),
         ("shard", f"{status.shard!r}, upper {status.upper}, {status.appends} appends"),
         ("intervals / s", f"{status.intervals_per_s:.2f} (last {status.window_s:g} s)"),
@@ -581,7 +594,7 @@ def summary_table(stats):
 
     verified = {True: "yes: equals the expected collection", False: "NO", None: "not checked"}
     rows = [
-        ("shape", f"{stats.groups}x{stats.workers} {stats.mode}"),
+        ("shape", f"{stats.groups}x{stats.workers} {stats.mode}{_host(stats)}"),
         ("workload", f"{stats.workload} (R={stats.rows_per_interval}, S={stats.snapshot_rows})"),
         ("appends", f"{stats.appends} (upper {stats.upper})"),
         ("rows", f"{stats.rows} ({stats.rows_per_s:,.0f}/s over {stats.wall_s:.2f}s)"),

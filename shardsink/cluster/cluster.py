@@ -119,6 +119,7 @@ class ClusterStats(msgspec.Struct, frozen=True, kw_only=True):
     """
 
     mode: str
+    coalesce: str
     groups: int
     workers: int
     workload: str
@@ -402,6 +403,7 @@ class Cluster:
             groups=config.groups,
             workers=config.workers,
             mode=config.mode,
+            coalesce=config.coalesce,
             workload=config.workload,
             pace=config.pace,
             # from what it appended: a request to consensus here could nest in one in flight
@@ -496,6 +498,7 @@ class Cluster:
         v = self._verification
         return ClusterStats(
             mode=config.mode,
+            coalesce=config.coalesce,
             groups=config.groups,
             workers=config.workers,
             workload=config.workload,

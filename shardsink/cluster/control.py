@@ -87,6 +87,7 @@ class Status(msgspec.Struct, tag="status", frozen=True, forbid_unknown_fields=Tr
     consensus: str
     metrics: str | None
     dashboard: str | None
+    coalesce: str = "group"
     processes: list[ProcessStatus]
 
 

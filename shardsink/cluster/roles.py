@@ -1,4 +1,4 @@
-"""The roles of a cluster's children: builder, worker and consensus.
+"""The roles of a cluster's children: builder, host builder, worker and consensus.
 
 The zygote forks them by name; ``python -m shardsink.cluster PARENT spawn
 ROLE`` starts one as a fresh interpreter (``--start spawn``; the package's
@@ -41,10 +41,17 @@ def builder(payload: bytes) -> int:
     return run_builder(spec)
 
 
+def host_builder(payload: bytes) -> int:
+    """The host builder of ``coalesce`` host (role ``builder host``)."""
+    spec = decode_spec(payload)
+    _member("builder", "host")
+    return run_builder(spec, host=True)
+
+
 def worker(payload: bytes) -> int:
     spec = decode_spec(payload)
     _member("worker", f"g{spec.group}/w{spec.index}")
     return run_worker(spec)
 
 
-ROLES = {"builder": builder, "worker": worker, "consensus": serve_role}
+ROLES = {"builder": builder, "host": host_builder, "worker": worker, "consensus": serve_role}

@@ -369,6 +369,7 @@ class Coordinator:
                     attempt,
                     lower,
                     upper,
+                    host=self.config.host_builder,
                 )
             except GroupFailed as failure:
                 self._abandon(interval, attempt, str(failure))
@@ -461,9 +462,8 @@ class Coordinator:
     def _abandon(self, interval: int, attempt: int, why: str) -> None:
         log.warning("abandoning attempt %d of interval %d: %s", attempt, interval, why)
         abandon = protocol.Abandon(interval, attempt)
-        for group in self.supervisor.groups.values():
-            for child in group.members:
-                self._send(child, abandon)
+        for child in self.supervisor.members():
+            self._send(child, abandon)
         self._discard(self._reports.values(), f"abandoned attempt {attempt}")
         self._reports = {}
         self._current = None  # reports of it that arrive later are discarded too

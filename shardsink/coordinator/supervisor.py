@@ -14,6 +14,15 @@ launched again; :meth:`Supervisor.tick`, called on every poll of the
 coordinator, samples peak memory and restarts a dead consensus process on its
 store. Each group restart is timed from the kill to every member's hello
 (``restart_s``).
+
+With ``coalesce`` host (in a sharing mode) the host also runs one host
+builder (kind ``builder``, name ``host``), started before the groups and told
+the pids of their builders, the only creators of segments it reads. Each
+group builder's part sender and the host builder's receiver are one channel
+numbered from 0 per sender, so neither side can be restarted alone: if the
+host builder or any group fails, the host builder and every group are killed
+and started again (each group counted as a restart), and the attempt in
+flight is abandoned.
 """
 
 from __future__ import annotations
@@ -61,11 +70,14 @@ class GroupHost(Protocol):
     """Where a cluster's process groups run.
 
     ``launch(index)`` starts group ``index`` (its members say hello to the
-    coordinator when they are ready); ``kill(group)`` kills every member and
-    returns once none runs; ``after_kill()`` cleans what killed members left
-    (their shared-memory segments)."""
+    coordinator when they are ready); ``launch_host()`` starts the host
+    builder; ``kill(group)`` kills every member and returns once none runs;
+    ``after_kill()`` cleans what killed members left (their shared-memory
+    segments)."""
 
     def launch(self, index: int) -> Group: ...
+
+    def launch_host(self) -> Child: ...
 
     def kill(self, group: Group) -> None: ...
 
@@ -103,18 +115,36 @@ class LocalGroups:
             raise
         return Group(index, builder, workers)
 
-    def _child(self, g: int, index: int, role: str, name: str, leader: Child | None) -> Child:
+    def launch_host(self) -> Child:
+        return self._child(0, 0, "host", "host", None, sockets="host").start()
+
+    def _child(
+        self,
+        g: int,
+        index: int,
+        role: str,
+        name: str,
+        leader: Child | None,
+        *,
+        sockets: str | None = None,
+    ) -> Child:
+        """A member of group ``g`` (the host builder: ``sockets`` "host")."""
+        sockets = sockets or f"g{g}"
+        host = self.config.host_builder
         spec = protocol.ChildSpec(
             group=g,
             index=index,
             cluster_id=self.cluster_id,
             coordinator=self.coordinator,
-            parts=f"ipc://{self.run_dir / f'g{g}.parts'}",
-            handoff=f"ipc://{self.run_dir / f'g{g}.handoff'}",
+            parts=f"ipc://{self.run_dir / f'{sockets}.parts'}",
+            handoff=f"ipc://{self.run_dir / f'{sockets}.handoff'}",
             inline_max_bytes=self.inline_max_bytes,
             config=self.config,
+            host_parts=f"ipc://{self.run_dir / 'host.parts'}" if host else "",
+            host_handoff=f"ipc://{self.run_dir / 'host.handoff'}" if host else "",
         )
-        launch = Launch(kind=role, name=name, role=role, payload=protocol.encode_spec(spec))
+        kind = "builder" if role == "host" else role
+        launch = Launch(kind=kind, name=name, role=role, payload=protocol.encode_spec(spec))
         return Child(launch, self.starter, self.run_dir, leader=leader)
 
     def kill(self, group: Group) -> None:
@@ -158,6 +188,10 @@ class Supervisor:
         self.consensus = consensus
         self.poll_ms = poll_ms
         self.groups: dict[int, Group] = {}
+        #: The host builder (``coalesce`` host), ``None`` otherwise.
+        self.host_builder: Child | None = None
+        self._host_ready = False
+        self._host_failed: str | None = None
         self.counters = SupervisionCounters()
         self._failed: dict[int, str] = {}
         self._last_rss = 0.0
@@ -165,10 +199,17 @@ class Supervisor:
     # --- start and restart ----------------------------------------------------------
 
     def start(self) -> None:
-        """Launch every group and wait until all are ready."""
+        """Launch the host builder if any, every group, and wait until all are ready."""
+        self._launch_host()
         for g in range(self.config.groups):
             self.groups[g] = self.host.launch(g)
         self.await_ready(list(self.groups))
+
+    def _launch_host(self) -> None:
+        if self.config.host_builder:
+            self._host_ready = False
+            self._host_failed = None
+            self.host_builder = self.host.launch_host()
 
     def await_ready(self, groups: list[int]) -> None:
         """Wait until every member of ``groups`` said hello; a group whose
@@ -177,16 +218,22 @@ class Supervisor:
         deadline = time.monotonic() + self.config.start_timeout_s
         while True:
             pending = [g for g in groups if len(self.groups[g].ready) < self.config.workers + 1]
-            if not pending:
+            host_pending = self.host_builder is not None and not self._host_ready
+            if not pending and not host_pending:
                 return
             if time.monotonic() > deadline:
                 late = [
                     c.name for g in pending for c in self.groups[g].members
                     if c.name not in self.groups[g].ready
                 ]  # fmt: skip
+                stuck = [c for g in pending for c in self.groups[g].members]
+                if host_pending:
+                    assert self.host_builder is not None
+                    late.append(self.host_builder.name)
+                    stuck.append(self.host_builder)
                 raise ClusterError(
                     f"{', '.join(late)} did not start within {self.config.start_timeout_s}s"
-                    + log_tails([c for g in pending for c in self.groups[g].members])
+                    + log_tails(stuck)
                 )
             self.poll(self.poll_ms)
             failed = self.failed_groups(groups)
@@ -216,6 +263,10 @@ class Supervisor:
             self.sample_rss(force=True, own=False)
             self.host.kill(group)
             self._failed.pop(g, None)
+        if self.host_builder is not None:  # every group is in failed (failed_groups)
+            kill_all([self.host_builder])
+            self._launch_host()
+        for g in sorted(failed):
             self.groups[g] = self.host.launch(g)
         self.host.after_kill()
         self.await_ready(list(failed))
@@ -223,9 +274,13 @@ class Supervisor:
         self.counters.restart_s.extend([time.monotonic() - began] * len(failed))
 
     def failed_groups(self, groups: list[int] | None = None) -> dict[int, str]:
-        """Groups with a dead member or a failure report, and why."""
+        """Groups with a dead member or a failure report, and why. With a host
+        builder, a failure of it or of any group fails every group (see the
+        module doc)."""
         failed: dict[int, str] = {}
-        for g in groups if groups is not None else list(self.groups):
+        if groups is None or self.host_builder is not None:
+            groups = list(self.groups)
+        for g in groups:
             dead = self.groups[g].dead()
             if g in self._failed:
                 failed[g] = self._failed[g]
@@ -233,29 +288,48 @@ class Supervisor:
                 failed[g] = ", ".join(
                     f"{c.name} (pid {c.pid}) exited with {c.returncode}" for c in dead
                 )
-        return failed
+        if self.host_builder is None:
+            return failed
+        host = self.host_builder
+        why = self._host_failed
+        if why is None and not host.alive():
+            why = f"the host builder (pid {host.pid}) exited with {host.returncode}"
+        if why is None and not failed:
+            return {}
+        first = why or next(f"group {g}: {r}" for g, r in sorted(failed.items()))
+        return {g: failed.get(g, f"restarted with the host builder ({first})") for g in self.groups}
 
     # --- what the children say -------------------------------------------------------
 
-    def member(self, identity: str) -> tuple[Group, Child] | None:
-        """The group and child whose routing id is ``identity``."""
+    def member(self, identity: str) -> tuple[Group | None, Child] | None:
+        """The group and child whose routing id is ``identity`` (no group for
+        the host builder)."""
+        if self.host_builder is not None and self.host_builder.name == identity:
+            return None, self.host_builder
         for group in self.groups.values():
             for child in group.members:
                 if child.name == identity:
                     return group, child
         return None
 
-    def on_hello(self, group: Group, child: Child, hello: protocol.Hello) -> None:
+    def on_hello(self, group: Group | None, child: Child, hello: protocol.Hello) -> None:
         if hello.pid != child.pid:
             return  # a killed incarnation's hello, delivered late
+        if group is None:  # the host builder: its senders are the group builders
+            self._host_ready = True
+            self.send(child, protocol.Members(tuple(g.builder.pid for g in self.groups.values())))
+            return
         group.ready.add(child.name)
         if hello.role == "builder":
             self.send(child, protocol.Members(tuple(w.pid for w in group.workers)))
 
-    def on_failure(self, group: Group, child: Child, failure: protocol.Failure) -> None:
+    def on_failure(self, group: Group | None, child: Child, failure: protocol.Failure) -> None:
         if failure.pid == child.pid:
             log.warning("%s failed: %s", child.name, failure.reason)
-            self._failed[group.index] = f"{child.name} failed: {failure.reason}"
+            if group is None:
+                self._host_failed = f"{child.name} failed: {failure.reason}"
+            else:
+                self._failed[group.index] = f"{child.name} failed: {failure.reason}"
 
     # --- watching ---------------------------------------------------------------------
 
@@ -271,9 +345,14 @@ class Supervisor:
             self.sample_rss(force=True, own=False)
             self.consensus.restart()
 
+    def members(self) -> list[Child]:
+        """Every builder and worker: the members of the groups and the host builder."""
+        out = [c for group in self.groups.values() for c in group.members]
+        return out if self.host_builder is None else [self.host_builder, *out]
+
     def children(self) -> list[Child]:
         """Every child process this supervisor started (consensus included)."""
-        out = [c for group in self.groups.values() for c in group.members]
+        out = self.members()
         if self.consensus is not None and self.consensus.child.proc is not None:
             out.append(self.consensus.child)
         return out
@@ -301,7 +380,7 @@ class Supervisor:
     def stop(self, timeout_s: float) -> None:
         """Ask every member to exit, kill what does not, reap all."""
         self.sample_rss(force=True, own=False)
-        members = [c for group in self.groups.values() for c in group.members]
+        members = self.members()
         for child in members:
             if child.alive():
                 self.send(child, protocol.Shutdown())

@@ -331,6 +331,12 @@ class PartReceiver:
             if received is not None:
                 return received
 
+    @property
+    def socket(self) -> zmq.Socket:
+        """The bound socket, to poll alongside others (then :meth:`recv` with
+        timeout 0); receive only through :meth:`recv`."""
+        return self._sock
+
     def ack(self, *parts: Received) -> None:
         """Tell each sender that the builder is done with these parts: their
         batches must not be used afterwards. Inline parts are skipped."""

@@ -18,6 +18,15 @@ batch off before every worker joined waits up to ``linger_s`` for the others
 (its arena space freed) once its rows are written to a part, or its batch is
 finished or aborted: the builder holds at most the channel's outstanding parts
 plus one part in progress.
+
+With ``coalesce`` host the same code runs twice over: each group builder
+passes its finished generations to the host builder
+(:class:`~shardsink.worker.host_link.HostLink`) instead of writing them, and
+the host builder (:func:`run_builder` with ``host``) builds one batch per
+host from the groups' parts, its "workers" being the group builders. The
+host builder answers the group builder that finished last with the host
+batch, and that group builder relays it to the last finisher of its
+generation, which reports it to the coordinator.
 """
 
 from __future__ import annotations
@@ -26,11 +35,12 @@ import contextlib
 import logging
 import os
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import msgspec
+import pyarrow as pa
 import zmq
 
 from .. import faults, protocol
@@ -41,6 +51,7 @@ from ..persist.stats import ShardStats
 from ..shm import DEFAULT_CAPACITY, PartReceiver, Received
 from ..storage.contracts import Blob
 from ..storage.errors import StorageError
+from .host_link import HostLink
 from .shared_batch import (
     BatchId,
     Deferred,
@@ -66,11 +77,30 @@ HELD_PER_SENDER_MAX = DEFAULT_CAPACITY // 4
 
 @dataclass
 class _Generation:
-    builder: BatchBuilder
+    builder: BatchBuilder | None  # None with coalesce host: the rows go to the host builder
     held: list[Received] = field(default_factory=list)
     held_bytes: Counter[bytes] = field(default_factory=Counter)  # by sender
     segment_parts: int = 0  # parts with rows that came through a segment
     error: str | None = None  # writing a part failed: nobody may receive this batch
+    copied: list[pa.RecordBatch] = field(default_factory=list)  # coalesce host: rows held apart
+
+    def copy_held(self, ack: Callable[..., None]) -> None:
+        """Copy the held parts out of their senders' arenas and release them."""
+        self.copied.append(pa.concat_batches([p.batch for p in self.held]))
+        ack(*self.held)
+        self.held.clear()
+        self.held_bytes.clear()
+
+
+@dataclass(frozen=True)
+class _Relay:
+    """A generation passed to the host builder: its last finisher waits for
+    the host's answer."""
+
+    worker: int
+    generation: int
+    contributors: dict[int, int]
+    segment_parts: int
 
 
 class GroupBuilder:
@@ -82,6 +112,14 @@ class GroupBuilder:
     or ``None`` if the answer is deferred; deferred answers come from
     :meth:`resolved`, once a later finish, drop, abandon or :meth:`expire`
     decides them.
+
+    With ``upstream`` (``coalesce`` host) the builder writes nothing: it holds
+    each generation's rows (copying a sender's parts out of its arena past
+    :data:`HELD_PER_SENDER_MAX`) and on its last finish passes them to the
+    host builder; the last finisher's answer waits for the host builder's,
+    which :meth:`relay` turns into it (with the host batch if this group
+    finished last there). ``host``: this is the host builder, whose workers
+    are the group builders; a finished batch names the group that receives it.
     """
 
     def __init__(
@@ -95,8 +133,14 @@ class GroupBuilder:
         target_bytes: int,
         ack: Callable[..., None],
         linger_s: float = 0.0,
+        upstream: HostLink | None = None,
+        host: bool = False,
     ) -> None:
         self.group = group
+        self.label = "host" if host else f"group {group}"
+        self.upstream = upstream
+        self.host = host
+        self._relays: dict[BatchId, deque[_Relay]] = {}
         self.blob = blob
         self.shard = shard
         self.inline_max_bytes = inline_max_bytes
@@ -135,7 +179,7 @@ class GroupBuilder:
                 f"worker {c.worker}'s; refused"
             )
             if sender is None:
-                log.warning("group %d: %s", self.group, reason)
+                log.warning("%s: %s", self.label, reason)
                 return None
             self._fail((bid, sender), reason)
             return (bid, sender) if c.last else None
@@ -144,7 +188,9 @@ class GroupBuilder:
             return (bid, c.worker) if c.last else None
         if self._newest is None or bid > self._newest:
             self._newest = bid
-            self.machine.sweep(lambda b: b >= bid)
+            swept = self.machine.sweep(lambda b: b >= bid)
+            if self.upstream is not None:
+                self.upstream.forget(swept)
         key = (bid, c.worker)
         if c.last:
             self._finish_taken[key] = time.monotonic()
@@ -187,9 +233,40 @@ class GroupBuilder:
 
     def resolved(self) -> list[tuple[int, protocol.Handoff]]:
         """``(worker, answer)`` for every deferred finish decided since the last call."""
-        return [(r.worker, self._resolve(r)) for r in self.machine.take_resolved()]
+        answers = [(r.worker, self._resolve(r)) for r in self.machine.take_resolved()]
+        return [(worker, answer) for worker, answer in answers if answer is not None]
 
-    def _resolve(self, r: Resolved) -> protocol.Handoff:
+    def relay(self, answer: protocol.Handoff) -> tuple[int, protocol.Handoff] | None:
+        """The host builder's ``answer`` to this group's oldest generation
+        passed on for its batch id, as ``(worker, answer)`` for that
+        generation's last finisher; ``None`` for an answer nobody waits for
+        (its attempt was abandoned). A group's generations of one batch id
+        are answered in the order they were passed on, and any two of them
+        that wait at once are in the same host generation, so the order
+        cannot give one the other's host batch."""
+        bid = (answer.interval, answer.attempt)
+        waiting = self._relays.get(bid)
+        if not waiting:
+            log.info("%s: the host builder answered %s; nobody waits for it", self.label, bid)
+            return None
+        r = waiting.popleft()
+        if not waiting:
+            del self._relays[bid]
+        if answer.shared is not None:
+            faults.point("builder.host_last")
+        share = protocol.GroupShare(
+            self.group, r.generation, r.contributors, answer.generation, r.segment_parts
+        )
+        return r.worker, protocol.Handoff(
+            answer.interval,
+            answer.attempt,
+            r.generation,
+            shared=answer.shared,
+            error=answer.error,
+            share=share,
+        )
+
+    def _resolve(self, r: Resolved) -> protocol.Handoff | None:
         interval, attempt = r.bid
         # only an abandon makes an id stale here: a sweep never forgets an id
         # before its deferred finisher is answered
@@ -200,14 +277,24 @@ class GroupBuilder:
             return protocol.Handoff(interval, attempt, 0, error=error)
         return self._answer(r.bid, r.worker, r.decision)
 
-    def _answer(self, bid: BatchId, worker: int, decision: NotLast | Last) -> protocol.Handoff:
+    def _answer(
+        self, bid: BatchId, worker: int, decision: NotLast | Last
+    ) -> protocol.Handoff | None:
         interval, attempt = bid
         taken = self._finish_taken.pop((bid, worker), None)
         if isinstance(decision, NotLast):
             return protocol.Handoff(interval, attempt, decision.generation)
         assert isinstance(decision, Last)
+        if self.upstream is not None:
+            try:
+                self._forward(bid, worker, decision)
+            except ValueError as exc:
+                return protocol.Handoff(
+                    interval, attempt, decision.generation, error=f"{type(exc).__name__}: {exc}"
+                )
+            return None
         try:
-            shared = self._complete(bid, decision, taken)
+            shared = self._complete(bid, worker if self.host else self.group, decision, taken)
         except (ValueError, PersistError, StorageError) as exc:
             return protocol.Handoff(
                 interval, attempt, decision.generation, error=f"{type(exc).__name__}: {exc}"
@@ -220,6 +307,11 @@ class GroupBuilder:
         self._orphan(self.machine.abandon(bid))
         for key in [k for k in self._finish_taken if k[0] <= self._abandoned]:
             del self._finish_taken[key]
+        gone = [b for b in self._relays if b <= self._abandoned]
+        for b in gone:
+            del self._relays[b]
+        if self.upstream is not None:
+            self.upstream.forget([bid, *gone])
 
     def close(self) -> None:
         """Abort everything not handed off (deleting its parts); idempotent."""
@@ -237,24 +329,27 @@ class GroupBuilder:
             raise ValueError(
                 f"a part of worker {c.worker} says {c.rows} rows and holds {part.batch.num_rows}"
             )
-        generation = self.machine.join(
-            bid, Description(c.lower, c.upper, bool(c.barrier)), c.worker
-        )
+        description = Description(c.lower, c.upper, bool(c.barrier))
+        generation = self.machine.join(bid, description, c.worker)
         self.machine.push(bid, c.worker, c.rows)
+        if self.upstream is not None:
+            self.upstream.join(bid, description)
         if not c.rows:
             self._ack(part)
             return
         gen = self._generations.get((bid, generation))
         if gen is None:
-            builder = BatchBuilder(
-                self.blob,
-                self.shard,
-                c.lower,
-                c.upper,
-                inline_max_bytes=self.inline_max_bytes,
-                target_bytes=self.target_bytes,
-                stats=ShardStats(),
-            )
+            builder = None
+            if self.upstream is None:
+                builder = BatchBuilder(
+                    self.blob,
+                    self.shard,
+                    c.lower,
+                    c.upper,
+                    inline_max_bytes=self.inline_max_bytes,
+                    target_bytes=self.target_bytes,
+                    stats=ShardStats(),
+                )
             gen = self._generations[(bid, generation)] = _Generation(builder)
         if gen.error is not None:
             self._ack(part)
@@ -262,6 +357,10 @@ class GroupBuilder:
         gen.held.append(part)
         gen.held_bytes[part.sender] += part.batch.nbytes
         gen.segment_parts += part.ref is not None
+        if gen.builder is None:
+            if gen.held_bytes[part.sender] >= HELD_PER_SENDER_MAX:
+                gen.copy_held(self._ack)
+            return
         try:
             written = gen.builder.add(
                 part.batch, write=gen.held_bytes[part.sender] >= HELD_PER_SENDER_MAX
@@ -280,7 +379,7 @@ class GroupBuilder:
     def _fail(self, key: tuple[BatchId, int], reason: str) -> None:
         bid, worker = key
         self._failed[key] = reason
-        log.warning("group %d: batch id %s, worker %d: %s", self.group, bid, worker, reason)
+        log.warning("%s: batch id %s, worker %d: %s", self.label, bid, worker, reason)
         try:
             orphaned = self.machine.drop(bid, worker)
         except ValueError:  # it never joined (e.g. a conflicting description)
@@ -288,14 +387,32 @@ class GroupBuilder:
         if orphaned is not None:
             self._orphan([orphaned])
 
+    def _forward(self, bid: BatchId, worker: int, decision: Last) -> None:
+        """Pass a finished generation to the host builder; ``worker``'s answer
+        waits for the host's (:meth:`relay`)."""
+        gen = self._generations.pop((bid, decision.generation), None)
+        assert self.upstream is not None
+        rows = [] if gen is None else [*gen.copied, *(p.batch for p in gen.held)]
+        try:
+            self.upstream.forward(bid, rows)
+        finally:
+            if gen is not None:
+                self._ack(*gen.held)  # the sender copied them into its arena or message
+        relay = _Relay(
+            worker, decision.generation, decision.contributors, gen.segment_parts if gen else 0
+        )
+        self._relays.setdefault(bid, deque()).append(relay)
+
     def _complete(
-        self, bid: BatchId, decision: Last, taken: float | None
+        self, bid: BatchId, group: int, decision: Last, taken: float | None
     ) -> protocol.SharedBatch | None:
-        """The finished batch of a generation; ``None`` if nobody added rows.
-        ``taken``: when the last finisher's finishing part was taken."""
+        """The finished batch of a generation, named as ``group``'s; ``None``
+        if nobody added rows. ``taken``: when the last finisher's finishing
+        part was taken."""
         gen = self._generations.pop((bid, decision.generation), None)
         if gen is None:
             return None
+        assert gen.builder is not None
         try:
             if gen.error is not None:
                 raise ValueError(f"writing the shared batch failed: {gen.error}")
@@ -310,7 +427,7 @@ class GroupBuilder:
         if batch.blob_keys():
             faults.point("builder.after_upload")
         return protocol.SharedBatch(
-            group=self.group,
+            group=group,
             generation=decision.generation,
             batch=batch,
             contributors=decision.contributors,
@@ -324,27 +441,32 @@ class GroupBuilder:
         for o in orphaned:
             gen = self._generations.pop((o.bid, o.generation), None)
             if gen is not None:
-                keys = gen.builder.abort()
+                keys = gen.builder.abort() if gen.builder is not None else []
                 self._ack(*gen.held)
                 if keys:
-                    log.info("group %d: deleted the %d parts of %s", self.group, len(keys), o)
+                    log.info("%s: deleted the %d parts of %s", self.label, len(keys), o)
 
 
-def run_builder(spec: protocol.ChildSpec) -> int:
-    """The builder process's main loop; returns the exit code."""
+def run_builder(spec: protocol.ChildSpec, *, host: bool = False) -> int:
+    """The builder process's main loop; returns the exit code. ``host``: the
+    host builder (``coalesce`` host), whose workers are the group builders;
+    otherwise group ``spec.group``'s builder, connected to the host builder
+    when ``spec.host_parts`` names one."""
     from ..storage.backend import open_blob
     from ..workloads import SCHEMA
 
     config = spec.config
+    name = "host" if host else f"g{spec.group}"
     ctx = zmq.Context()
     coord = ctx.socket(zmq.DEALER)
-    coord.setsockopt(zmq.IDENTITY, f"g{spec.group}/b".encode())
+    coord.setsockopt(zmq.IDENTITY, (name if host else f"{name}/b").encode())
     coord.setsockopt(zmq.LINGER, 1000)
     handoff = ctx.socket(zmq.ROUTER)
     handoff.setsockopt(zmq.ROUTER_MANDATORY, 1)
     handoff.setsockopt(zmq.LINGER, 0)
     receiver: PartReceiver | None = None
     group: GroupBuilder | None = None
+    upstream = HostLink(spec, ctx) if spec.host_parts and not host else None
     blob = open_blob(config.blob_uri)
     try:
         coord.connect(spec.coordinator)
@@ -356,27 +478,33 @@ def run_builder(spec: protocol.ChildSpec) -> int:
         receiver = PartReceiver(
             spec.parts, spec.cluster_id, creators=members.worker_pids, schema=SCHEMA
         )
+        if upstream is not None:
+            upstream.connect(config.start_timeout_s)
         group = GroupBuilder(
             spec.group,
-            config.workers,
+            config.groups if host else config.workers,
             blob,
             config.shard,
             inline_max_bytes=spec.inline_max_bytes,
             target_bytes=config.blob_target_bytes,
             ack=receiver.ack,
             linger_s=config.best_effort_linger_ms / 1000,
+            upstream=upstream,
+            host=host,
         )
         _loop(receiver, group, coord, handoff)
         return 0
     except Exception as exc:
-        log.exception("builder g%d failed", spec.group)
-        _report_failure(coord, f"builder g{spec.group}: {type(exc).__name__}: {exc}")
+        log.exception("builder %s failed", name)
+        _report_failure(coord, f"builder {name}: {type(exc).__name__}: {exc}")
         return 1
     finally:
         if group is not None:
             group.close()
         if receiver is not None:
             receiver.close()
+        if upstream is not None:
+            upstream.close()
         blob.close()
         coord.close()
         handoff.close()
@@ -428,32 +556,54 @@ def _welcome(handoff: zmq.Socket) -> None:
 def _loop(
     receiver: PartReceiver, group: GroupBuilder, coord: zmq.Socket, handoff: zmq.Socket
 ) -> None:
+    upstream = group.upstream
     while True:
         burst: list[tuple[BatchId, int]] = []
+        finishing: set[bytes] = set()  # senders with a finish in the burst
         deadline = group.next_deadline()
         wait = POLL_S if deadline is None else min(POLL_S, deadline - time.monotonic())
-        part = receiver.recv(max(0.0, wait))
+        if upstream is None:
+            part = receiver.recv(max(0.0, wait))
+        else:  # the host builder's answers wake the loop as parts do
+            ready = [(receiver.socket, zmq.POLLIN), (upstream.socket, zmq.POLLIN)]
+            zmq.zmq_poll(ready, max(0, int(wait * 1000)))
+            part = receiver.recv(0)
         while part is not None:
+            if part.sender in finishing:
+                # a group builder may finish a handle and join again in one
+                # burst: its finish is decided before its next join is taken
+                _decide(group, handoff, burst)
+                finishing.clear()
             try:
                 finish = group.take(part)
             except msgspec.ValidationError as exc:
-                log.warning("group %d: a part without a valid contribution: %s", group.group, exc)
+                log.warning("%s: a part without a valid contribution: %s", group.label, exc)
                 finish = None
             if finish is not None:
                 burst.append(finish)
+                finishing.add(part.sender)
             part = receiver.recv(0)
-        now = time.monotonic()
-        for bid, worker in burst:
-            answer = group.finish(bid, worker, now)
-            if answer is not None:
-                _send(handoff, group, worker, answer)
+        _decide(group, handoff, burst)
         group.expire(time.monotonic())
         stop = _handle_coordinator(group, coord)
-        for worker, answer in group.resolved():
+        answers = group.resolved()
+        if upstream is not None:
+            answers += [a for h in upstream.answers() if (a := group.relay(h)) is not None]
+        for worker, answer in answers:
             _send(handoff, group, worker, answer)
         if stop:
             return
         _welcome(handoff)
+
+
+def _decide(group: GroupBuilder, handoff: zmq.Socket, burst: list[tuple[BatchId, int]]) -> None:
+    """Decide and answer the finishes of ``burst``, emptying it."""
+    now = time.monotonic()
+    for bid, worker in burst:
+        answer = group.finish(bid, worker, now)
+        if answer is not None:
+            _send(handoff, group, worker, answer)
+    burst.clear()
 
 
 def _send(handoff: zmq.Socket, group: GroupBuilder, worker: int, answer: protocol.Handoff) -> None:
@@ -462,25 +612,17 @@ def _send(handoff: zmq.Socket, group: GroupBuilder, worker: int, answer: protoco
     try:
         handoff.send_multipart([protocol.worker_identity(worker), protocol.encode(answer)])
     except zmq.ZMQError as exc:  # the worker is gone; its group is being restarted
-        log.warning("group %d: cannot answer worker %d: %s", group.group, worker, exc)
+        log.warning("%s: cannot answer worker %d: %s", group.label, worker, exc)
 
 
 def _handle_coordinator(group: GroupBuilder, coord: zmq.Socket) -> bool:
     """Handle queued coordinator messages; ``True`` on :class:`Shutdown`."""
-    while True:
-        try:
-            raw = coord.recv(zmq.NOBLOCK)
-        except zmq.Again:
-            return False
-        try:
-            msg = protocol.decode_to_child(raw)
-        except msgspec.DecodeError as exc:
-            log.warning("group %d: malformed message from the coordinator: %s", group.group, exc)
-            continue
+    for msg in protocol.queued(coord, protocol.decode_to_child, f"{group.label}'s coordinator"):
         if isinstance(msg, protocol.Shutdown):
             return True
         if isinstance(msg, protocol.Abandon):
             group.abandon((msg.interval, msg.attempt))
+    return False
 
 
 def _report_failure(coord: zmq.Socket, reason: str) -> None:

@@ -14,7 +14,10 @@ workers of a group that work at the same time share one batch. A worker that
 shares nothing still finishes, with an empty part, so the batch can be handed
 off (and, under a barrier, the barrier can close); it may be the last
 finisher and receive the batch. The worker then waits for the builder's
-:class:`~shardsink.protocol.Handoff` and reports to the coordinator.
+:class:`~shardsink.protocol.Handoff` and reports to the coordinator. With
+``coalesce`` host, the last finisher of a group generation also reports
+where its builder passed the generation on (``delivered``), and receives the
+host batch if its group finished last at the host builder.
 """
 
 from __future__ import annotations
@@ -43,7 +46,14 @@ log = logging.getLogger(__name__)
 #: A staged slice is sent in parts of at most this many Arrow bytes, so the
 #: builder can cut Parquet parts while the rest is still arriving.
 PART_BYTES = 4 << 20
-_EMPTY = pa.RecordBatch.from_arrays([pa.array([], f.type) for f in SCHEMA], schema=SCHEMA)
+EMPTY = pa.RecordBatch.from_arrays([pa.array([], f.type) for f in SCHEMA], schema=SCHEMA)
+
+
+def parts_of(table: pa.Table) -> list[pa.RecordBatch]:
+    """``table`` as the record batches a sender hands its builder: consecutive
+    slices of about :data:`PART_BYTES`, at least one (empty for an empty table)."""
+    pieces = [b for piece in P.split(table, PART_BYTES) for b in piece.to_batches()]
+    return pieces or [EMPTY]
 
 
 class Abandoned(Exception):
@@ -123,7 +133,7 @@ class Worker:
         if mint.mode == "best-effort":
             # The handle is open while the worker works on the interval, so the
             # workers of a group that work on it at the same time share a batch.
-            self._send(mint, _EMPTY, last=False)
+            self._send(mint, EMPTY, last=False)
         n = self.config.n_workers
         table = P.consolidate(self.workload.updates(mint.interval, self.global_index, n))
         faults.point("worker.after_encode")
@@ -135,7 +145,7 @@ class Worker:
         if share:
             self._share(mint, table)
         elif joins:  # finish with nothing, so that the batch can be handed off
-            self._finish(mint, _EMPTY)
+            self._finish(mint, EMPTY)
         if rows and not share:
             started = time.monotonic()
             try:
@@ -166,6 +176,7 @@ class Worker:
             own=own,
             shared=protocol.Contribution(answer.generation, rows) if share and answer else None,
             received=answer.shared if answer is not None else None,
+            delivered=answer.share if answer is not None else None,
             blob_puts=stats.blob_puts,
             blob_put_bytes=stats.blob_put_bytes,
             error=error,
@@ -182,7 +193,7 @@ class Worker:
         self.handoff.close()
 
     def _share(self, mint: protocol.Mint, table: pa.Table) -> None:
-        pieces = [b for piece in P.split(table, PART_BYTES) for b in piece.to_batches()]
+        pieces = parts_of(table)
         for batch in pieces[:-1]:
             self._send(mint, batch, last=False)
         self._finish(mint, pieces[-1])

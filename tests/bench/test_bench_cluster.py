@@ -7,6 +7,7 @@ import json
 import pytest
 
 from shardsink.bench.cluster import (
+    VARIANTS,
     RunSpec,
     checks,
     matrix,
@@ -71,6 +72,40 @@ def test_checks_flag_a_broken_promise() -> None:
     assert barrier[1] is False and verified[1] is True
 
 
+def _trickle_row(mode: str, coalesce: str, parts: float, diff_bytes: float) -> dict:
+    return {
+        "section": "trickle", "mode": mode, "coalesce": coalesce, "workload": "trickle",
+        "groups": 4, "workers": 8, "rows_per_interval": 128, "data_parts_per_append": 0.0,
+        "inline_parts_per_append": parts, "diff_bytes_per_append": diff_bytes, "verified": True,
+    }  # fmt: skip
+
+
+def test_host_coalescing_is_in_the_bench_and_checked(tmp_path) -> None:
+    row = run_one(
+        RunSpec(section="trickle", mode="barrier", coalesce="host", groups=2, workers=2,
+                workload="trickle", rows_per_interval=64, intervals=3),
+        tmp_path / "host",
+    )  # fmt: skip
+    assert row["verified"] is True, row.get("error")
+    assert row["coalesce"] == "host" and row["appends"] == 3
+    assert row["data_parts_per_append"] + row["inline_parts_per_append"] == 1.0  # not 2 groups
+    shape = [s for s in matrix("trickle") if (s.groups, s.rows_per_interval) == (4, 128)]
+    assert [(s.mode, s.coalesce) for s in shape] == list(VARIANTS)
+    rows = [
+        _trickle_row("off", "group", 32.0, 10_000.0),
+        _trickle_row("barrier", "group", 4.0, 3_000.0),
+        _trickle_row("barrier", "host", 1.0, 2_000.0),
+        _trickle_row("best-effort", "host", 1.2, 2_100.0),
+    ]
+    passed = {claim: ok for claim, ok, _ in checks(rows)}
+    assert passed["barrier: data-or-inline parts per append == groups"] is True  # host apart
+    assert passed["4x8 R=128: host barrier 1.00 part per append"] is True
+    assert passed["4x8 R=128: host barrier diff bytes per append >= 4x fewer than off's"] is True
+    assert passed["4x8 R=128: host best-effort <= 1.1 parts per append"] is False
+    text = write_report([row, *rows], tmp_path, "shardsink bench cluster", 1.0).read_text()
+    assert "| host barrier | 2x2 R=64 |" in text and "| host best-effort | 4x8 R=128 |" in text
+
+
 def _bench_config(tmp_path, text: str, *flags: str):
     from shardsink.bench._cli import bench_cluster_config
     from shardsink.cli import build_parser
@@ -129,12 +164,13 @@ def test_a_bad_bench_config_is_refused_naming_the_key(tmp_path, capsys, text, me
 
 def test_the_scale_matrix_grows_workers_then_groups_for_every_mode() -> None:
     specs = matrix("scale")
-    modes = {"off", "best-effort", "barrier"}
+    modes = {("off", "group"), ("best-effort", "group"), ("barrier", "group")}
+    modes |= {("best-effort", "host"), ("barrier", "host")}
     workers = [s for s in specs if s.section == "scale-workers"]
     groups = [s for s in specs if s.section == "scale-groups"]
     assert {(s.groups, s.workers) for s in workers} == {(1, w) for w in (1, 2, 4, 8, 16, 32)}
     assert {(s.groups, s.workers) for s in groups} == {(g, 4) for g in (1, 2, 4, 8)}
-    assert {s.mode for s in specs} == modes and len(specs) == 3 * 3 * (6 + 4)
+    assert {(s.mode, s.coalesce) for s in specs} == modes and len(specs) == 3 * 5 * (6 + 4)
     # the same rows per worker at every shape, so ideal scaling is linear
     assert len({s.rows_per_interval // (s.groups * s.workers) for s in specs}) == 1
 
@@ -192,7 +228,7 @@ def test_a_tiny_scale_run_is_verified_and_reported_with_its_plots(tmp_path) -> N
         (1, 2), (1, 2), group_workers=2, rows_per_worker=50, intervals=3, repeats=1
     )
     rows = run(specs, tmp_path, "shardsink bench cluster --matrix tiny", title="tiny", quiet=True)
-    assert len(rows) == len(specs) == 12
+    assert len(rows) == len(specs) == 4 * 5  # 4 shapes, every variant
     assert all(r["verified"] for r in rows), [r["error"] for r in rows]
     assert json.loads((tmp_path / "results.json").read_text())["runs"] == json.loads(
         json.dumps(rows, default=str)
@@ -202,9 +238,9 @@ def test_a_tiny_scale_run_is_verified_and_reported_with_its_plots(tmp_path) -> N
     for name in ("scale-workers.png", "scale-groups.png"):
         assert (tmp_path / name).read_bytes().startswith(b"\x89PNG")
     report = (tmp_path / "report.md").read_text()
-    assert "## Where scaling stops" in report and "| every run verified | pass | 12/12 |" in report
+    assert "## Where scaling stops" in report and "| every run verified | pass | 20/20 |" in report
     for section in ("scale-workers", "scale-groups"):
-        for mode in ("off", "best-effort", "barrier"):
+        for mode in ("off", "best-effort", "barrier", "host best-effort", "host barrier"):
             assert f"| {section} | {mode} | " in report
         assert f"![{section}.png]({section}.png)" in report
 

@@ -15,7 +15,7 @@ import psutil
 import pyarrow as pa
 import zmq
 
-from shardsink import protocol
+from shardsink import open_shard, protocol
 from shardsink.cluster import Cluster, ClusterStats, IntervalRecord, Workload, roles
 from shardsink.config import ClusterConfig
 from shardsink.process import Child, Launch, SpawnStarter, kill_all
@@ -202,6 +202,18 @@ def run_cluster(data_dir: Path, intervals: int | None = None, **overrides) -> Ru
         pids += child_pids(cluster)
     assert_nothing_left(pids, cluster.cluster_id)
     return Run(stats, records, pids, cluster.cluster_id)
+
+
+def sweep_leaked(data_dir: Path, rows: int) -> list[str]:
+    """Sweep the leaked blobs (grace 0) of the shard a run left under
+    ``data_dir``, check it still holds ``rows`` rows, and return what was swept."""
+    config = ClusterConfig(data_dir=str(data_dir))
+    with open_shard(
+        "default", blob=config.blob_uri, consensus=config.consensus_uri, schema=SCHEMA
+    ) as shard:
+        leaked = shard.sweep_leaked_blobs(grace_ms=0)
+        assert shard.snapshot().num_rows == rows  # the sweep took nothing appended
+    return leaked
 
 
 def workers_with_rows(workload: Workload, interval: int, n_workers: int) -> int:

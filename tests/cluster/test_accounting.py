@@ -134,3 +134,116 @@ def test_wire_messages_decode_strictly():
     assert protocol.decode_spec(protocol.encode_spec(spec)) == spec
     with pytest.raises(msgspec.ValidationError, match="groups must be >= 1"):
         protocol.decode_spec(protocol.encode_spec(spec).replace(b'"groups":2', b'"groups":0'))
+
+
+# --- coalesce host: worker -> group generation -> host batch ------------------------
+
+
+def _share(g: int, contributors: dict[int, int], host_generation: int = 0) -> protocol.GroupShare:
+    return protocol.GroupShare(g, 0, contributors, host_generation, segment_parts=1)
+
+
+def _host_batch(delivering: int, contributors: dict[int, int], rows: int | None = None):
+    batch = _batch(sum(contributors.values()) if rows is None else rows)
+    return protocol.SharedBatch(delivering, 0, batch, contributors, 1, 100, segment_parts=2)
+
+
+def _good_host() -> dict[tuple[int, int], protocol.Report]:
+    """Both groups share; w1 finished each group's generation last, and group
+    1 finished last at the host builder, so g1/w1 received the host batch."""
+    return {
+        (0, 0): _report(0, 0, 5, shared=protocol.Contribution(0, 5)),
+        (0, 1): _report(
+            0, 1, 7, shared=protocol.Contribution(0, 7), delivered=_share(0, {0: 5, 1: 7})
+        ),
+        (1, 0): _report(1, 0, 9, shared=protocol.Contribution(0, 9)),
+        (1, 1): _report(
+            1, 1, 0, delivered=_share(1, {0: 9}), received=_host_batch(1, {0: 12, 1: 9})
+        ),
+    }
+
+
+def _check_host(reports):
+    return check(reports, 2, 2, 3, 1, LOWER, UPPER, host=True)
+
+
+def test_host_coalesced_reports_that_add_up_append_one_batch():
+    accepted = _check_host(_good_host())
+    assert accepted.rows == 21 and len(accepted.batches) == 1
+    assert accepted.shared_batches == {1: 1} and accepted.own_batches == 0
+    assert accepted.segment_parts == 1 + 1 + 2  # both groups' workers' parts, the groups' parts
+
+
+def _broken_host(**changes) -> dict:
+    reports = _good_host()
+    for key, report in changes.items():
+        reports[(int(key[1]), int(key[3]))] = report
+    return reports
+
+
+@pytest.mark.parametrize(
+    ("reports", "error"),
+    [
+        (  # group 0's last finisher died before it reported where its generation went
+            _broken_host(g0w1=_report(0, 1, 7, shared=protocol.Contribution(0, 7))),
+            r"group generation \(0, 0\) holds rows of workers \[0, 1\] but no report says it "
+            "reached the host builder",
+        ),
+        (  # the worker that received the host batch died before it reported it
+            _broken_host(g1w1=_report(1, 1, 0, delivered=_share(1, {0: 9}))),
+            r"host batch 0 holds rows of groups \[0, 1\] but nobody received it",
+        ),
+        (
+            _broken_host(
+                g0w1=_report(
+                    0, 1, 7, shared=protocol.Contribution(0, 7), delivered=_share(0, {1: 7})
+                )
+            ),
+            r"group generation \(0, 0\) lists contributors \{1: 7\}",
+        ),
+        (  # a group generation the host batch does not hold
+            _broken_host(
+                g0w1=_report(
+                    0,
+                    1,
+                    7,
+                    shared=protocol.Contribution(0, 7),
+                    delivered=_share(0, {0: 5, 1: 7}, host_generation=1),
+                )
+            ),
+            r"host batch 0 lists contributors \{0: 12, 1: 9\}, the reports \{1: 9\}",
+        ),
+        (
+            _broken_host(
+                g1w1=_report(
+                    1, 1, 0, delivered=_share(1, {0: 9}), received=_host_batch(1, {0: 12, 1: 9}, 20)
+                )
+            ),
+            "host batch 0 holds 20 rows, its contributors 21",
+        ),
+        (  # the host batch reported by two workers
+            _broken_host(
+                g0w0=_report(
+                    0, 0, 5, shared=protocol.Contribution(0, 5), received=_host_batch(0, {0: 1})
+                )
+            ),
+            "host batch 0 was received twice",
+        ),
+        (
+            _broken_host(
+                g1w0=_report(
+                    1, 0, 9, shared=protocol.Contribution(0, 9), delivered=_share(0, {0: 5, 1: 7})
+                )
+            ),
+            "g1/w0 delivered a generation of group 0",
+        ),
+    ],
+)
+def test_host_coalesced_reports_that_do_not_add_up_are_not_appended(reports, error):
+    with pytest.raises(AccountingError, match=error):
+        _check_host(reports)
+
+
+def test_a_group_generation_reported_delivered_without_a_host_builder_is_refused():
+    with pytest.raises(AccountingError, match="g0/w1 reports a group generation passed to a host"):
+        _check(_good_host())

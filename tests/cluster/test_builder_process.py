@@ -176,3 +176,19 @@ def test_best_effort_linger_through_the_builder():
         alone = a.answer()
         assert time.monotonic() - started >= linger_s * 0.9
         assert alone.error is None and alone.shared.contributors == {0: 1}
+
+
+def test_a_sender_that_finishes_and_joins_again_in_one_burst_gets_two_answers():
+    """A group builder under ``coalesce`` host finishes its handle on a batch
+    id and joins it again (a late worker started a second group generation)
+    in quick succession: the builder decides the first finish before it takes
+    the second join, so both handles are answered, neither with an error."""
+    with BuilderHarness(1, mode="best-effort", best_effort_linger_ms=0) as h:
+        worker = h.workers[0]
+        for i in range(50):
+            for key in (i, i + 1000):
+                worker.send((i, 0), EMPTY, last=False)
+                worker.send((i, 0), rows_batch([key], i * 1000), last=True)
+            answers = [worker.answer(), worker.answer()]
+            assert [(a.error, a.generation) for a in answers] == [(None, 0), (None, 1)]
+            assert [a.shared.batch.rows for a in answers] == [1, 1]

@@ -38,6 +38,27 @@ BEST_EFFORT_BATCHES_PER_GROUP_MAX = 1.5
 TEST_LINGER_MS = 500
 
 
+def _main_case(tmp_path, mode: str, groups: int, workload: str, **overrides):
+    """A run of :data:`INTERVALS` intervals of ``workload`` at ``groups``x4,
+    read back exact without a restart; the run and its workload."""
+    run = run_cluster(
+        tmp_path,
+        INTERVALS,
+        groups=groups,
+        workers=4,
+        mode=mode,
+        workload=workload,
+        shared_max_bytes=THRESHOLD,
+        **SHAPES[workload],
+        **overrides,
+    )
+    stats = run.stats
+    assert stats.verified is True, stats.verify_detail
+    assert stats.appends == INTERVALS and stats.restarts == 0 and stats.abandoned_attempts == 0
+    assert stats.cas_per_append == 1.0
+    return run, Workload(workload, **SHAPES[workload])
+
+
 @pytest.mark.parametrize("workload", list(SHAPES))
 @pytest.mark.parametrize("groups", [1, 2], ids=["1x4", "2x4"])
 @pytest.mark.parametrize(
@@ -52,23 +73,10 @@ TEST_LINGER_MS = 500
     ids=lambda v: v,
 )
 def test_shard_equals_the_expected_collection(tmp_path, mode, transport, groups, workload):
-    run = run_cluster(
-        tmp_path,
-        INTERVALS,
-        groups=groups,
-        workers=4,
-        mode=mode,
-        workload=workload,
-        shared_max_bytes=THRESHOLD,
-        transport_inline_max_bytes=TRANSPORTS[transport],
-        **SHAPES[workload],
+    run, spec = _main_case(
+        tmp_path, mode, groups, workload, transport_inline_max_bytes=TRANSPORTS[transport]
     )
-    stats = run.stats
-    assert stats.verified is True, stats.verify_detail
-    assert stats.appends == INTERVALS and stats.restarts == 0 and stats.abandoned_attempts == 0
-    assert stats.cas_per_append == 1.0
     n = groups * 4
-    spec = Workload(workload, **SHAPES[workload])
     shared_records = []
     for record in run.records:
         active = workers_with_rows(spec, record.interval, n)
@@ -97,9 +105,58 @@ def test_shard_equals_the_expected_collection(tmp_path, mode, transport, groups,
         ]
 
 
+@pytest.mark.parametrize("workload", list(SHAPES))
+@pytest.mark.parametrize("groups", [1, 2], ids=["1x4", "2x4"])
 @pytest.mark.parametrize("mode", ["best-effort", "barrier"])
-def test_idle_intervals_write_nothing(tmp_path, mode):
-    run = run_cluster(tmp_path, 3, groups=1, workers=4, mode=mode, rows_per_interval=0)
+def test_host_coalescing_writes_one_part_per_host_and_interval(tmp_path, mode, groups, workload):
+    """``coalesce`` host: the groups' shared rows reach one host builder, so a
+    barrier appends exactly one part per interval whatever the groups, and
+    best-effort never more than off (one per worker with rows); above the
+    threshold the workers still write their own batches."""
+    run, spec = _main_case(
+        tmp_path, mode, groups, workload, coalesce="host", best_effort_linger_ms=TEST_LINGER_MS
+    )
+    assert run.stats.coalesce == "host"
+    host_batches = []
+    for record in run.records:
+        active = workers_with_rows(spec, record.interval, groups * 4)
+        parts = record.data_parts + record.inline_parts
+        if workload == "hydrate" and record.interval == 0:  # above the threshold
+            assert record.own_batches == active and not record.shared_batches
+            assert parts == active
+            continue
+        assert record.own_batches == 0 and parts <= active
+        host_batches.append(sum(record.shared_batches.values()))
+        if mode == "barrier":
+            assert parts == 1 and host_batches[-1] == 1
+    if mode == "best-effort":
+        assert sum(host_batches) / len(host_batches) <= BEST_EFFORT_BATCHES_PER_GROUP_MAX
+
+
+def test_host_coalescing_through_shared_memory_counts_both_hops(tmp_path):
+    """With every part through a segment: each worker's part to its group
+    builder, then each group's rows to the host builder."""
+    run = run_cluster(
+        tmp_path,
+        2,
+        groups=2,
+        workers=4,
+        mode="barrier",
+        coalesce="host",
+        rows_per_interval=200,
+        transport_inline_max_bytes=0,
+    )
+    assert run.stats.verified is True, run.stats.verify_detail
+    assert [r.segment_parts for r in run.records] == [8 + 2, 8 + 2]
+    assert [r.data_parts + r.inline_parts for r in run.records] == [1, 1]
+
+
+@pytest.mark.parametrize("coalesce", ["group", "host"])
+@pytest.mark.parametrize("mode", ["best-effort", "barrier"])
+def test_idle_intervals_write_nothing(tmp_path, mode, coalesce):
+    run = run_cluster(
+        tmp_path, 3, groups=1, workers=4, mode=mode, coalesce=coalesce, rows_per_interval=0
+    )
     assert run.stats.verified is True and run.stats.upper == 3000
     assert run.stats.blob_puts == 0
     assert all(r.data_parts == r.inline_parts == 0 for r in run.records)

@@ -9,11 +9,10 @@ import signal
 import threading
 
 import pytest
-from cluster_helpers import assert_nothing_left, child_pids, run_cluster
+from cluster_helpers import assert_nothing_left, child_pids, run_cluster, sweep_leaked
 
-from shardsink import faults, open_shard
+from shardsink import faults
 from shardsink.cluster import Cluster, ClusterConfig
-from shardsink.workloads import SCHEMA
 
 #: 100 rows per worker: a shared batch is a Parquet part in blob, not inline.
 ROWS = 400
@@ -41,12 +40,7 @@ def test_last_finisher_killed_around_its_finish(tmp_path, monkeypatch, mode, poi
     assert stats.verified is True, stats.verify_detail
     assert stats.restarts == 1 and stats.abandoned_attempts == 1
     assert [(r.interval, r.attempt) for r in run.records] == [(0, 1), (1, 0), (2, 0), (3, 0)]
-    config = ClusterConfig(data_dir=str(tmp_path / "d"))
-    with open_shard(
-        "default", blob=config.blob_uri, consensus=config.consensus_uri, schema=SCHEMA
-    ) as shard:
-        leaked = shard.sweep_leaked_blobs(grace_ms=0)
-        assert shard.snapshot().num_rows == 4 * ROWS  # the sweep took nothing appended
+    leaked = sweep_leaked(tmp_path / "d", 4 * ROWS)
     if point == "worker.last_finisher":
         # the batch handed to the dead finisher was written and never reported
         assert len(leaked) == 1
@@ -54,7 +48,12 @@ def test_last_finisher_killed_around_its_finish(tmp_path, monkeypatch, mode, poi
         assert leaked == []
 
 
-def _kill_between_intervals(tmp_path, kind: str, sig: int = signal.SIGKILL) -> Cluster:
+def _kill_between_intervals(
+    tmp_path, kind: str, sig: int = signal.SIGKILL, name: str | None = None, **overrides
+) -> Cluster:
+    """Run 2 intervals of a 2x2 barrier cluster, send ``sig`` to its first
+    process of ``kind`` (named ``name``, if given), which ``status`` lists,
+    and run 3 more."""
     config = ClusterConfig(
         data_dir=str(tmp_path),
         groups=2,
@@ -63,11 +62,16 @@ def _kill_between_intervals(tmp_path, kind: str, sig: int = signal.SIGKILL) -> C
         rows_per_interval=ROWS,
         interval_timeout_s=3.0,
         start_timeout_s=60.0,
+        **overrides,
     )
     with Cluster(config) as cluster:
         cluster.run(2)
         pids = child_pids(cluster)
-        victim = next(p for p in cluster.processes() if p.kind == kind)
+        victim = next(p for p in cluster.processes() if p.kind == kind and name in (None, p.name))
+        listed = [
+            (p.kind, p.name, p.alive) for p in cluster.status().processes if p.pid == victim.pid
+        ]
+        assert listed == [(kind, victim.name, True)]
         os.kill(victim.pid, sig)
         stats = cluster.run(3)
         pids += child_pids(cluster)
@@ -80,6 +84,13 @@ def _kill_between_intervals(tmp_path, kind: str, sig: int = signal.SIGKILL) -> C
 def test_group_with_a_dead_member_is_restarted_whole(tmp_path, kind):
     stats = _kill_between_intervals(tmp_path, kind)
     assert stats.restarts == 1
+
+
+def test_a_dead_host_builder_is_restarted_with_every_group(tmp_path):
+    """``coalesce`` host: the host builder's channel is numbered per group
+    builder, so the host builder and both groups restart together."""
+    stats = _kill_between_intervals(tmp_path, "builder", name="host", coalesce="host")
+    assert stats.restarts == 2 and stats.coalesce == "host"
 
 
 def test_dead_consensus_process_is_restarted_on_its_store(tmp_path):

@@ -1,0 +1,123 @@
+"""A group builder's channel to the host builder (``coalesce`` host).
+
+With ``coalesce`` host, a group builder does not write its shared batches: it
+is a worker of the host builder. It holds a :class:`~shardsink.shm.PartSender`
+into the host builder's part channel (routing id
+:func:`~shardsink.protocol.worker_identity` of its group index, its own
+shared-memory arena) and a DEALER on the host builder's handoff socket, as a
+worker holds both into its group builder. Per batch id it joins the host
+batch (best-effort: with an empty part as soon as a worker of the group joins,
+so the groups that work at the same time share one host batch), passes each
+finished generation on as parts whose last carries ``last=1`` (an empty one
+for a generation without rows, so the host batch can be handed off), and
+takes the host builder's :class:`~shardsink.protocol.Handoff` for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pyarrow as pa
+import zmq
+
+from .. import faults, protocol
+from ..shm import PartSender
+from ..workloads import SCHEMA
+from .shared_batch import BatchId, Description
+from .worker import EMPTY, parts_of
+
+
+class HostLink:
+    """The host-builder side of group ``spec.group``'s builder (see the module
+    doc). :meth:`connect` before use; :meth:`close` is idempotent."""
+
+    def __init__(self, spec: protocol.ChildSpec, ctx: zmq.Context) -> None:
+        if not spec.host_parts or not spec.host_handoff:
+            raise ValueError("coalesce host needs the host builder's part and handoff sockets")
+        self.spec = spec
+        self.group = spec.group
+        self.identity = protocol.worker_identity(spec.group)
+        self.socket = ctx.socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.IDENTITY, self.identity)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.sender: PartSender | None = None
+        self._descriptions: dict[BatchId, Description] = {}
+        self._open: set[BatchId] = set()
+
+    def connect(self, timeout_s: float) -> None:
+        """Connect both sockets and wait for the host builder's welcome;
+        ``TimeoutError`` after ``timeout_s``."""
+        config = self.spec.config
+        self.socket.connect(self.spec.host_handoff)
+        self.sender = PartSender(
+            self.spec.host_parts,
+            self.spec.cluster_id,
+            inline_max_bytes=config.transport_inline_max_bytes,
+            timeout=config.interval_timeout_s,
+            identity=self.identity,
+        )
+        self.socket.send(protocol.encode(protocol.HandoffHello(self.group)))
+        if not self.socket.poll(int(timeout_s * 1000)):
+            raise TimeoutError(
+                f"the host builder did not welcome group {self.group} within {timeout_s}s"
+            )
+        if not isinstance(protocol.decode_handoff(self.socket.recv()), protocol.Welcome):
+            raise ValueError("the host builder answered the hello with something else")
+
+    def join(self, bid: BatchId, description: Description) -> None:
+        """A worker of the group joined ``bid``: in best-effort, join the host
+        batch unless this group's handle on it is open already."""
+        self._descriptions.setdefault(bid, description)
+        if description.barrier or bid in self._open:
+            return
+        self._open.add(bid)
+        self._send(bid, EMPTY, last=False)
+
+    def forward(self, bid: BatchId, batches: list[pa.RecordBatch]) -> None:
+        """Pass a finished generation of ``bid`` (its rows: ``batches``) to the
+        host builder, finishing this group's handle; its answer comes from
+        :meth:`answers`. Blocks while the arena is full (up to the interval
+        timeout, then ``TransportTimeout``)."""
+        faults.point("builder.before_forward")
+        # one part per PART_BYTES, not one per worker part held
+        table = pa.Table.from_batches(batches, schema=SCHEMA).combine_chunks()
+        *pieces, final = parts_of(table)
+        for piece in pieces:
+            self._send(bid, piece, last=False)
+        self._send(bid, final, last=True)
+        self._open.discard(bid)
+
+    def answers(self) -> list[protocol.Handoff]:
+        """The host builder's answers received so far (without waiting)."""
+        what = f"group {self.group}'s host builder"
+        answers = protocol.queued(self.socket, protocol.decode_handoff, what)
+        return [a for a in answers if isinstance(a, protocol.Handoff)]
+
+    def forget(self, bids: Iterable[BatchId]) -> None:
+        """Drop what is kept of ``bids`` (done or abandoned)."""
+        for bid in bids:
+            self._descriptions.pop(bid, None)
+            self._open.discard(bid)
+
+    def close(self) -> None:
+        if self.sender is not None:
+            self.sender.close()
+            self.sender = None
+        self.socket.close()
+
+    def _send(self, bid: BatchId, batch: pa.RecordBatch, *, last: bool) -> None:
+        assert self.sender is not None
+        d = self._descriptions.get(bid)
+        if d is None:  # its id was swept or abandoned before its last finish was decided
+            raise ValueError(f"batch id {bid} is no longer known to group {self.group}'s link")
+        meta = protocol.Contribute(
+            interval=bid[0],
+            attempt=bid[1],
+            lower=d.lower,
+            upper=d.upper,
+            barrier=int(d.barrier),
+            worker=self.group,
+            rows=batch.num_rows,
+            last=int(last),
+        )
+        self.sender.send(batch, protocol.contribute_meta(meta))

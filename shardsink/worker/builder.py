@@ -35,7 +35,7 @@ import contextlib
 import logging
 import os
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -118,8 +118,10 @@ class GroupBuilder:
     :data:`HELD_PER_SENDER_MAX`) and on its last finish passes them to the
     host builder; the last finisher's answer waits for the host builder's,
     which :meth:`relay` turns into it (with the host batch if this group
-    finished last there). ``host``: this is the host builder, whose workers
-    are the group builders; a finished batch names the group that receives it.
+    finished last there). The group's host handle on an id is finished once
+    every worker of the group is done with it (:meth:`_forward`). ``host``:
+    this is the host builder, whose workers are the group builders; a finished
+    batch names the group that receives it.
     """
 
     def __init__(
@@ -140,7 +142,7 @@ class GroupBuilder:
         self.label = "host" if host else f"group {group}"
         self.upstream = upstream
         self.host = host
-        self._relays: dict[BatchId, deque[_Relay]] = {}
+        self._relays: dict[BatchId, list[_Relay]] = {}
         self.blob = blob
         self.shard = shard
         self.inline_max_bytes = inline_max_bytes
@@ -236,35 +238,31 @@ class GroupBuilder:
         answers = [(r.worker, self._resolve(r)) for r in self.machine.take_resolved()]
         return [(worker, answer) for worker, answer in answers if answer is not None]
 
-    def relay(self, answer: protocol.Handoff) -> tuple[int, protocol.Handoff] | None:
-        """The host builder's ``answer`` to this group's oldest generation
-        passed on for its batch id, as ``(worker, answer)`` for that
-        generation's last finisher; ``None`` for an answer nobody waits for
-        (its attempt was abandoned). A group's generations of one batch id
-        are answered in the order they were passed on, and any two of them
-        that wait at once are in the same host generation, so the order
-        cannot give one the other's host batch."""
+    def relay(self, answer: protocol.Handoff) -> list[tuple[int, protocol.Handoff]]:
+        """The host builder's ``answer`` to this group's finish of a batch id,
+        as ``(worker, answer)`` for the last finisher of each generation the
+        group passed on for it: each learns the host generation its rows went
+        into, and the last generation's gets the host batch if this group
+        finished last at the host builder. Empty for an answer nobody waits
+        for (its attempt was abandoned)."""
         bid = (answer.interval, answer.attempt)
-        waiting = self._relays.get(bid)
+        waiting = self._relays.pop(bid, None)
         if not waiting:
             log.info("%s: the host builder answered %s; nobody waits for it", self.label, bid)
-            return None
-        r = waiting.popleft()
-        if not waiting:
-            del self._relays[bid]
+            return []
         if answer.shared is not None:
             faults.point("builder.host_last")
-        share = protocol.GroupShare(
-            self.group, r.generation, r.contributors, answer.generation, r.segment_parts
-        )
-        return r.worker, protocol.Handoff(
-            answer.interval,
-            answer.attempt,
-            r.generation,
-            shared=answer.shared,
-            error=answer.error,
-            share=share,
-        )
+        out = []
+        for i, r in enumerate(waiting):
+            share = protocol.GroupShare(
+                self.group, r.generation, r.contributors, answer.generation, r.segment_parts
+            )
+            shared = answer.shared if i == len(waiting) - 1 else None
+            handoff = protocol.Handoff(
+                answer.interval, answer.attempt, r.generation, shared, answer.error, share
+            )
+            out.append((r.worker, handoff))
+        return out
 
     def _resolve(self, r: Resolved) -> protocol.Handoff | None:
         interval, attempt = r.bid
@@ -388,20 +386,24 @@ class GroupBuilder:
             self._orphan([orphaned])
 
     def _forward(self, bid: BatchId, worker: int, decision: Last) -> None:
-        """Pass a finished generation to the host builder; ``worker``'s answer
-        waits for the host's (:meth:`relay`)."""
+        """Pass a finished generation to the host builder, finishing the
+        group's host handle once every worker of the group is done with
+        ``bid``: all the group's rows of an interval go into one host batch,
+        and a worker late for one generation of its group does not make a
+        second host batch (the append waits for its report anyway).
+        ``worker``'s answer waits for the host's (:meth:`relay`)."""
         gen = self._generations.pop((bid, decision.generation), None)
         assert self.upstream is not None
         rows = [] if gen is None else [*gen.copied, *(p.batch for p in gen.held)]
         try:
-            self.upstream.forward(bid, rows)
+            self.upstream.forward(bid, rows, finish=self.machine.settled(bid))
         finally:
             if gen is not None:
                 self._ack(*gen.held)  # the sender copied them into its arena or message
         relay = _Relay(
             worker, decision.generation, decision.contributors, gen.segment_parts if gen else 0
         )
-        self._relays.setdefault(bid, deque()).append(relay)
+        self._relays.setdefault(bid, []).append(relay)
 
     def _complete(
         self, bid: BatchId, group: int, decision: Last, taken: float | None
@@ -588,7 +590,7 @@ def _loop(
         stop = _handle_coordinator(group, coord)
         answers = group.resolved()
         if upstream is not None:
-            answers += [a for h in upstream.answers() if (a := group.relay(h)) is not None]
+            answers += [a for h in upstream.answers() for a in group.relay(h)]
         for worker, answer in answers:
             _send(handoff, group, worker, answer)
         if stop:

@@ -8,9 +8,10 @@ shared-memory arena) and a DEALER on the host builder's handoff socket, as a
 worker holds both into its group builder. Per batch id it joins the host
 batch (best-effort: with an empty part as soon as a worker of the group joins,
 so the groups that work at the same time share one host batch), passes each
-finished generation on as parts whose last carries ``last=1`` (an empty one
-for a generation without rows, so the host batch can be handed off), and
-takes the host builder's :class:`~shardsink.protocol.Handoff` for it.
+finished generation on as parts, the group's last generation of the id with
+``last=1`` on its last part (an empty one if it has no rows, so the host
+batch can be handed off), and takes the host builder's
+:class:`~shardsink.protocol.Handoff` to that finish.
 """
 
 from __future__ import annotations
@@ -73,19 +74,23 @@ class HostLink:
         self._open.add(bid)
         self._send(bid, EMPTY, last=False)
 
-    def forward(self, bid: BatchId, batches: list[pa.RecordBatch]) -> None:
+    def forward(self, bid: BatchId, batches: list[pa.RecordBatch], *, finish: bool) -> None:
         """Pass a finished generation of ``bid`` (its rows: ``batches``) to the
-        host builder, finishing this group's handle; its answer comes from
-        :meth:`answers`. Blocks while the arena is full (up to the interval
-        timeout, then ``TransportTimeout``)."""
+        host builder; with ``finish`` (the group is done with ``bid``) finish
+        this group's handle, whose answer comes from :meth:`answers`. Blocks
+        while the arena is full (up to the interval timeout, then
+        ``TransportTimeout``)."""
         faults.point("builder.before_forward")
         # one part per PART_BYTES, not one per worker part held
         table = pa.Table.from_batches(batches, schema=SCHEMA).combine_chunks()
+        if not finish and not table.num_rows:
+            return
         *pieces, final = parts_of(table)
         for piece in pieces:
             self._send(bid, piece, last=False)
-        self._send(bid, final, last=True)
-        self._open.discard(bid)
+        self._send(bid, final, last=finish)
+        if finish:
+            self._open.discard(bid)
 
     def answers(self) -> list[protocol.Handoff]:
         """The host builder's answers received so far (without waiting)."""

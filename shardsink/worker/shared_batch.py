@@ -259,6 +259,18 @@ class SharedBatches:
             self._release_deferred(bid, gen)
         return [Orphaned(bid, g.number) for g in entry.generations if not g.closed]
 
+    def settled(self, bid: BatchId) -> bool:
+        """Whether every one of the ``n_workers`` finished a handle on ``bid``
+        and none is open or deferred: no generation of it can start or take
+        rows any more (a worker joins an id once, so its finish is final)."""
+        entry = self._entries.get(bid)
+        if entry is None:
+            return False
+        finished = set().union(*(g.finished for g in entry.generations))
+        return len(finished) == self.n_workers and not any(
+            g.open or g.deferred is not None for g in entry.generations
+        )
+
     def sweep(self, keep: Callable[[BatchId], bool]) -> list[BatchId]:
         """Forget every id for which ``keep`` is false, whose generations were
         all handed off or orphaned and hold no open handle; return them. An id with a generation

@@ -400,3 +400,27 @@ def test_every_generation_is_received_once_or_orphaned_once(n, barrier, linger, 
             assert outcome[0].contributors == pushed.get(gen, {})
         else:
             assert gen in dropped
+
+
+def test_an_id_is_settled_once_every_worker_finished_whatever_the_generations():
+    """``coalesce`` host finishes a group's host handle when its id settles:
+    a late worker's second generation keeps it open, a deferred finish too."""
+    m = SharedBatches(3, linger_s=0.01)
+    assert not m.settled(BID)  # unknown
+    for w in (0, 1):
+        m.join(BID, BEST_EFFORT, w)
+    assert m.finish(BID, 0, now=0.0) == NotLast(0)
+    assert m.finish(BID, 1, now=0.0) == Deferred(0)  # worker 2 has not joined
+    assert not m.settled(BID)
+    m.expire(1.0)
+    assert [r.decision for r in m.take_resolved()] == [Last(0, {})]
+    assert not m.settled(BID)  # worker 2 still to come
+    assert m.join(BID, BEST_EFFORT, 2) == 1
+    assert not m.settled(BID)
+    assert m.finish(BID, 2, now=1.0) == Last(1, {})
+    assert m.settled(BID)
+    b = (1, 0)
+    for w in range(3):
+        m.join(b, BARRIER, w)
+    assert [m.finish(b, w) for w in range(3)][-1] == Last(0, {})
+    assert m.settled(b)

@@ -163,17 +163,21 @@ def test_idle_intervals_write_nothing(tmp_path, mode, coalesce):
     assert not list((tmp_path / "blob").rglob("*.parquet"))
 
 
-def test_a_worker_sharing_more_than_its_arena_holds_gets_its_space_back(tmp_path):
+@pytest.mark.parametrize("coalesce", ["group", "host"])
+def test_a_worker_sharing_more_than_its_arena_holds_gets_its_space_back(tmp_path, coalesce):
     """90 MB from one worker through the shared batch: its parts stay in its
     64 MiB arena until acknowledged, so the builder writes a part every
     HELD_PER_SENDER_MAX instead of waiting for blob_target_bytes (128 MiB);
-    it used to leave the worker waiting until the group was restarted."""
+    it used to leave the worker waiting until the group was restarted. With
+    ``coalesce`` host the group builder copies them out of the arena every
+    HELD_PER_SENDER_MAX instead, and the host builder writes the parts."""
     run = run_cluster(
         tmp_path,
         1,
         groups=1,
         workers=1,
         mode="barrier",
+        coalesce=coalesce,
         workload="hydrate",
         rows_per_interval=100,
         snapshot_rows=1_500_000,

@@ -51,6 +51,10 @@ def register(commands, bench) -> None:
     chaos.add_argument("--workers", type=int, metavar="W", help=f"per group (default {d.workers})")
     chaos.add_argument("--mode", help=f"off | best-effort | barrier (default {d.mode})")
     chaos.add_argument(
+        "--coalesce",
+        help=f"group | host: the cluster's --coalesce (default {d.coalesce})",
+    )
+    chaos.add_argument(
         "--rows-per-interval", type=int, metavar="R", help=f"default {d.rows_per_interval}"
     )
     chaos.add_argument(

@@ -60,6 +60,7 @@ def final_checks(
         duration_s=config.duration_s,
         shape=f"{config.groups}x{config.workers}",
         mode=config.mode,
+        coalesce=config.coalesce,
         faults=config.faults,
         data_dir=str(run.work),
         scheduled=dict(Counter(e.kind for e in events)),

@@ -7,7 +7,7 @@ import msgspec
 
 from .._bounds import at_least, positive
 from .._http import parse_listen
-from ..config import MODES, ClusterConfig, Mode
+from ..config import COALESCES, MODES, ClusterConfig, Coalesce, Mode
 from ..workloads import Workload
 from .schedule import FAULT_KINDS, injectable
 
@@ -37,7 +37,9 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     that has not reported within ``interval_timeout_s`` is restarted; no
     append for ``stall_s`` seconds is a violation (the cluster is stuck).
     ``dashboard``: serve the cluster's live dashboard, faults shown as they
-    are injected, at ``HOST:PORT`` (loopback; port 0: a free one)."""
+    are injected, at ``HOST:PORT`` (loopback; port 0: a free one).
+    ``coalesce``: the cluster's ``coalesce`` (``host``: its host builder is
+    among the builders the faults hit)."""
 
     duration_s: float = 60.0
     seed: int = 0
@@ -47,6 +49,7 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     groups: int = 2
     workers: int = 3
     mode: Mode = "barrier"
+    coalesce: Coalesce = "group"
     rows_per_interval: int = 200
     faults: tuple[str, ...] = FAULT_KINDS
     mean_gap_s: float = 3.0
@@ -67,6 +70,10 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
         positive(self, "duration_s")
         if self.mode not in MODES:
             raise ValueError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}")
+        if self.coalesce not in COALESCES:
+            raise ValueError(
+                f"unknown coalesce {self.coalesce!r}; choose one of {', '.join(COALESCES)}"
+            )
         injectable(self.faults, self.mode)
         at_least(self, 1, "groups", "workers", "rows_per_interval")
         at_least(self, 0, "readers")
@@ -115,6 +122,7 @@ class ChaosReport(msgspec.Struct, kw_only=True):
     mode: str
     faults: tuple[str, ...]
     data_dir: str
+    coalesce: str = "group"
     scheduled: dict[str, int]
     injected: dict[str, int]
     released: dict[str, int]

@@ -252,6 +252,8 @@ def _start_coordinator(run: RunContext, env: dict[str, str]) -> None:
         str(config.workers),
         "--mode",
         config.mode,
+        "--coalesce",
+        config.coalesce,
         "--workload",
         "churn",
         "--rows-per-interval",

@@ -76,6 +76,24 @@ def test_a_short_run_with_every_fault_kind_loses_nothing(tmp_path) -> None:
     assert len(report.scheduled) >= 6  # 25 s at one fault a second: most kinds
 
 
+def test_a_short_run_coalescing_per_host_loses_nothing(tmp_path) -> None:
+    """``coalesce`` host: the host builder is among the builders killed and
+    paused, and a failure anywhere restarts it with every group."""
+    config = ChaosConfig(
+        duration_s=20,
+        seed=8,
+        data_dir=str(tmp_path / "run"),
+        groups=2,
+        workers=2,
+        mode="best-effort",
+        coalesce="host",
+        mean_gap_s=1.0,
+    )
+    report = run_chaos(config)
+    _assert_clean(config, report)
+    assert report.coalesce == "host"
+
+
 def test_the_command_line_runs_best_effort_and_prints_json(tmp_path) -> None:
     argv = [sys.executable, "-m", "shardsink.cli", "chaos", "--duration", "20", "--seed", "4"]
     argv += ["--groups", "1", "--workers", "3", "--mode", "best-effort", "--mean-gap", "1"]

@@ -58,7 +58,9 @@ class Status(msgspec.Struct, tag="status", frozen=True, forbid_unknown_fields=Tr
     per-append figures (and the totals ``data_parts``, ``blob_puts``) over
     every append of the run. ``metrics`` and ``dashboard`` are the URLs of its
     Prometheus metrics and its live dashboard (``None`` without
-    ``--metrics-port``, ``--dashboard``)."""
+    ``--metrics-port``, ``--dashboard``). ``coalesce``: the cluster's
+    ``--coalesce`` (with ``host`` in a sharing mode, ``processes`` lists the
+    host builder, kind ``builder``, name ``host``)."""
 
     cluster_id: str
     coordinator_pid: int

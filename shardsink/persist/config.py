@@ -16,10 +16,11 @@ COMPACT_INTERVAL_S = 0.1
 #: How many batches a pass of the spine's merges must remove before a
 #: consensus server starts one (see ``spine.pass_due``): about one blob part
 #: per this many small batches, and at most this many batches above the
-#: spine's bound. An append is one batch; 16 keeps a 4x8 best-effort
-#: cluster near 0.06 compaction PUTs per append and under 64 batches, where
-#: 24 peaked at 55 in a 4,000-interval soak.
-COMPACT_SLACK = 16
+#: spine's bound. An append is one batch. Passes wait for the slack in each
+#: lane (the 64 MiB lane's carry, then the 4 MiB lane beside it), so a
+#: 20,000-interval 4x8 soak on a loaded machine peaked at 68 batches with 16;
+#: 8 keeps it near 0.11 compaction PUTs per append.
+COMPACT_SLACK = 8
 #: The encoded bytes at which a consensus server's compaction cuts an output
 #: part (at most ``blob_target_bytes``). A merge holds its output part's
 #: encoding until it is stored, so this bounds a pass's memory: a

@@ -108,7 +108,8 @@ def register(commands, bench) -> None:
         choices=sorted(cluster.MATRICES),
         help="default: the whole matrix (the default); quick: the cut-down one; trickle: its "
         "trickle section; scale: rows/s, parts per append and latency as workers and groups "
-        "grow; auto: small writes and hydration with --shared-max-bytes auto",
+        "grow; auto: small writes and hydration with --shared-max-bytes auto; latency: the p50 "
+        "sharing adds to off's at 1x8 and 4x8",
     )
     parser.set_defaults(func=_run)
 

@@ -82,7 +82,7 @@ class BenchClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unkno
     sets itself (``ValueError`` naming such a key)."""
 
     out: str | None = None
-    matrix: Literal["default", "quick", "trickle", "scale", "auto"] = "default"
+    matrix: Literal["default", "quick", "trickle", "scale", "auto", "latency"] = "default"
     cluster: ClusterConfig = msgspec.field(default_factory=ClusterConfig)
 
 
@@ -323,12 +323,31 @@ def _scale() -> list[RunSpec]:
     )
 
 
+#: What sharing may add to ``off``'s p50 append latency, by ``(groups,
+#: workers)`` at 128 rows per interval (issue 17's bound).
+LATENCY_BOUNDS_MS = {(1, 8): 2.0, (4, 8): 5.0}
+LATENCY_INTERVALS = 200
+LATENCY_REPEATS = 3
+
+
+def _latency() -> list[RunSpec]:
+    """Every variant at 1x8 and 4x8 with 128 rows per interval,
+    :data:`LATENCY_REPEATS` times interleaved, for the p50 each adds to off's."""
+    return [
+        _trickle("latency", mode, g, w, 128, LATENCY_INTERVALS, coalesce=coalesce, repeat=repeat)
+        for repeat in range(LATENCY_REPEATS)
+        for g, w in LATENCY_BOUNDS_MS
+        for mode, coalesce in VARIANTS
+    ]
+
+
 MATRICES: dict[str, Callable[[], list[RunSpec]]] = {
     "default": _default,
     "quick": _quick,
     "trickle": _trickle_only,
     "scale": _scale,
     "auto": _auto,
+    "latency": _latency,
 }
 
 
@@ -478,6 +497,7 @@ def checks(rows: list[dict]) -> list[tuple[str, bool | None, str]]:
         if host:
             p = parts(host[0])
             out.append((claim, p <= most + 1e-9, f"{p:.3f}"))
+    out += _latency_checks(find)
     hyd_off = [r["wall_s"] for r in find(section="hydrate", mode="off")]
     for threshold, most in ((MIB, 1.10), (AUTO, 1.0)):
         walls = [
@@ -499,6 +519,30 @@ def checks(rows: list[dict]) -> list[tuple[str, bool | None, str]]:
             f"{sum(bool(r.get('verified')) for r in rows)}/{len(rows)}",
         )
     )
+    return out
+
+
+def _latency_checks(find: Callable[..., list[dict]]) -> list[tuple[str, bool | None, str]]:
+    """Per shape of :data:`LATENCY_BOUNDS_MS`: the median p50 each sharing
+    variant adds to off's median p50 (section ``latency``), within the bound."""
+    out: list[tuple[str, bool | None, str]] = []
+    for (g, w), most in LATENCY_BOUNDS_MS.items():
+        shape = {"section": "latency", "groups": g, "workers": w}
+        off = [r["append_latency_ms_p50"] for r in find(mode="off", **shape)]
+        for mode, coalesce in VARIANTS[1:]:
+            rows = find(mode=mode, coalesce=coalesce, **shape)
+            if not off or not rows:
+                continue
+            added = statistics.median(r["append_latency_ms_p50"] for r in rows)
+            added -= statistics.median(off)
+            name = scale.variant(rows[0])
+            out.append(
+                (
+                    f"{g}x{w} R=128: {name} adds <= {most:g} ms to off's p50 append latency",
+                    added <= most,
+                    f"{added:+.1f} ms (medians of {len(rows)} and {len(off)} runs)",
+                )
+            )
     return out
 
 

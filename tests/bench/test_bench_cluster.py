@@ -7,6 +7,8 @@ import json
 import pytest
 
 from shardsink.bench.cluster import (
+    LATENCY_BOUNDS_MS,
+    LATENCY_REPEATS,
     VARIANTS,
     RunSpec,
     checks,
@@ -264,3 +266,39 @@ def test_checks_hold_auto_to_its_promises() -> None:
     claims = {claim: passed for claim, passed, _ in checks(rows)}
     assert claims["best-effort auto 1x8, 1000-row writes: <= 1.05 parts per append"] is False
     assert claims["hydrate: auto threshold wall time <= 1.00x off (medians, interleaved)"] is True
+
+
+def test_the_latency_matrix_interleaves_every_variant_and_checks_what_sharing_adds() -> None:
+    specs = matrix("latency")
+    shapes = {(s.groups, s.workers) for s in specs}
+    assert shapes == set(LATENCY_BOUNDS_MS) and {s.rows_per_interval for s in specs} == {128}
+    assert len(specs) == len(shapes) * len(VARIANTS) * LATENCY_REPEATS
+    assert [s.repeat for s in specs] == sorted(s.repeat for s in specs)  # interleaved
+
+    def row(mode: str, p50: float, repeat: int, groups: int = 4) -> dict:
+        return {
+            "section": "latency",
+            "mode": mode,
+            "coalesce": "group",
+            "workload": "trickle",
+            "groups": groups,
+            "workers": 8,
+            "repeat": repeat,
+            "append_latency_ms_p50": p50,
+            "data_parts_per_append": 0.0,
+            "inline_parts_per_append": float(groups),
+            "verified": True,
+        }
+
+    rows = [row("off", p50, i) for i, p50 in enumerate((20.0, 30.0, 21.0))]
+    rows += [row("best-effort", p50, i) for i, p50 in enumerate((24.0, 40.0, 25.0))]
+    rows += [row("barrier", 27.0, i) for i in range(3)]
+    rows += [row("off", 10.0, 0, groups=1), row("best-effort", 13.0, 0, groups=1)]
+    claims = {claim: (ok, figures) for claim, ok, figures in checks(rows)}
+    # medians: 25 against 21 at 4x8 (+4, within 5); 27 (+6) is not
+    assert claims["4x8 R=128: best-effort adds <= 5 ms to off's p50 append latency"] == (
+        True,
+        "+4.0 ms (medians of 3 and 3 runs)",
+    )
+    assert claims["4x8 R=128: barrier adds <= 5 ms to off's p50 append latency"][0] is False
+    assert claims["1x8 R=128: best-effort adds <= 2 ms to off's p50 append latency"][0] is False

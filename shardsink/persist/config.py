@@ -9,9 +9,9 @@ from .._bounds import at_least, positive
 MIB = 1 << 20
 
 #: How often a consensus server's maintenance looks for the spine's merges. A look that finds none
-#: costs one state refresh; a cluster appending as fast as it can adds a few
-#: batches per append, so looking often keeps each merge small and the
-#: batches in state near the bound.
+#: costs one state refresh; a cluster appending as fast as it can adds tens
+#: of batches a second (one per append), so looking often keeps each merge
+#: small and the batches in state near the bound.
 COMPACT_INTERVAL_S = 0.1
 #: How many batches a pass of the spine's merges must remove before a
 #: consensus server starts one (see ``spine.pass_due``): about one blob part

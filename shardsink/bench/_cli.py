@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def register(commands, bench) -> None:
-    from ..config import MODES, add_config_option
+    from ..config import COALESCES, MODES, add_config_option
     from . import appends, cluster, consensus, read, soak, startup
 
     consensus.register(bench)
@@ -77,6 +77,7 @@ def register(commands, bench) -> None:
             flag, type=int, default=default, metavar=metavar, help="default %(default)s"
         )
     soaks.add_argument("--mode", choices=MODES, default="best-effort", help="default best-effort")
+    soaks.add_argument("--coalesce", choices=COALESCES, default="group", help="default group")
 
     parser = bench.add_parser(
         "cluster",
@@ -144,12 +145,14 @@ def _soak(args: argparse.Namespace) -> int:
         groups=args.groups,
         workers=args.workers,
         mode=args.mode,
+        coalesce=args.coalesce,
         rows_per_interval=args.rows_per_interval,
         intervals=args.intervals,
     )
     result = run(config, args.out, args.block)
     table = Table(
         title=f"soak: {args.intervals} intervals, {args.groups}x{args.workers} {args.mode}"
+        + (" (coalesce host)" if args.coalesce == "host" else "")
     )
     for column in ("check", "value", "bound", "ok"):
         table.add_column(column)

@@ -100,7 +100,7 @@ def bench_config(fields: dict, source: str) -> BenchClusterConfig:
     return build(BenchClusterConfig, fields, source=source)
 
 
-SECTIONS = ("small-writes", "trickle", "compaction", "peer", "hydrate", *scale.SECTIONS)
+SECTIONS = ("small-writes", "trickle", "latency", "compaction", "peer", "hydrate", *scale.SECTIONS)
 
 if TYPE_CHECKING:
     from ..cluster.cluster import Cluster

@@ -9,6 +9,8 @@ import pytest
 from shardsink.bench.cluster import (
     LATENCY_BOUNDS_MS,
     LATENCY_REPEATS,
+    MATRICES,
+    SECTIONS,
     VARIANTS,
     RunSpec,
     checks,
@@ -274,6 +276,8 @@ def test_the_latency_matrix_interleaves_every_variant_and_checks_what_sharing_ad
     assert shapes == set(LATENCY_BOUNDS_MS) and {s.rows_per_interval for s in specs} == {128}
     assert len(specs) == len(shapes) * len(VARIANTS) * LATENCY_REPEATS
     assert [s.repeat for s in specs] == sorted(s.repeat for s in specs)  # interleaved
+    # the report orders its sections by SECTIONS: every matrix's must be there
+    assert {s.section for name in MATRICES for s in matrix(name)} <= set(SECTIONS)
 
     def row(mode: str, p50: float, repeat: int, groups: int = 4) -> dict:
         return {

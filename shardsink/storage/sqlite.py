@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -37,6 +38,8 @@ from .errors import DeterminateError, IndeterminateError, StorageError
 from .uri import bad_uri
 
 T = TypeVar("T")
+#: The pause between tries to prepare a file another process holds locked.
+OPEN_RETRY_S = 0.01
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS consensus (
@@ -107,7 +110,7 @@ class SqliteConsensus:
 
     def _fail(self, kind: type[StorageError], what: str, exc: sqlite3.Error) -> StorageError:
         detail = str(exc)
-        if getattr(exc, "sqlite_errorname", "").startswith("SQLITE_BUSY"):
+        if _busy(exc):
             detail += (
                 f" (another connection held the write lock for the whole "
                 f"{self.busy_timeout:g}s busy timeout)"
@@ -138,22 +141,32 @@ class SqliteConsensus:
             )
         except sqlite3.Error as exc:
             raise self._fail(DeterminateError, "open", exc) from exc
-        try:
-            (mode,) = conn.execute("PRAGMA journal_mode=WAL").fetchone()
-            if mode.lower() != "wal":
-                raise DeterminateError(
-                    f"sqlite consensus {self.path}: cannot enable WAL mode (got {mode!r}); "
-                    "is the file on a filesystem without shared memory support?"
-                )
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute(_SCHEMA)
-        except sqlite3.Error as exc:
-            conn.close()
-            raise self._fail(DeterminateError, "open", exc) from exc
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+        # Switching a new file to WAL takes an exclusive lock without SQLite's
+        # busy handler: two processes opening it at once had one fail at once.
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                self._prepare(conn)
+                return conn
+            except sqlite3.Error as exc:
+                if _busy(exc) and time.monotonic() < deadline:
+                    time.sleep(OPEN_RETRY_S)
+                    continue
+                conn.close()
+                raise self._fail(DeterminateError, "open", exc) from exc
+            except BaseException:
+                conn.close()
+                raise
+
+    def _prepare(self, conn: sqlite3.Connection) -> None:
+        (mode,) = conn.execute("PRAGMA journal_mode=WAL").fetchone()
+        if mode.lower() != "wal":
+            raise DeterminateError(
+                f"sqlite consensus {self.path}: cannot enable WAL mode (got {mode!r}); "
+                "is the file on a filesystem without shared memory support?"
+            )
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute(_SCHEMA)
 
     def _connection(self) -> sqlite3.Connection:
         if self._closed:
@@ -267,3 +280,7 @@ class SqliteConsensus:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+
+def _busy(exc: sqlite3.Error) -> bool:
+    return getattr(exc, "sqlite_errorname", "").startswith("SQLITE_BUSY")

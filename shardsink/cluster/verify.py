@@ -6,6 +6,7 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .._allocator import release_freed_pages
 from ..persist.shard import Shard
 from ..workloads import Workload
 
@@ -35,7 +36,7 @@ def verify(shard: Shard, workload: Workload) -> Verification:
     detail = "" if ok else difference(actual, expected)
     verification = Verification(ok, intervals, actual.num_rows, expected.num_rows, detail)
     del actual, expected
-    pa.default_memory_pool().release_unused()  # a big read-back must not stay resident
+    release_freed_pages()  # a big read-back must not stay resident
     return verification
 
 

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from .._allocator import release_freed_pages
 from ..storage.contracts import Blob
 from . import parts as P
 from .diff import StateDiff, decode_version
@@ -89,13 +90,6 @@ def windows(
         del table
         release_freed_pages()
         yield window, cut
-
-
-def release_freed_pages() -> None:
-    """Hand the pages Arrow freed back to the OS. pyarrow's default pool
-    (mimalloc) keeps them for reuse, so each window's group-by scratch would
-    stay resident and the stream's peak RSS grow well past what it holds."""
-    pa.default_memory_pool().release_unused()
 
 
 def key_windows(

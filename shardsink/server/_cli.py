@@ -192,11 +192,13 @@ def _serve_command(args: argparse.Namespace) -> int:
 def _serve(config) -> int:
     from setproctitle import setproctitle
 
+    from .._allocator import lean_allocators
     from ..storage import open_blob, open_consensus
     from .metrics import ServerMetrics
     from .server import ConsensusServer
 
     setproctitle("shardsink consensus")
+    lean_allocators()  # it runs for days and merges in bursts
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

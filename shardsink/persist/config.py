@@ -26,10 +26,12 @@ COMPACT_SLACK = 8
 #: encoding until it is stored, so this bounds a pass's memory: a
 #: 20,000-interval soak's consensus process peaked at 393 MiB in its largest
 #: merge's block with parts cut at 128 MiB of Arrow data, against 132 MiB
-#: early on. Merging 4M rows in 32Ki-row windows (``compaction.WINDOW_ROWS``)
-#: peaks 52-59 MiB above the process's size into 8 MiB parts; 128Ki-row
-#: windows took 104 MiB into 8 MiB parts and 151 MiB into 16 MiB ones.
-COMPACT_PART_BYTES = 8 * 1024 * 1024
+#: early on. Merging 2M rows in 32Ki-row windows (``compaction.WINDOW_ROWS``)
+#: with the consensus server's allocators (``shardsink._allocator``) peaks
+#: 32 MiB above the process's size into 8 MiB parts and 22-25 MiB into 4 MiB
+#: ones, which is also the small merge lane's cap: a full-size merge then holds
+#: about what the early, small ones do.
+COMPACT_PART_BYTES = 4 * 1024 * 1024
 
 
 class ShardConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

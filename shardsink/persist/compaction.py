@@ -9,14 +9,12 @@ snapshot at a readable time (``as_of >= since``) is unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from functools import partial
 
 import msgspec
 import pyarrow as pa
 
 from .. import faults
-from .._allocator import release_freed_pages
 from ..storage.contracts import Blob
 from . import parts as P
 from . import read, spine
@@ -73,8 +71,7 @@ def compact(
 ) -> CompactionReport:
     """Compact every run :func:`plan` finds in the latest state."""
     state = machine.state(refresh=True)
-    runs = plan(state, target_bytes)
-    return drain(_apply(machine, blob, schema, state, runs, target_bytes, stats))
+    return _apply(machine, blob, schema, state, plan(state, target_bytes), target_bytes, stats)
 
 
 def compact_spine(
@@ -98,32 +95,8 @@ def merge_runs(
 ) -> CompactionReport:
     """Merge each run of batches of ``state`` into one batch, one compaction
     each; the shard's schema comes from ``state``."""
-    return drain(merge_steps(machine, blob, state, runs, target_bytes, stats))
-
-
-def merge_steps(
-    machine: ShardMachine,
-    blob: Blob,
-    state: ShardState,
-    runs: list[list[Batch]],
-    target_bytes: int,
-    stats: ShardStats,
-) -> Generator[None, None, CompactionReport]:
-    """:func:`merge_runs` a window at a time: the generator yields after
-    each merged window and returns the report, so one thread can interleave
-    several passes (the consensus server's merge lanes). Closing it before
-    it ends deletes what the unfinished merge wrote and commits nothing."""
     schema = P.schema_from_bytes(state.schema)
     return _apply(machine, blob, schema, state, runs, target_bytes, stats)
-
-
-def drain(steps: Generator[None, None, CompactionReport]) -> CompactionReport:
-    """Run ``steps`` (see :func:`merge_steps`) to its end; its report."""
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            return done.value
 
 
 def _apply(
@@ -134,11 +107,11 @@ def _apply(
     runs: list[list[Batch]],
     target_bytes: int,
     stats: ShardStats,
-) -> Generator[None, None, CompactionReport]:
+) -> CompactionReport:
     """Merge each run of ``state`` and replace it through ``ApplyCompaction``."""
     report = CompactionReport()
     for run in runs:
-        output = yield from _merge(machine.shard, blob, schema, state, run, target_bytes, stats)
+        output = _merge(machine.shard, blob, schema, state, run, target_bytes, stats)
         result = None
         if output is not None:
             faults.point("compaction.after_write")
@@ -165,12 +138,11 @@ def _merge(
     run: list[Batch],
     target_bytes: int,
     stats: ShardStats,
-) -> Generator[None, None, Batch | None]:
+) -> Batch | None:
     """The merged batch of ``run``, or ``None`` if an input part is gone
-    (what it wrote is deleted), yielding after each window. Streams by key
-    range (:func:`~.read.key_windows`) into parts cut at ``target_bytes`` of
-    Parquet (:class:`~.batches.SortedBatchBuilder`), so memory holds a window
-    and one output part's encoding, not the run."""
+    (what it wrote is deleted). Streams by key range (:func:`~.read.key_windows`)
+    into parts cut at ``target_bytes`` of Parquet (:class:`~.batches.SortedBatchBuilder`),
+    so memory holds a window and one output part's encoding, not the run."""
     builder = SortedBatchBuilder(
         blob,
         shard,
@@ -192,12 +164,11 @@ def _merge(
             for batch in P.consolidate(P.forward(table, state.since)).to_batches():
                 builder.add(batch)
             del table
-            release_freed_pages()
-            yield
+            read.release_freed_pages()
     except read.Missing:
         builder.abort()
         return None
-    except BaseException:  # closed unfinished (GeneratorExit) included
+    except BaseException:
         builder.abort()
         raise
     return builder.finish()

@@ -22,17 +22,17 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import msgspec
+import pyarrow as pa
 import zmq
 
 from .. import faults
-from .._allocator import release_freed_pages
 from ..persist import spine
 from ..persist.commands import Command, Result, Retain
-from ..persist.compaction import CompactionReport, merge_steps
+from ..persist.compaction import CompactionReport, merge_runs
 from ..persist.config import (
     COMPACT_INTERVAL_S,
     COMPACT_PART_BYTES,
@@ -46,7 +46,6 @@ from ..persist.machine import LocalMachine, wall_clock_ms
 from ..persist.state import Batch, ShardState
 from ..persist.stats import ShardStats
 from ..storage.contracts import Blob, Consensus
-from .merger import Merger
 from .rpc import RpcServer
 from .wire import (
     ENCODER,
@@ -85,11 +84,11 @@ MAX_REQUEST_BYTES = 64 << 20
 #: Most versions one :class:`ScanVersions` answer carries (diffs are kilobytes).
 MAX_SCAN_VERSIONS = 1000
 #: The most encoded bytes a pass merges in each of the spine's lanes (see
-#: ``spine.next_pass``), whose passes interleave on one thread (:mod:`.merger`).
-#: A pass that took in a large old batch ran for seconds in a 20,000-interval
-#: soak while appends added hundreds of small batches; a 4 MiB lane takes well
-#: under a second on a busy machine, and a 64 MiB one keeps the 4 MiB outputs
-#: of the appends during a long merge within the spine's rule.
+#: ``spine.next_pass``), one thread each. A pass that took in a large old
+#: batch ran for seconds in a 20,000-interval soak while appends added
+#: hundreds of small batches; a 4 MiB lane takes well under a second on a busy
+#: machine, and a 64 MiB one keeps the 4 MiB outputs of the appends during a
+#: long merge within the spine's rule.
 LANE_CAPS = (4 << 20, 64 << 20, None)
 
 
@@ -113,7 +112,7 @@ class _Shard:
         self.maintenance: Future | None = None
         #: passes of the spine's merges running, by lane, with their inputs' ids
         self.merging: dict[int, tuple[Future, frozenset[str]]] = {}
-        self.counts_lock = threading.Lock()  # stats() reads them from another thread
+        self.counts_lock = threading.Lock()  # merge lanes count concurrently
 
     def count_pass(self, report: CompactionReport, stats: ShardStats) -> None:
         with self.counts_lock:
@@ -141,10 +140,9 @@ class ConsensusServer:
     (``0``: never) the loop looks at the spine's merges
     (:mod:`~shardsink.persist.spine`) and, once they remove ``compact_slack``
     batches, starts a pass in one of the spine's lanes
-    (:func:`~shardsink.persist.spine.next_pass`); the lanes' passes run a
-    window at a time in turn on one merge thread (:class:`~.merger.Merger`),
-    apart from the maintenance thread, so neither a long merge nor GC holds
-    up the other, and a long merge never holds up a small one.
+    (:func:`~shardsink.persist.spine.next_pass`), each a thread apart from
+    the maintenance thread, so neither a long merge nor GC holds up the
+    other.
     ``config`` holds the settings every shard runs with here, whoever opened
     it first and after a restart alike (its
     :data:`~shardsink.persist.config.SERVED_FIELDS`: rollup threshold,
@@ -188,7 +186,10 @@ class ConsensusServer:
         self._shards: dict[str, _Shard] = {}
         self._parked: list[_Parked] = []
         self._maintenance = ThreadPoolExecutor(1, thread_name_prefix="shardsink-gc")
-        self._merger = Merger()
+        self._lanes = [
+            ThreadPoolExecutor(1, thread_name_prefix=f"shardsink-merge-{lane}")
+            for lane in range(len(LANE_CAPS))
+        ]
         self.requests = 0
         self.errors = 0
         self.on_command: Callable[[str, Command, Result, float], None] | None = None
@@ -376,25 +377,22 @@ class ConsensusServer:
         chosen = spine.next_pass(state, running, self._compact_slack, LANE_CAPS)
         if chosen is not None:
             lane, runs = chosen
-            future = self._merger.submit(self._merge(shard, state, runs))
+            future = self._lanes[lane].submit(self._merge, shard, state, runs)
             shard.merging[lane] = (future, frozenset(b.id for run in runs for b in run))
 
-    def _merge(
-        self, shard: _Shard, state: ShardState, runs: list[list[Batch]]
-    ) -> Generator[None, None, None]:
-        """A pass, stepped on the merge thread: its blob reads and writes
-        happen there."""
+    def _merge(self, shard: _Shard, state: ShardState, runs: list[list[Batch]]) -> None:
+        """Runs in a merge lane: the pass's blob reads and writes happen here."""
         stats = ShardStats()
         target = min(self.config.blob_target_bytes, COMPACT_PART_BYTES)
         try:
-            report = yield from merge_steps(shard.machine, self._blob, state, runs, target, stats)
+            report = merge_runs(shard.machine, self._blob, state, runs, target, stats)
         except Exception:
             log.exception("compaction of shard %r failed; retrying on schedule", state.shard)
             return
         finally:
             # the pool keeps a pass's freed pages otherwise: a server that runs
             # for days would stay at the size of its largest merge
-            release_freed_pages()
+            pa.default_memory_pool().release_unused()
         shard.count_pass(report, stats)
 
     # --- stats and lifecycle --------------------------------------------------------
@@ -436,7 +434,8 @@ class ConsensusServer:
             return
         self._closed = True
         self._maintenance.shutdown(wait=True, cancel_futures=True)
-        self._merger.close()
+        for lane in self._lanes:
+            lane.shutdown(wait=True, cancel_futures=True)
         self._rpc.close()
         for shard in self._shards.values():
             shard.machine.close()

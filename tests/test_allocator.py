@@ -45,4 +45,3 @@ def test_pinned_mmap_threshold_returns_freed_blocks_to_the_os() -> None:
     assert grown < 40
     _, default_backend, default_grown = _churn("default")
     assert default_backend != "system" and default_grown >= 56  # the holes stay
-

@@ -15,7 +15,7 @@ GLIBC = platform.libc_ver()[0] == "glibc"
 # it is pinned), then frees every other one of 256 blocks of 256 KiB: blocks
 # that came from the heap leave holes glibc cannot return; mapped ones go back.
 _CHURN = """
-import os, sys, psutil
+import sys, psutil
 from shardsink._allocator import lean_allocators
 took = lean_allocators() if sys.argv[1] == "lean" else None
 import pyarrow as pa

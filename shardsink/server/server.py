@@ -26,10 +26,10 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import msgspec
-import pyarrow as pa
 import zmq
 
 from .. import faults
+from .._allocator import release_freed_pages
 from ..persist import spine
 from ..persist.commands import Command, Result, Retain
 from ..persist.compaction import CompactionReport, merge_runs
@@ -390,9 +390,10 @@ class ConsensusServer:
             log.exception("compaction of shard %r failed; retrying on schedule", state.shard)
             return
         finally:
-            # the pool keeps a pass's freed pages otherwise: a server that runs
-            # for days would stay at the size of its largest merge
-            pa.default_memory_pool().release_unused()
+            # the pools keep a pass's freed pages otherwise (its last part's
+            # Parquet encoding among them): a server that runs for days would
+            # stay at the size of its largest merge
+            release_freed_pages()
         shard.count_pass(report, stats)
 
     # --- stats and lifecycle --------------------------------------------------------

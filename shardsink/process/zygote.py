@@ -16,13 +16,17 @@ its parent; ``gc.freeze()`` keeps the imported objects' pages shared.
 
 Forks. The parent sends a :class:`Fork` over a ``SOCK_SEQPACKET`` socket pair
 (one msgspec message per packet, decoded strictly; descriptors, such as a
-stdout pipe, travel as ``SCM_RIGHTS``). The zygote forks; the child closes the
-control socket and every other inherited descriptor, joins or leads its
-process group (both sides call ``setpgid``, so no kill can race it), arms
-``PR_SET_PDEATHSIG`` against the zygote, points stdin at ``/dev/null`` and
-stderr (and stdout, unless a pipe was passed) at its log file, adds its
-environment, drops the parent's log handlers, reseeds ``random`` and runs
-its role, leaving with ``os._exit``.
+stdout pipe, travel as ``SCM_RIGHTS``). Every request carries an ``id`` and
+its reply the same one, so a reply that comes after its request timed out is
+dropped, never taken for the next request's (a child it reports forked is
+killed: nobody tracks it); descriptors that come with a reply nobody takes
+are closed. The zygote forks; the child closes the control socket and every
+other inherited descriptor, joins or leads its process group (both sides
+call ``setpgid``, so no kill can race it), arms ``PR_SET_PDEATHSIG`` against
+the zygote, points stdin at ``/dev/null`` and stderr (and stdout, unless a
+pipe was passed) at its log file, adds its environment, drops the parent's
+log handlers, reseeds ``random`` and runs its role, leaving with
+``os._exit``.
 The zygote answers :class:`Forked` with a pidfd of the child, opened while the
 child is unreaped, so the parent can watch and signal it without racing a
 reused pid. The zygote reaps a child only when asked (:class:`Reap`, after
@@ -40,7 +44,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import logging
+import math
 import os
 import random
 import select
@@ -50,8 +56,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Annotated
 
 import msgspec
 
@@ -63,8 +70,17 @@ from .spawn import child_env, entry_argv
 #: Largest control message (a launch with its payload).
 MAX_MESSAGE = 1 << 20
 
+_Id = Annotated[int, msgspec.Meta(ge=0)]
 
-class Fork(msgspec.Struct, frozen=True, tag=True):
+
+class _Message(msgspec.Struct, frozen=True, tag=True, forbid_unknown_fields=True, kw_only=True):
+    """A control message. ``id`` names a request (unique per client); a reply
+    carries the ``id`` of the request it answers."""
+
+    id: _Id
+
+
+class Fork(_Message):
     """Fork a child running ``launch``, stderr appended to ``log_path``, in
     process group ``pgid`` (0: a new one it leads). With ``stdout_fd`` the
     request carries one descriptor, the child's stdout."""
@@ -75,19 +91,19 @@ class Fork(msgspec.Struct, frozen=True, tag=True):
     stdout_fd: bool = False
 
 
-class Reap(msgspec.Struct, frozen=True, tag=True):
+class Reap(_Message):
     """Reap child ``pid`` if it has exited."""
 
     pid: int
 
 
-class Forked(msgspec.Struct, frozen=True, tag=True):
+class Forked(_Message):
     """The child's pid; its pidfd travels with this message."""
 
     pid: int
 
 
-class Reaped(msgspec.Struct, frozen=True, tag=True):
+class Reaped(_Message):
     """``returncode`` of ``pid`` as ``Popen`` gives it; ``None`` if it has not
     exited yet."""
 
@@ -95,18 +111,28 @@ class Reaped(msgspec.Struct, frozen=True, tag=True):
     returncode: int | None
 
 
-class Refused(msgspec.Struct, frozen=True, tag=True):
-    """The zygote could not do it; ``reason`` says why."""
+class Refused(_Message, kw_only=True):
+    """The zygote could not do it; ``reason`` says why. ``id`` is ``None``
+    when the request was too malformed to show one."""
 
+    id: _Id | None
     reason: str
+
+
+class _Addressed(msgspec.Struct, frozen=True):
+    """Only the ``id`` of a request (other fields ignored): read from a request
+    that does not decode whole, so that its refusal reaches its sender."""
+
+    id: _Id
 
 
 Request = Fork | Reap
 Reply = Forked | Reaped | Refused
 
 encode = msgspec.msgpack.Encoder().encode
-_requests = msgspec.msgpack.Decoder(Request)
-_replies = msgspec.msgpack.Decoder(Reply)
+decode_request = msgspec.msgpack.Decoder(Request).decode
+decode_reply = msgspec.msgpack.Decoder(Reply).decode
+_decode_addressed = msgspec.msgpack.Decoder(_Addressed).decode
 
 
 class ZygoteError(Exception):
@@ -133,9 +159,10 @@ class Zygote:
     """A zygote serving ``entry``'s ``roles`` (see the module doc), a
     :class:`~shardsink.process.child.Starter` named ``fork``. Its own
     lifecycle has the children's shape: ``start``, ``pid``, ``alive``,
-    ``stop``, ``kill``, ``restart``. Requests wait at most ``timeout_s`` for
-    an answer (:class:`ZygoteError` after). ``how`` is ``fork`` or ``spawn``
-    once started: how the zygote itself came to be."""
+    ``stop``, ``kill``, ``restart``. A request (:meth:`run`, :meth:`reap`)
+    waits at most ``timeout_s`` for its answer (:class:`ZygoteError` after);
+    requests may come from any thread and are asked one at a time. ``how``
+    is ``fork`` or ``spawn`` once started: how the zygote itself came to be."""
 
     name = "fork"
 
@@ -148,7 +175,15 @@ class Zygote:
         self._proc: Running | None = None
         self._sock: socket.socket | None = None
         self._stopped = False
+        #: held for a request's exchange, and for what it finds on the socket
         self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        #: requests that timed out or got a garbled answer, by id: their
+        #: answers, if they still come, are nobody's
+        self._abandoned: dict[int, Request] = {}
+        #: children an abandoned fork started, killed at once: pidfds by pid,
+        #: kept until the zygote has reaped them
+        self._orphans: dict[int, int] = {}
 
     # --- the zygote itself ---------------------------------------------------------
 
@@ -202,6 +237,11 @@ class Zygote:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+        # the zygote's children die with it, orphans included; their zombies go to init
+        self._abandoned = {}
+        orphans, self._orphans = self._orphans, {}
+        for pidfd in orphans.values():
+            os.close(pidfd)
         proc, self._proc = self._proc, None
         if proc is None:
             return True
@@ -236,8 +276,10 @@ class Zygote:
         if launch.stdout == "pipe":
             read_end, write_end = os.pipe()
         try:
-            request = Fork(launch, str(log_path), pgid, stdout_fd=write_end is not None)
-            reply, fds = self._ask(request, [] if write_end is None else [write_end])
+            request = Fork(
+                launch, str(log_path), pgid, stdout_fd=write_end is not None, id=next(self._ids)
+            )
+            reply, fds = self._ask(request, [] if write_end is None else [write_end], keep=1)
         except BaseException:
             if read_end is not None:
                 os.close(read_end)
@@ -246,8 +288,7 @@ class Zygote:
             if write_end is not None:
                 os.close(write_end)
         if not isinstance(reply, Forked) or len(fds) != 1:
-            for fd in fds:
-                os.close(fd)
+            _close(fds)
             if read_end is not None:
                 os.close(read_end)
             raise ZygoteError(f"the zygote did not fork {launch.name}: {reply}")
@@ -258,32 +299,96 @@ class Zygote:
         """The exit status of exited child ``pid`` (reaping it); ``None`` if it
         still runs. A child of a zygote that is gone was killed with it."""
         try:
-            reply, _ = self._ask(Reap(pid))
+            reply, _ = self._ask(Reap(pid, id=next(self._ids)))
         except ZygoteError:
             return -signal.SIGKILL
         if not isinstance(reply, Reaped):
             raise ZygoteError(f"the zygote did not reap pid {pid}: {reply}")
         return reply.returncode
 
-    def _ask(self, request: Request, fds: list[int] | None = None) -> tuple[Reply, list[int]]:
+    def _ask(
+        self, request: Request, fds: Sequence[int] = (), *, keep: int = 0
+    ) -> tuple[Reply, list[int]]:
+        """Send ``request`` with ``fds`` (still the caller's to close) and wait,
+        at most ``timeout_s`` in all, for the reply bearing its id: that reply,
+        and the first ``keep`` descriptors that came with it, now the caller's
+        (any more are closed). Replies to requests given up on earlier are
+        dropped on the way (:meth:`_drop`), and children an abandoned fork
+        started are reaped once dead. :class:`ZygoteError` if the zygote is
+        stopped, gone, silent or garbled; the request is then given up on."""
         with self._lock:
-            if self._sock is None:
-                raise ZygoteError("the zygote is stopped")
-            try:
-                socket.send_fds(self._sock, [encode(request)], fds or [])
-                data, got, _, _ = socket.recv_fds(self._sock, MAX_MESSAGE, 1)
-            except TimeoutError as exc:
-                raise ZygoteError(f"the zygote did not answer within {self.timeout_s}s") from exc
-            except OSError as exc:
-                raise ZygoteError(f"the zygote is gone: {exc}") from exc
-        if not data:
-            raise ZygoteError("the zygote is gone (its socket closed)")
+            # from here: time spent behind another thread's request is not this one's
+            deadline = time.monotonic() + self.timeout_s
+            self._reap_orphans(deadline)
+            reply, got = self._exchange(request, fds, deadline)
+        _close(got[keep:])
+        return reply, got[:keep]
+
+    def _exchange(
+        self, request: Request, fds: Sequence[int], deadline: float
+    ) -> tuple[Reply, list[int]]:
+        """``request``'s reply and the descriptors that came with it, by
+        ``deadline`` (see :meth:`_ask`). Called with the lock held."""
+        sock = self._sock
+        if sock is None:
+            raise ZygoteError("the zygote is stopped")
         try:
-            return _replies.decode(data), got
-        except msgspec.DecodeError as exc:
-            for fd in got:
-                os.close(fd)
-            raise ZygoteError(f"a malformed answer from the zygote: {exc}") from exc
+            sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            socket.send_fds(sock, [encode(request)], list(fds))
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError
+                sock.settimeout(remaining)
+                data, got, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 1)
+                if not data:
+                    _close(got)
+                    raise ZygoteError("the zygote is gone (its socket closed)")
+                try:
+                    reply = decode_reply(data)
+                except msgspec.DecodeError as exc:
+                    _close(got)
+                    self._abandoned[request.id] = request
+                    raise ZygoteError(f"a malformed answer from the zygote: {exc}") from exc
+                if reply.id == request.id:
+                    return reply, got
+                self._drop(reply, got)
+        except TimeoutError as exc:
+            # its answer may still come; whoever reads it then drops it
+            self._abandoned[request.id] = request
+            raise ZygoteError(f"the zygote did not answer within {self.timeout_s}s") from exc
+        except OSError as exc:
+            raise ZygoteError(f"the zygote is gone: {exc}") from exc
+
+    def _drop(self, reply: Reply, fds: list[int]) -> None:
+        """Drop ``reply``, which answers no request waited for (one given up
+        on, or an unreadable one): close its descriptors; a child it reports
+        forked is killed (with the process group it leads, if its fork asked
+        for a new one) and kept as an orphan to reap, since nobody tracks it."""
+        request = self._abandoned.pop(reply.id, None) if reply.id is not None else None
+        if isinstance(reply, Forked) and fds:
+            pidfd, fds = fds[0], fds[1:]
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            if isinstance(request, Fork) and request.pgid == 0:
+                # it leads its group, and is unreaped: the group id cannot have been reused
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(reply.pid, signal.SIGKILL)
+            self._orphans[reply.pid] = pidfd
+        _close(fds)
+
+    def _reap_orphans(self, deadline: float) -> None:
+        """Have the zygote reap the orphans (see :meth:`_drop`) that are dead,
+        closing their pidfds. Called with the lock held."""
+        for pid, pidfd in list(self._orphans.items()):
+            if not _exited(pidfd, 0):
+                continue
+            reply, got = self._exchange(Reap(pid, id=next(self._ids)), (), deadline)
+            _close(got)
+            if isinstance(reply, Reaped) and reply.returncode is None:
+                continue  # not reapable yet, though its pidfd said it exited: next time
+            if self._orphans.pop(pid, None) is not None:  # else stop() closed it meanwhile
+                os.close(pidfd)
 
 
 class ForkedProcess:
@@ -300,13 +405,13 @@ class ForkedProcess:
 
     def poll(self) -> int | None:
         pidfd = self._pidfd
-        if self.returncode is None and pidfd is not None and select.select([pidfd], [], [], 0)[0]:
+        if self.returncode is None and pidfd is not None and _exited(pidfd, 0):
             self._reap()
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None and self._pidfd is not None:
-            if not select.select([self._pidfd], [], [], timeout)[0]:
+            if not _exited(self._pidfd, timeout):
                 raise TimeoutError(f"pid {self.pid} still runs after {timeout}s")
             self._reap()
         assert self.returncode is not None
@@ -334,6 +439,22 @@ class ForkedProcess:
         if self._pidfd is not None:
             with contextlib.suppress(OSError):
                 os.close(self._pidfd)
+
+
+def _exited(pidfd: int, timeout_s: float | None) -> bool:
+    """Whether the process of ``pidfd`` has exited (its pidfd is readable),
+    waiting up to ``timeout_s`` for it (``None``: for as long as it takes).
+    ``poll``, not ``select``: a pidfd may be numbered 1024 or more."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    # rounded up, so a short wait is not a busy one
+    ms = None if timeout_s is None else max(0, math.ceil(timeout_s * 1000))
+    return bool(poller.poll(ms))
+
+
+def _close(fds: Sequence[int]) -> None:
+    for fd in fds:
+        os.close(fd)
 
 
 class _ForkedZygote:
@@ -408,29 +529,46 @@ def serve(roles: Roles, control: socket.socket) -> None:
         if not data:
             return
         try:
-            request = _requests.decode(data)
+            request = decode_request(data)
         except msgspec.DecodeError as exc:
-            for fd in fds:
-                os.close(fd)
+            _close(fds)
             print(f"zygote: a malformed request: {exc}", file=sys.stderr, flush=True)
-            socket.send_fds(control, [encode(Refused(f"malformed request: {exc}"))], [])
+            refused = Refused(reason=f"malformed request: {exc}", id=_id_of(data))
+            socket.send_fds(control, [encode(refused)], [])
             continue
         if isinstance(request, Reap):
-            socket.send_fds(control, [encode(Reaped(request.pid, _reap(request.pid)))], [])
+            reaped = Reaped(request.pid, _reap(request.pid), id=request.id)
+            socket.send_fds(control, [encode(reaped)], [])
             continue
         try:
             pid = _fork(roles, request, fds, control)
-            pidfd = os.pidfd_open(pid)
         except OSError as exc:
-            socket.send_fds(control, [encode(Refused(f"fork failed: {exc}"))], [])
+            refused = Refused(reason=f"fork failed: {exc}", id=request.id)
+            socket.send_fds(control, [encode(refused)], [])
             continue
         finally:
-            for fd in fds:
-                os.close(fd)
+            _close(fds)
         try:
-            socket.send_fds(control, [encode(Forked(pid))], [pidfd])
+            pidfd = os.pidfd_open(pid)
+        except OSError as exc:
+            # nobody could watch it: it must not run (unreaped, so the pid is still its)
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            refused = Refused(reason=f"no pidfd for the child: {exc}", id=request.id)
+            socket.send_fds(control, [encode(refused)], [])
+            continue
+        try:
+            socket.send_fds(control, [encode(Forked(pid, id=request.id))], [pidfd])
         finally:
             os.close(pidfd)
+
+
+def _id_of(data: bytes) -> int | None:
+    """The ``id`` of a request that does not decode whole, if it shows one."""
+    try:
+        return _decode_addressed(data).id
+    except msgspec.DecodeError:
+        return None
 
 
 def _reap(pid: int) -> int | None:

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import msgspec
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9_.=-]+(/[A-Za-z0-9_.=-]+)*$")
 
@@ -45,8 +48,8 @@ def check_prefix(prefix: str) -> str:
 
 
 class BlobMeta(msgspec.Struct, frozen=True):
-    """One listed blob: its key, its size in bytes and its modification time
-    (seconds since the epoch)."""
+    """One blob, as ``list_meta`` lists it and ``stat`` finds it: its key, its
+    size in bytes and its modification time (seconds since the epoch)."""
 
     key: str
     size: int
@@ -77,6 +80,20 @@ class Blob(Protocol):
     - ``list_meta(prefix)`` yields every key that starts with ``prefix`` and was
       durably set before the call began and not deleted since (keys set or
       deleted concurrently may or may not appear). Order is unspecified.
+    - ``stat(key)`` and ``open_input(key)`` see what ``get`` would: a key set
+      before the call began is found, a missing one is ``None`` (at once,
+      never after a wait or retries). ``stat`` is one request (a HEAD on S3)
+      and reads no data.
+    - ``open_input(key)`` returns a random-access file (``pyarrow.NativeFile``:
+      ``size``, ``read_at``, ``seek``/``read``) the caller closes, so a
+      reader may take a large value a range at a time instead of holding all
+      of it. For a key written once (shardsink writes each part key once) its
+      reads return bytes of that value or raise ``OSError``. On ``file://``
+      and ``memory://`` the opened value stays readable after the key is
+      deleted or replaced; on S3 each read is a ranged GET, so after a
+      delete reads fail (``OSError``) and after a replacement they may return
+      the new value's bytes: ``get`` is the atomic read of a value that may
+      be replaced.
 
     Errors: :class:`~shardsink.storage.errors.DeterminateError` or
     :class:`~shardsink.storage.errors.IndeterminateError`; an invalid key is a
@@ -103,6 +120,16 @@ class Blob(Protocol):
 
     def list_meta(self, prefix: str = "") -> Iterator[BlobMeta]:
         """Keys starting with ``prefix`` with their size and modification time."""
+        ...
+
+    def stat(self, key: str) -> BlobMeta | None:
+        """The size and modification time of the value under ``key``, or
+        ``None`` if there is none."""
+        ...
+
+    def open_input(self, key: str) -> pa.NativeFile | None:
+        """The value under ``key`` as a random-access file (the caller closes
+        it), or ``None`` if there is none."""
         ...
 
     def close(self) -> None: ...

@@ -23,6 +23,8 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
+import pyarrow as pa
+
 from .contracts import (
     Blob,
     BlobMeta,
@@ -106,6 +108,26 @@ class FaultyBlob(_Faulty[Blob]):
 
     def list_meta(self, prefix: str = "") -> Iterator[BlobMeta]:
         return iter(self._call("list_meta", lambda: list(self.inner.list_meta(prefix))))
+
+    def stat(self, key: str) -> BlobMeta | None:
+        return self._call("stat", lambda: self.inner.stat(key))
+
+    def open_input(self, key: str) -> pa.NativeFile | None:
+        """The inner store's file, faulted as the open: a determinate fault
+        opens nothing, an indeterminate one closes what it opened. Its reads
+        pass through."""
+        opened: list[pa.NativeFile | None] = []
+
+        def open_input() -> pa.NativeFile | None:
+            opened.append(self.inner.open_input(key))
+            return opened[-1]
+
+        try:
+            return self._call("open_input", open_input)
+        except IndeterminateError:
+            if opened and opened[-1] is not None:
+                opened[-1].close()  # the result is lost: nobody else will close it
+            raise
 
     # Temporary files pass through, so the leaked-blob sweep of a process with
     # faults armed still finds a killed writer's (none if ``inner`` leaves none).

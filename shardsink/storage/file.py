@@ -36,6 +36,8 @@ from collections.abc import Callable, Iterator
 from typing import TypeVar
 from urllib.parse import unquote, urlsplit
 
+import pyarrow as pa
+
 from .contracts import BlobMeta, TempMeta, check_key, check_prefix
 from .errors import DeterminateError, IndeterminateError
 from .uri import bad_uri
@@ -155,6 +157,35 @@ class FileBlob:
             if exc.errno in _ABSENT:
                 return None
             raise DeterminateError(f"{self.uri}: cannot read key {key!r}: {exc}") from exc
+
+    def stat(self, key: str) -> BlobMeta | None:
+        """The size and mtime of ``key``'s file, or ``None``."""
+        path = self._path(key)
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            if exc.errno in _ABSENT:
+                return None
+            raise DeterminateError(f"{self.uri}: cannot stat key {key!r}: {exc}") from exc
+        if not stat.S_ISREG(st.st_mode):  # a key that is only a prefix of others
+            return None
+        return BlobMeta(key, st.st_size, st.st_mtime)
+
+    def open_input(self, key: str) -> pa.NativeFile | None:
+        """``key``'s file opened for positional reads (``pyarrow.OSFile``), or
+        ``None``. An open file keeps reading the value it opened: ``set``
+        renames a new file over the key and ``delete`` unlinks it, neither
+        touches the open one."""
+        path = self._path(key)
+        try:
+            file = pa.OSFile(path, "r")
+        except OSError as exc:
+            if exc.errno in _ABSENT or os.path.isdir(path):
+                return None
+            raise DeterminateError(f"{self.uri}: cannot open key {key!r}: {exc}") from exc
+        # Arrow opens without O_CLOEXEC; Python's own files are not inherited either
+        os.set_inheritable(file.fileno(), False)
+        return file
 
     def set(self, key: str, data: bytes) -> None:
         """Store ``data`` under ``key`` atomically and durably."""

@@ -11,6 +11,8 @@ import threading
 import time
 from collections.abc import Iterator
 
+import pyarrow as pa
+
 from .contracts import (
     BlobMeta,
     CasResult,
@@ -71,6 +73,19 @@ class MemoryBlob:
 
     def list(self, prefix: str = "") -> Iterator[str]:
         return (m.key for m in self.list_meta(prefix))
+
+    def stat(self, key: str) -> BlobMeta | None:
+        _check_open(self)
+        check_key(key)
+        with self._lock:
+            entry = self._data.get(key)
+        return None if entry is None else BlobMeta(key, len(entry[0]), entry[1])
+
+    def open_input(self, key: str) -> pa.NativeFile | None:
+        """A reader over the value ``key`` holds now (the bytes themselves,
+        not a copy: they are immutable)."""
+        data = self.get(key)
+        return None if data is None else pa.BufferReader(pa.py_buffer(data))
 
     def close(self) -> None:
         self._closed = True

@@ -33,6 +33,9 @@ which can return a prefix of a value that replaced the key in between. ``get``
 therefore re-checks ETag and size after reading and retries if they changed.
 This cannot see a key overwritten twice within one read, back to the very
 value it held at the first HEAD (same ETag); shardsink writes each key once.
+``open_input`` is that HEAD alone, and each read of the file it returns one
+ranged GET: nothing re-checks them, so it is for keys written once (see
+:class:`~.contracts.Blob`). ``stat`` is the HEAD alone too.
 
 pyarrow registers ``ensure_s3_finalized`` with ``atexit`` itself; ``close`` drops
 this object's clients so none outlives that finalization.
@@ -45,8 +48,10 @@ import random
 import re
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
+import pyarrow as pa
 from pyarrow import fs as pafs
 
 from .contracts import BlobMeta, check_key, check_prefix
@@ -261,6 +266,40 @@ class S3Blob:
         raise DeterminateError(
             f"{self.uri}: key {key!r} was replaced during each of {_GET_ATTEMPTS} reads"
         )
+
+    def open_input(self, key: str) -> pa.NativeFile | None:
+        """``key``'s object as a random-access file whose reads are ranged
+        GETs (one HEAD to open it), or ``None`` if there is none."""
+        path = self._path(key)
+        try:
+            return self._client("_reader").open_input_file(path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise DeterminateError(
+                f"{self.uri}: cannot open key {key!r} at {self.endpoint}: {exc}"
+            ) from exc
+
+    def stat(self, key: str) -> BlobMeta | None:
+        """``key``'s size and Last-Modified (whole seconds) from one HEAD, or
+        ``None`` if there is none."""
+        file = self.open_input(key)
+        if file is None:
+            return None
+        with file:
+            size, modified = file.size(), file.metadata().get("Last-Modified")
+        if modified is not None:
+            return BlobMeta(key, size, datetime.fromisoformat(modified.decode()).timestamp())
+        # a server that sends no Last-Modified on a HEAD: the listing's mtime
+        try:
+            info = self._client("_reader").get_file_info(self._path(key))
+        except OSError as exc:
+            raise DeterminateError(
+                f"{self.uri}: cannot stat key {key!r} at {self.endpoint}: {exc}"
+            ) from exc
+        if info.type != pafs.FileType.File:
+            return None
+        return BlobMeta(key, info.size, info.mtime.timestamp())
 
     def set(self, key: str, data: bytes) -> None:
         """Store ``data`` under ``key``; the object appears whole or not at all."""

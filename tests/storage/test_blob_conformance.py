@@ -19,6 +19,8 @@ import threading
 import time
 import uuid
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from shardsink.storage import Blob, DeterminateError, IndeterminateError, open_blob
@@ -156,6 +158,86 @@ def test_list_meta_reports_sizes_and_mtimes(blob):
         assert before - 5 <= m.modified <= time.time() + 5
 
 
+def test_stat_and_open_input_of_a_missing_key_are_none_at_once(blob):
+    """A missing key, a nested one under no key, and a key that is only a
+    prefix of another: ``None`` from both, without waiting or retrying."""
+    blob.set("pre/fix", b"x")
+    started = time.monotonic()
+    for key in ("missing", "no/such/nested/key", "pre", "pre/fix/under"):
+        assert blob.stat(key) is None, key
+        assert blob.open_input(key) is None, key
+    assert time.monotonic() - started < 5
+
+
+def test_stat_gives_size_and_mtime_as_list_meta_does(blob):
+    sizes = {"st/empty": 0, "st/one": 1, "st/kib": 1024, "st/deep/er/key": 77}
+    before = time.time()
+    for key, size in sizes.items():
+        blob.set(key, b"x" * size)
+    listed = {m.key: m for m in blob.list_meta("st/")}
+    for key, size in sizes.items():
+        meta = blob.stat(key)
+        assert meta is not None and (meta.key, meta.size) == (key, size)
+        # S3 reports whole seconds; allow a little clock skew either way
+        assert before - 5 <= meta.modified <= time.time() + 5
+        assert abs(meta.modified - listed[key].modified) <= 1
+    blob.set("st/one", b"longer")
+    assert blob.stat("st/one").size == 6
+    blob.delete("st/one")
+    assert blob.stat("st/one") is None
+
+
+@pytest.mark.parametrize("size", [0, 1, 4096, 11 * MiB], ids=lambda n: f"{n}B")
+def test_open_input_reads_any_range(blob, size):
+    data = _payload(size, size)
+    blob.set("oi/value", data)
+    file = blob.open_input("oi/value")
+    assert file is not None
+    with file:
+        assert file.size() == size
+        assert file.read_at(size, 0) == data
+        rng = random.Random(size)
+        for _ in range(20):
+            start = rng.randrange(size + 1)
+            length = rng.randrange(size - start + 1)
+            assert file.read_at(length, start) == data[start : start + length]
+        file.seek(size // 2)
+        assert file.read() == data[size // 2 :]
+    assert file.closed
+
+
+def test_a_parquet_file_reads_a_row_group_at_a_time_through_open_input(blob):
+    table = pa.table({"key": pa.array(range(100_000), pa.int64())})
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, row_group_size=10_000)
+    blob.set("oi/part.parquet", sink.getvalue().to_pybytes())
+    with blob.open_input("oi/part.parquet") as file:
+        parquet = pq.ParquetFile(file)
+        assert parquet.metadata.num_row_groups == 10
+        assert parquet.read_row_group(7).equals(table.slice(70_000, 10_000))
+        assert pa.Table.from_batches(list(parquet.iter_batches(batch_size=4096))).equals(table)
+
+
+def test_an_open_input_reads_the_value_it_opened_or_fails(blob_uri, blob):
+    """``file://`` and ``memory://`` keep the opened value after a delete or a
+    replacement; on S3 reads are ranged GETs: after a delete they fail."""
+    old = _payload(1, 256 * 1024)
+    blob.set("oi/k", old)
+    replaced, deleted = blob.open_input("oi/k"), blob.open_input("oi/k")
+    blob.set("oi/k", _payload(2, 256 * 1024))
+    with replaced:
+        if not blob_uri.startswith("s3://"):
+            assert replaced.read_at(len(old), 0) == old
+    blob.delete("oi/k")
+    with deleted:
+        if blob_uri.startswith("s3://"):
+            with pytest.raises(OSError):
+                deleted.read_at(len(old), 0)
+        else:
+            assert deleted.read_at(len(old), 0) == old
+    assert blob.open_input("oi/k") is None
+
+
 BAD_KEYS = ["", "/a", "a/", "a//b", "..", ".", "a/../b", "a/./b", "a b", "ä", "a\\b", "a\x00"]
 
 
@@ -167,6 +249,10 @@ def test_invalid_keys_raise_value_error(blob, key):
         blob.set(key, b"x")
     with pytest.raises(ValueError, match="invalid blob key"):
         blob.delete(key)
+    with pytest.raises(ValueError, match="invalid blob key"):
+        blob.stat(key)
+    with pytest.raises(ValueError, match="invalid blob key"):
+        blob.open_input(key)
 
 
 @pytest.mark.parametrize("prefix", ["a//", "/", "//"], ids=repr)
@@ -472,6 +558,10 @@ def test_s3_errors_once_the_server_is_gone(s3_server, tmp_path):
     with pytest.raises(DeterminateError, match=server.endpoint):
         store.get("k")
     with pytest.raises(DeterminateError, match=server.endpoint):
+        store.stat("k")
+    with pytest.raises(DeterminateError, match=server.endpoint):
+        store.open_input("k")
+    with pytest.raises(DeterminateError, match=server.endpoint):
         list(store.list())
     with pytest.raises(IndeterminateError, match=server.endpoint):
         store.delete("k")
@@ -479,6 +569,8 @@ def test_s3_errors_once_the_server_is_gone(s3_server, tmp_path):
     store.close()
     with pytest.raises(DeterminateError, match="closed"):
         store.get("k")
+    with pytest.raises(DeterminateError, match="closed"):
+        store.open_input("k")
 
 
 @pytest.mark.parametrize(

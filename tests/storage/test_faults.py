@@ -73,6 +73,12 @@ def test_determinate_fault_never_reaches_the_inner_store():
     with pytest.raises(DeterminateError):
         blob.set("k", b"x")
     assert blob_inner.get("k") is None
+    blob_inner.set("k", b"x")
+    with pytest.raises(DeterminateError, match=r"stat .* not performed"):
+        blob.stat("k")
+    with pytest.raises(DeterminateError, match=r"open_input .* not performed"):
+        blob.open_input("k")
+    assert blob.injected == {"determinate": 3}
 
 
 def test_indeterminate_fault_performs_the_call_then_raises():
@@ -87,6 +93,19 @@ def test_indeterminate_fault_performs_the_call_then_raises():
         blob.set("k", b"x")
     assert blob_inner.get("k") == b"x"
     assert store.injected == {"indeterminate": 1}
+    with pytest.raises(IndeterminateError, match="timeout after stat"):
+        blob.stat("k")
+    opened = []
+
+    def open_input(key):
+        opened.append(MemoryBlob.open_input(blob_inner, key))
+        return opened[-1]
+
+    blob_inner.open_input = open_input
+    with pytest.raises(IndeterminateError, match="timeout after open_input"):
+        blob.open_input("k")
+    assert len(opened) == 1 and opened[0].closed  # the lost result is not left open
+    assert blob.injected == {"indeterminate": 3}
 
 
 def test_without_faults_every_call_passes_through():
@@ -100,6 +119,10 @@ def test_without_faults_every_call_passes_through():
     assert blob.get("a/b") == b"1"
     assert list(blob.list("a/")) == ["a/b"]
     assert [m.key for m in blob.list_meta("")] == ["a/b"]
+    assert blob.stat("a/b").size == 1 and blob.stat("a/c") is None
+    with blob.open_input("a/b") as file:
+        assert file.read() == b"1"
+    assert blob.open_input("a/c") is None
     blob.delete("a/b")
     assert blob.get("a/b") is None
     assert not store.injected and not blob.injected

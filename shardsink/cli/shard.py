@@ -20,7 +20,6 @@ import functools
 import io
 import json
 import os
-import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -33,11 +32,13 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from .. import datadir
+from .._curve import keys_for
 from ..connect import open_shard
 from ..datadir import DATA_DIR_ENV
 from ..persist.errors import PersistError
 from ..persist.shard import Shard
 from ..storage.uri import BLOB_ENV, STORE_ENV
+from . import _output
 
 FORMATS = ("table", "csv", "json", "parquet")
 #: Rows ``read --format table`` shows unless ``--limit`` says otherwise.
@@ -211,7 +212,13 @@ def _with_shard(func):
     def run(args: argparse.Namespace) -> int:
         with _stores(args) as (blob, consensus):
             try:
-                with open_shard(args.shard, blob=blob, consensus=consensus, create=False) as shard:
+                with open_shard(
+                    args.shard,
+                    blob=blob,
+                    consensus=consensus,
+                    create=False,
+                    keys=keys_for(consensus, args.data_dir),
+                ) as shard:
                     return func(args, shard)
             except PersistError as exc:
                 raise ValueError(str(exc)) from exc
@@ -226,7 +233,7 @@ def _read(args: argparse.Namespace, shard: Shard) -> int:
         _write(stream, args.format, args.limit, sys.stdout.buffer)
         sys.stdout.flush()
     else:
-        with _replaced(args.output) as out:
+        with _output.file_output(args.output) as out:
             _write(stream, args.format, args.limit, out)
     return 0
 
@@ -283,42 +290,17 @@ def _head(stream: pa.RecordBatchReader, rows: int) -> pa.RecordBatchReader:
     return pa.RecordBatchReader.from_batches(stream.schema, head())
 
 
-@contextlib.contextmanager
-def _replaced(path: Path) -> Iterator[io.BufferedIOBase]:
-    """A file written under a temporary name beside ``path`` and renamed to
-    it when the block succeeds (removed if it fails); ``ValueError`` naming
-    ``path`` if it cannot be written there."""
-    temp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        out = open(temp, "xb")  # noqa: SIM115 (closed below, before the rename)
-    except OSError as exc:
-        raise ValueError(f"cannot write --output {path}: {exc.strerror}") from None
-    try:
-        with out:
-            yield out
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-
-
 @_with_shard
 def _export(args: argparse.Namespace, shard: Shard) -> int:
-    """Write the dataset to a temporary directory beside ``--output``, then
-    rename it into place (see the command's description)."""
-    target: Path = args.output
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise ValueError(f"--output {target}: exists and is not an empty directory")
+    """Write the dataset to a temporary directory beside ``--output`` (its
+    symlinks followed), then rename it into place (see the command's
+    description and :mod:`._output`)."""
+    target = _output.export_target(args.output)
     as_of = args.as_of
     if as_of is None and shard.upper > 0:
         as_of = shard.upper - 1
     stream = shard.batches(as_of)
-    temp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    try:
-        temp.mkdir()
-    except OSError as exc:
-        raise ValueError(f"cannot write --output {target}: {exc.strerror}") from None
-    try:
+    with _output.directory_output(args.output, target) as temp:
         files, rows = _export_files(stream, temp, args.file_rows)
         manifest = {
             "shard": shard.name,
@@ -330,13 +312,7 @@ def _export(args: argparse.Namespace, shard: Shard) -> int:
         }
         (temp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
         (temp / "_SUCCESS").touch()
-        if target.exists():
-            target.rmdir()
-        temp.rename(target)
-    except BaseException:
-        shutil.rmtree(temp, ignore_errors=True)
-        raise
-    print(json.dumps({"output": str(target), "rows": rows, "files": len(files)}))
+    print(json.dumps({"output": str(args.output), "rows": rows, "files": len(files)}))
     return 0
 
 

@@ -9,8 +9,10 @@ A point is armed by a spec ``NAME:ACTION[:PROB[:TIMES]][@ROLE]``:
   (raise :class:`~shardsink.storage.errors.IndeterminateError`);
 - ``PROB``: chance that a hit fires (default 1);
 - ``TIMES``: how often it may fire in all (default 1; 0 means no limit). With a
-  fault directory the budget is shared by every process of a run (a restarted
-  process does not die at the same point again); without one it is per process.
+  fault directory the budget is shared by every process armed with it (a
+  restarted process does not die at the same point again); without one it is
+  per process. A cluster run always has one (:func:`run_budgets`), so there
+  the budget is the run's.
 - ``ROLE``: only the process of that role is armed (``worker g0/w3``,
   ``builder g1``, ``consensus``, ``up``; the role a process arms itself as).
 
@@ -41,11 +43,13 @@ nothing measurable.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -197,6 +201,50 @@ def arm_from_env(role: str) -> None:
             fault_dir=os.environ.get(ENV_DIR) or None,
             role=role,
         )
+
+
+@contextlib.contextmanager
+def run_budgets(default_dir: str | Path) -> Iterator[Path | None]:
+    """While the block runs, the fault budgets of a run are the run's: yields
+    the run's fault directory, or ``None`` when neither the environment nor
+    this process arms anything (then nothing changes).
+
+    The run's fault directory is the one the environment names
+    (:data:`ENV_DIR`), else ``default_dir``, which is then put in this
+    process's environment, so that every process started meanwhile arms
+    with it. A process armed without a fault directory (``shardsink up``
+    itself) takes its firings from the run's budget while the block runs, and
+    from its own, where it had left it, after. On exit the environment is as
+    it was; ``default_dir`` is the caller's to remove, after the block.
+
+    The environment is the whole process's: two runs at once in one process
+    would share the first one's directory, which must then outlive both."""
+    armed = os.environ.get(ENV_FAULTS, "").strip() != ""
+    given = os.environ.get(ENV_DIR) or None
+    if not (armed or _ARMED):
+        yield None
+        return
+    directory = Path(given) if given is not None else Path(default_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    if given is None:
+        os.environ[ENV_DIR] = str(directory)
+    joined = bool(_ARMED) and _STATE["dir"] is None
+    cursors: dict[_Armed, int] = {}
+    if joined:
+        # the run's budget starts whole, whatever this process took of its own
+        cursors = {a: a.next for armed_here in _ARMED.values() for a in armed_here}
+        for a in cursors:
+            a.next = 0
+        _STATE["dir"] = directory
+    try:
+        yield directory
+    finally:
+        if given is None and os.environ.get(ENV_DIR) == str(directory):
+            del os.environ[ENV_DIR]
+        if joined and _STATE["dir"] == directory:  # not armed anew meanwhile
+            _STATE["dir"] = None
+            for a, n in cursors.items():
+                a.next = n
 
 
 def point(name: str) -> None:

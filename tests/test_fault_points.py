@@ -7,6 +7,8 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -195,6 +197,85 @@ def test_the_command_line_arms_a_point_in_every_process_it_starts(tmp_path) -> N
         timeout=60,
     )
     assert bad.returncode == 2 and "unknown action 'boom'" in bad.stderr
+
+
+def _without_fault_dir() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != faults.ENV_DIR}
+
+
+def test_up_without_a_fault_dir_fires_a_fault_once_per_run(tmp_path) -> None:
+    """Armed through the environment with no fault dir, a kill of budget 1
+    kills one worker of the whole run, not each worker and each restarted one
+    again: the run's processes share the budget through its run directory,
+    which is still removed at the end."""
+    env = {**_without_fault_dir(), faults.ENV_FAULTS: "worker.after_push:kill:1:1"}
+    argv = [sys.executable, "-m", "shardsink.cli", "up", "--data-dir", str(tmp_path / "d")]
+    argv += ["--groups", "1", "--workers", "2", "--intervals", "4", "--pace", "max", "--json"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    stats = json.loads(done.stdout)
+    assert stats["verified"] is True and stats["appends"] == 4
+    assert stats["restarts"] == 1  # one worker killed, its group restarted once
+    cluster_id = done.stderr.split()[1].rstrip(":")  # "cluster <id>: ..."
+    assert not list(Path(tempfile.gettempdir()).glob(f"shardsink-run-{cluster_id}-*"))
+
+
+def test_the_python_api_fires_a_fault_once_per_run(tmp_path, monkeypatch) -> None:
+    """``Cluster`` gives the faults its environment arms a per-run budget too,
+    and leaves the environment as it found it."""
+    from shardsink.cluster import Cluster, ClusterConfig
+
+    monkeypatch.delenv(faults.ENV_DIR, raising=False)
+    monkeypatch.setenv(faults.ENV_FAULTS, "worker.after_push:kill:1:1")
+    config = ClusterConfig(data_dir=str(tmp_path), groups=1, workers=2, pace="max")
+    with Cluster(config) as cluster:
+        stats = cluster.run(4)
+        assert cluster.fault_dir is not None and cluster.fault_dir.is_relative_to(cluster.run_dir)
+        assert os.environ[faults.ENV_DIR] == str(cluster.fault_dir)
+        (record,) = faults.fired(cluster.fault_dir)
+    assert record["point"] == "worker.after_push" and record["role"].startswith("worker g0/")
+    assert stats.verified is True and stats.appends == 4 and stats.restarts == 1
+    assert faults.ENV_DIR not in os.environ
+
+
+def test_a_run_shares_this_process_budget_and_gives_it_back(tmp_path, monkeypatch) -> None:
+    """While a run lasts, a process armed without a fault dir takes its
+    firings from the run's budget, shared with the processes it starts;
+    before and after, from its own. A fault dir given is the run's."""
+    monkeypatch.delenv(faults.ENV_DIR, raising=False)
+    monkeypatch.setenv(faults.ENV_FAULTS, "gc.before_delete:determinate:1:2")
+    faults.arm_from_env("up")
+    with pytest.raises(DeterminateError):
+        faults.point("gc.before_delete")  # its own firing 0 of 2
+    with faults.run_budgets(tmp_path / "run") as fault_dir:
+        assert fault_dir == tmp_path / "run" and os.environ[faults.ENV_DIR] == str(fault_dir)
+        with pytest.raises(DeterminateError):
+            faults.point("gc.before_delete")  # the run's firing 0 of 2
+        code = (
+            "from shardsink import faults; faults.arm_from_env('worker g0/w0')\n"
+            "for _ in range(3):\n"
+            "    try: faults.point('gc.before_delete')\n"
+            "    except Exception: print('fired')"
+        )
+        child = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+        )
+        assert child.stdout.split() == ["fired"], child.stderr  # the run's firing 1, its last
+        faults.point("gc.before_delete")  # the run's budget is spent
+        assert [f["role"] for f in faults.fired(fault_dir)] == ["up", "worker g0/w0"]
+    assert faults.ENV_DIR not in os.environ
+    with pytest.raises(DeterminateError):
+        faults.point("gc.before_delete")  # its own firing 1 of 2
+    faults.point("gc.before_delete")  # its own budget is spent
+    monkeypatch.setenv(faults.ENV_DIR, str(tmp_path / "given"))
+    with faults.run_budgets(tmp_path / "run2") as fault_dir:
+        assert fault_dir == tmp_path / "given"
+    assert os.environ[faults.ENV_DIR] == str(tmp_path / "given")
+    monkeypatch.delenv(faults.ENV_DIR)
+    monkeypatch.delenv(faults.ENV_FAULTS)
+    faults.disarm()
+    with faults.run_budgets(tmp_path / "run3") as fault_dir:  # nothing armed: no fault dir
+        assert fault_dir is None and faults.ENV_DIR not in os.environ
 
 
 def test_fault_seed_or_dir_without_a_fault_is_refused(capsys) -> None:

@@ -11,6 +11,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+from .. import faults
 from .._pids import process_start
 from ..cluster.cluster import Supervision
 from ..config import ClusterConfig
@@ -26,6 +27,15 @@ from .nemesis import cluster_processes
 log = logging.getLogger(__name__)
 
 
+def fault_dir_of(work: Path) -> Path:
+    """The fault directory of a run in ``work``: the one given to the command
+    (``--fault-dir``, ``SHARDSINK_FAULT_DIR``), else ``work/faults``. Every
+    process of the run, each coordinator started again included, arms with
+    it, so its point budgets are the run's."""
+    given = os.environ.get(faults.ENV_DIR)
+    return Path(given) if given else work / "faults"
+
+
 class RunContext:
     """What the threads of one run share: its directories and stores, the
     address clients reach the consensus process at, the violations and counts
@@ -37,7 +47,7 @@ class RunContext:
         self.work = work
         self.data = work / "data"
         self.logs = work / "logs"
-        self.fault_dir = work / "faults"
+        self.fault_dir = fault_dir_of(work)
         self.events_path = work / "appended.jsonl"
         self.appended = AppendLog(self.events_path)
         # ipc paths are short-lived and length-limited: a 0700 directory in /tmp

@@ -54,7 +54,7 @@ from .config import (
     ChaosConfig,
     ChaosReport,
 )
-from .context import RunContext, exit_reason
+from .context import RunContext, exit_reason, fault_dir_of
 from .dashboard import open_dashboard
 from .nemesis import Nemesis
 from .schedule import firings, point_specs, schedule
@@ -75,6 +75,12 @@ def run_chaos(config: ChaosConfig, on_tick: Callable[[dict], None] | None = None
     work = Path(config.data_dir) if config.data_dir else Path(tempfile.mkdtemp(prefix="chaos-"))
     if (work / "data").exists():
         raise ValueError(f"data dir {work} holds a previous run; give an empty or new one")
+    try:
+        _check_fresh_fault_dir(fault_dir_of(work))
+    except ValueError:
+        if not config.data_dir:
+            work.rmdir()  # the temporary one made just now
+        raise
     work.mkdir(parents=True, exist_ok=True)
     for sub in ("data", "logs"):
         (work / sub).mkdir()
@@ -89,6 +95,22 @@ def run_chaos(config: ChaosConfig, on_tick: Callable[[dict], None] | None = None
         shutil.rmtree(work, ignore_errors=True)
         report.data_dir = ""
     return report
+
+
+def _check_fresh_fault_dir(fault_dir: Path) -> None:
+    """``ValueError`` if ``fault_dir`` holds a previous run's budgets: its
+    firings would start spent. The chaos command's own arming (its
+    incarnation files) does not count: its points are replaced."""
+    if not fault_dir.is_dir():
+        return
+    left = sorted(
+        p.name for p in fault_dir.iterdir() if not p.name.startswith("incarnation.chaos.")
+    )
+    if left:
+        raise ValueError(
+            f"fault dir {fault_dir} holds a previous run ({', '.join(left[:3])}); "
+            "give an empty or new one"
+        )
 
 
 def _check_fresh(run: RunContext) -> None:

@@ -10,6 +10,12 @@ running server) and every group, and waits until all are up. Closing shuts
 every process down, reaps it, unlinks every shared-memory segment of the
 cluster and lets go of the lock, whatever happened before.
 
+Fault points armed through the environment (:mod:`shardsink.faults`) get
+one budget per run: the run's fault directory is the one the environment
+names, else ``faults/`` in the run directory (:func:`shardsink.faults.run_budgets`),
+which every process of the cluster arms with, this one included while the
+cluster runs. Its ``fired.jsonl`` goes with the run directory at close.
+
 The calling process is the coordinator. With ``start="fork"`` (the default)
 it first starts a zygote (:mod:`shardsink.process.zygote`), before it opens
 any ZeroMQ context, and every child, the consensus process included, is
@@ -39,7 +45,7 @@ import msgspec
 import numpy as np
 import psutil
 
-from .. import datadir
+from .. import datadir, faults
 from ..config import ClusterConfig
 from ..connect import open_shard
 from ..coordinator.coordinator import Coordinator, IntervalRecord, interval_of
@@ -176,6 +182,10 @@ class Cluster:
         self.zygote: Zygote | None = None
         self.coordinator: Coordinator | None = None
         self.run_dir: Path | None = None
+        #: where the run's fault budgets and firings are (see the module doc);
+        #: ``None`` when nothing is armed
+        self.fault_dir: Path | None = None
+        self._fault_budgets = contextlib.ExitStack()
         self.startup_s = 0.0
         self._lock: datadir.DataDirLock | None = None
         self._verification: Verification | None = None
@@ -204,12 +214,16 @@ class Cluster:
         config = self.config
         try:
             sweep()  # segments of dead processes, of any cluster
+            # first: the run's budgets cover every fault point it reaches, its store checks too
+            self.run_dir = make_run_dir(self.cluster_id)
+            self.fault_dir = self._fault_budgets.enter_context(
+                faults.run_budgets(self.run_dir / "faults")
+            )
             if _serves_data_dir(config):
                 data_dir = datadir.create(config.data_path)
                 self._lock = datadir.acquire(data_dir, datadir.COORDINATOR)
             if not config.external_server:
                 self._check_store()
-            self.run_dir = make_run_dir(self.cluster_id)
             starter = self._starter(self.run_dir)
             address = config.consensus_uri
             if not config.external_server:
@@ -289,6 +303,9 @@ class Cluster:
                     self.consensus.stop()
                 if self.zygote is not None:
                     self.zygote.stop()
+                # before the fault dir goes with the run dir: this process's points
+                # claim from their own budgets again
+                self._fault_budgets.close()
                 if self.run_dir is not None:
                     shutil.rmtree(self.run_dir, ignore_errors=True)
                 if self._lock is not None:

@@ -11,19 +11,21 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
+from pathlib import Path
 
 import msgspec
 import psutil
 import pytest
 
-from shardsink import open_shard
+from shardsink import faults, open_shard
 from shardsink.chaos import FAULT_KINDS, ChaosConfig, run_chaos, schedule
 from shardsink.chaos.checks import check_shard
 from shardsink.chaos.context import RunContext
 from shardsink.chaos.runner import _wait_gone
-from shardsink.chaos.schedule import firings
+from shardsink.chaos.schedule import firings, kind_of
 from shardsink.persist import ShardConfig
 from shardsink.workloads import SCHEMA
 
@@ -158,6 +160,33 @@ def test_bad_arguments_are_named(tmp_path) -> None:
         ChaosConfig(pause_max_s=20)
     with pytest.raises(ValueError, match="chaos runs \\(and kills\\) the consensus process"):
         ChaosConfig(consensus="tcp://127.0.0.1:5000")
+
+
+def test_a_fault_dir_given_holds_the_run_budgets(tmp_path, monkeypatch) -> None:
+    """With ``SHARDSINK_FAULT_DIR`` given, every process of the run, each
+    coordinator started again included, takes its point firings from there;
+    a second run on it is refused (its budgets would start spent), leaving
+    nothing behind."""
+    given = tmp_path / "faults"
+    monkeypatch.setenv(faults.ENV_DIR, str(given))
+    config = ChaosConfig(
+        duration_s=10,
+        seed=2,
+        data_dir=str(tmp_path / "run"),
+        groups=1,
+        workers=2,
+        faults=("kill-coordinator", "blob-errors"),
+        mean_gap_s=1.0,
+    )
+    report = run_chaos(config)
+    _assert_clean(config, report)
+    fired = Counter(kind_of(f["point"], f["action"]) for f in faults.fired(given))
+    assert fired and not (tmp_path / "run" / "faults").exists()
+    assert all(report.injected[kind] >= n for kind, n in fired.items())
+    temporary = set(Path(tempfile.gettempdir()).glob("chaos-*"))
+    with pytest.raises(ValueError, match=f"fault dir {given} holds a previous run"):
+        run_chaos(ChaosConfig(duration_s=1))
+    assert set(Path(tempfile.gettempdir()).glob("chaos-*")) == temporary
 
 
 def test_the_final_check_finds_a_lost_part(tmp_path) -> None:

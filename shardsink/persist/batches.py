@@ -136,8 +136,9 @@ class BatchBuilder:
     written as one Parquet part and released. ``finish`` writes the rest (inline
     if its encoding is below ``inline_max_bytes``) and returns the
     :class:`Batch`. Added batches are written as they are, not re-consolidated,
-    so the batch holds exactly the rows added; each must have the shard's
-    schema. ``abort`` deletes the parts written so far. Not thread-safe.
+    so the batch holds exactly the rows added, each part's sorted by key,
+    val, ts (:func:`~.parts.blob_part`); each must have the shard's schema.
+    ``abort`` deletes the parts written so far. Not thread-safe.
 
     ``since``: rows may also carry ``ts == since`` past ``upper``, as
     compaction's do once it has forwarded times below ``since`` to it.

@@ -7,6 +7,7 @@ columns, then ``ts: uint64`` and ``diff: int64``.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 
 import pyarrow as pa
@@ -25,6 +26,15 @@ INLINE_MESSAGE_MAX = 16 << 20
 #: for up to three times that.
 _ZSTD = pa.Codec("zstd", compression_level=6)
 DEFAULT_SCHEMA = pa.schema([("key", pa.int64()), ("val", pa.string())])
+#: The order of every part's rows, as Materialize persist keeps its parts': by
+#: key, then val, then ts (nulls last). A file's ``sorting_columns`` say so.
+UPDATE_ORDER = [("key", "ascending"), ("val", "ascending"), ("ts", "ascending")]
+#: Parquet pages and dictionaries of at most 128 KiB instead of pyarrow's
+#: 1 MiB: a reader decoding a part a chunk at a time holds one page and one
+#: dictionary of each column, and a dictionary of keys (all distinct) only
+#: grows the file before Parquet falls back to plain encoding. Measured by
+#: ``shardsink bench parts`` (README, Reading).
+WRITE_OPTIONS = {"data_page_size": 128 << 10, "dictionary_pagesize_limit": 128 << 10}
 _TIME_FIELDS = (pa.field("ts", pa.uint64()), pa.field("diff", pa.int64()))
 
 
@@ -96,7 +106,57 @@ def consolidate(table: pa.Table) -> pa.Table:
     out = pa.Table.from_arrays(
         [summed["key"], summed["val"], summed["ts"], summed["diff_sum"]], schema=schema
     )
-    return out.sort_by([("key", "ascending"), ("val", "ascending"), ("ts", "ascending")])
+    return out.sort_by(UPDATE_ORDER)
+
+
+def sort_updates(table: pa.Table) -> pa.Table:
+    """``table``'s rows in :data:`UPDATE_ORDER`: ``table`` itself if they
+    already are (a consolidated table's are), else a sorted copy.
+    ``pyarrow.ArrowNotImplementedError`` for columns Arrow cannot sort (such
+    a shard cannot consolidate either)."""
+    return table if in_update_order(table) else table.sort_by(UPDATE_ORDER)
+
+
+def in_update_order(table: pa.Table) -> bool:
+    """Whether ``table``'s rows are in :data:`UPDATE_ORDER`: vectorized
+    comparisons of neighbouring rows, cheaper than a sort. A null or NaN
+    among key, val or ts reads as out of order, so such a table is sorted
+    rather than trusted."""
+    if table.num_rows < 2:
+        return True
+    if _unordered_at_a_seam(table["key"]):
+        return False  # a builder's table: its workers' runs one after another
+    before = after = None  # rows ordered so far by the columns compared / equal in them
+    for name, _ in UPDATE_ORDER:
+        a, b = table[name][:-1], table[name][1:]
+        less = pc.fill_null(
+            pc.less_equal(a, b) if name == UPDATE_ORDER[-1][0] else pc.less(a, b), False
+        )
+        equal = pc.fill_null(pc.equal(a, b), False)
+        if before is None:
+            before, after = less, equal
+        else:
+            before, after = pc.or_(before, pc.and_(after, less)), pc.and_(after, equal)
+    return pc.all(before).as_py()
+
+
+def _unordered_at_a_seam(keys: pa.ChunkedArray) -> bool:
+    """Whether a chunk of ``keys`` starts below the key the chunk before it
+    ends with: a few scalar comparisons, where the whole check is a pass."""
+    chunks = [c for c in keys.chunks if len(c)]
+    return any(pc.less(b[0], a[-1]).as_py() for a, b in itertools.pairwise(chunks))
+
+
+def _claimable(table: pa.Table) -> bool:
+    """Whether a table Arrow sorted is in :data:`UPDATE_ORDER` as
+    :func:`in_update_order` reads it: no null among key, val, ts and no NaN."""
+    for name, _ in UPDATE_ORDER:
+        column = table[name]
+        if column.null_count or (
+            pa.types.is_floating(column.type) and pc.any(pc.is_nan(column)).as_py()
+        ):
+            return False
+    return True
 
 
 def with_ts(table: pa.Table, ts_values: pa.Array | pa.ChunkedArray) -> pa.Table:
@@ -170,8 +230,10 @@ def _bound(value: object) -> KeyBound:
 
 def inline_part(table: pa.Table, max_bytes: int) -> InlinePart | None:
     """``table`` (non-empty) as an inline part: its Arrow IPC record-batch
-    message compressed as a whole with zstd; ``None`` if that is not below
-    ``max_bytes``.
+    message of the rows in :data:`UPDATE_ORDER`, compressed as a whole with
+    zstd; ``None`` if that is not below ``max_bytes``. (An inline table is a
+    few thousand rows at most: sorting it costs microseconds, and a reader
+    checks the order, as the part has no file to say so.)
 
     The whole message is compressed, not only its body (Arrow IPC's own body
     compression, ``IpcWriteOptions(compression=...)``): the message's
@@ -184,6 +246,7 @@ def inline_part(table: pa.Table, max_bytes: int) -> InlinePart | None:
     stored uncompressed (codec ``"none"`` is what earlier versions stored)."""
     if max_bytes <= 0 or table.nbytes >= 4 * max_bytes:
         return None
+    table, _ = _sorted_if_possible(table)
     message = table.combine_chunks().to_batches()[0].serialize()
     if message.size > INLINE_MESSAGE_MAX:
         return None
@@ -194,35 +257,58 @@ def inline_part(table: pa.Table, max_bytes: int) -> InlinePart | None:
 
 
 def blob_part(table: pa.Table, key: str) -> tuple[BlobPart, bytes]:
-    """``table`` (non-empty) encoded as Parquet, and its part description under
-    ``key``. A table sorted by key says so in the file (Parquet's
-    ``sorting_columns``), so a reader may stream it instead of sorting it."""
+    """``table`` (non-empty) encoded as Parquet with its rows in
+    :data:`UPDATE_ORDER` (sorted first unless they are), and its part
+    description under ``key``. The file says so (Parquet's
+    ``sorting_columns``: key, val, ts), so a reader streams it a chunk at a
+    time instead of loading and sorting it whole (see
+    :func:`~.read.part_chunks`). Only a table whose columns Arrow cannot sort
+    is written as it is, without ``sorting_columns``."""
     sink = pa.BufferOutputStream()
-    sorting = _by_key(table.schema) if _ordered(table["key"]) else None
-    pq.write_table(table, sink, sorting_columns=sorting)
+    table, ordered = _sorted_if_possible(table)
+    sorting = _in_order(table.schema) if ordered else None
+    pq.write_table(table, sink, sorting_columns=sorting, **WRITE_OPTIONS)
     data = sink.getvalue().to_pybytes()
     return BlobPart(key=key, encoded_bytes=len(data), **_bounds(table)), data
 
 
-def _ordered(keys: pa.ChunkedArray) -> bool:
-    return len(keys) < 2 or pc.all(pc.less_equal(keys[:-1], keys[1:])).as_py()
+def _sorted_if_possible(table: pa.Table) -> tuple[pa.Table, bool]:
+    """``table`` in :data:`UPDATE_ORDER` and ``True``; ``table`` as it is and
+    ``False`` if Arrow cannot sort its columns or they hold nulls or NaNs
+    (see :func:`in_update_order`)."""
+    try:
+        if in_update_order(table):
+            return table, True
+        # Arrow sorts each chunk and merges them: one copy of the table, where
+        # combining the chunks first would make two
+        table = table.sort_by(UPDATE_ORDER)
+    except pa.ArrowNotImplementedError:
+        return table, False
+    return table, _claimable(table)
 
 
-def _by_key(schema: pa.Schema) -> list[pq.SortingColumn]:
-    return [pq.SortingColumn(schema.get_field_index("key"))]
+def _in_order(schema: pa.Schema) -> list[pq.SortingColumn]:
+    """:data:`UPDATE_ORDER` as Parquet's ``sorting_columns`` (readers need
+    only the first, key: :func:`sorted_by_key`)."""
+    return [pq.SortingColumn(schema.get_field_index(name)) for name, _ in UPDATE_ORDER]
 
 
 class SortedPartWriter:
     """One Parquet part written a table at a time (each a row group), from
-    tables sorted by key and added in key order, as compaction makes them; the
-    file says it is sorted by key. What it holds is the encoding so far, not
-    the Arrow data: Parquet is several times smaller. ``ValueError`` for a
-    table out of key order. :meth:`close` (idempotent) drops it unfinished."""
+    tables in :data:`UPDATE_ORDER` added in that order, as compaction makes
+    them (consolidated windows of ascending key ranges); the file says it is
+    sorted. What it holds is the encoding so far, not the Arrow data: Parquet
+    is several times smaller. ``ValueError`` for a table out of order or one
+    that does not follow the last. :meth:`close` (idempotent) drops it
+    unfinished."""
 
     def __init__(self, schema: pa.Schema) -> None:
         self._sink = pa.BufferOutputStream()
-        self._writer = pq.ParquetWriter(self._sink, schema, sorting_columns=_by_key(schema))
+        self._writer = pq.ParquetWriter(
+            self._sink, schema, sorting_columns=_in_order(schema), **WRITE_OPTIONS
+        )
         self._bounds: dict | None = None
+        self._last: pa.Table | None = None  # the last row written, a copy
 
     @property
     def encoded_bytes(self) -> int:
@@ -233,13 +319,14 @@ class SortedPartWriter:
         if table.num_rows == 0:
             return
         bounds = _bounds(table)
-        last = None if self._bounds is None else self._bounds["key_hi"]
-        if not _ordered(table["key"]) or (
-            last is not None and bounds["key_lo"] is not None and bounds["key_lo"] < last
-        ):
-            raise ValueError("a sorted part's tables must be sorted by key and come in key order")
+        joint = table if self._last is None else pa.concat_tables([self._last, table.slice(0, 1)])
+        if not in_update_order(table) or not in_update_order(joint):
+            raise ValueError(
+                "a sorted part's tables must be sorted by key, val, ts and come in key order"
+            )
         self._writer.write_table(table)
         self._bounds = bounds if self._bounds is None else _joined(self._bounds, bounds)
+        self._last = table.take([table.num_rows - 1])
 
     def finish(self, key: str) -> tuple[BlobPart, bytes]:
         """The part's description under ``key`` and its bytes; ``ValueError``
@@ -316,7 +403,12 @@ def decode_parquet(data: bytes, schema: pa.Schema) -> pa.Table:
 
 
 def sorted_by_key(file: pq.ParquetFile) -> bool:
-    """Whether a Parquet part says its rows are sorted by key (see :func:`blob_part`)."""
+    """Whether a Parquet part says its rows are sorted by key: every row
+    group's ``sorting_columns`` lead with key, ascending. Every part written
+    since parts are sorted says key, val, ts (:func:`blob_part`,
+    :class:`SortedPartWriter`); compaction's of earlier versions say key;
+    builders' of earlier versions say nothing, and neither does a part whose
+    columns Arrow cannot sort."""
     key = file.schema_arrow.get_field_index("key")
     meta = file.metadata
     return meta.num_row_groups > 0 and all(

@@ -2,14 +2,20 @@
 
 The snapshot as of ``as_of`` sums the ``diff`` of each ``(key, val)`` over the
 updates with ``ts <= as_of``, drops zero sums and sets ``ts = as_of``. Every
-part records its key min/max, and its rows come sorted by key (a part whose
-file says so is decoded a chunk at a time; any other is loaded whole and
-sorted: :func:`part_chunks`), so the sweep in :func:`windows` never needs the
-whole shard: it loads parts in order of their smallest key, cuts at most
-a share of ``window_rows`` rows into each part the window may span (every part
-that may hold a key at or below the cut is loaded by then), consolidates the
-rows up to the cut with Arrow's ``group_by`` and keeps the rest. Memory is
-bounded by a window (plus whole unsorted parts), not by the shard.
+part records its key min/max, and its rows come sorted by key (every part
+written since parts are sorted says so in its file and is decoded a chunk at
+a time; an unsorted part of an earlier version is loaded whole and sorted:
+:func:`part_chunks`), so the sweep in :func:`windows` never needs the whole
+shard: it opens parts in order of their smallest key, cuts at most a share of
+``window_rows`` rows into each part the window may span (every part that may
+hold a key at or below the cut is open by then), consolidates the rows up to
+the cut with Arrow's ``group_by`` and keeps the rest. Memory is bounded by a
+window plus one chunk of each part it spans (plus each unsorted part whole),
+not by the shard.
+
+This is library code that runs in users' processes: it leaves the process's
+allocators alone (no pool switched, no heap trimmed). A long-running server
+chooses its allocators where it starts (see :mod:`shardsink._allocator`).
 """
 
 from __future__ import annotations
@@ -22,7 +28,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .._allocator import release_freed_pages
 from ..storage.contracts import Blob
 from . import parts as P
 from .diff import StateDiff, decode_version
@@ -36,6 +41,18 @@ WINDOW_ROWS = 128 * 1024
 #: Rows a sorted Parquet part is decoded in at a time: what each part a
 #: window spans holds beyond the window's own share of it.
 CHUNK_ROWS = 16 * 1024
+
+#: A blob part of at most this many encoded bytes is fetched whole with one
+#: ``get`` (one GET on S3); a larger one is opened (``Blob.open_input``) and
+#: read through the file, :data:`READ_BUFFER_BYTES` of a column at a time (on
+#: S3: a HEAD, the footer, then ranged GETs per column and row group).
+WHOLE_GET_BYTES = 1 << 20
+
+#: Bytes of one column chunk a part opened through ``open_input`` reads from
+#: the file at a time (Parquet's buffered stream), so neither a part's blob
+#: nor a whole row group's column chunk (a 1M-row part is one row group) is
+#: ever held encoded.
+READ_BUFFER_BYTES = 1 << 20
 
 #: Loads a part's rows as consecutive tables, together sorted by key; ``None``
 #: if its blob is missing.
@@ -88,7 +105,6 @@ def windows(
     for table, cut in key_windows(parts, load, as_of, schema, after, window_rows):
         window = P.at_time(table, as_of)
         del table
-        release_freed_pages()
         yield window, cut
 
 
@@ -223,27 +239,52 @@ def part_chunks(
     blob: Blob, shard: str, part: Part, schema: pa.Schema, rows: int
 ) -> Iterator[pa.Table] | None:
     """A loader (see :data:`Loader`): ``part``'s rows sorted by key in chunks
-    of at most ``rows``; ``None`` if its blob is missing. A Parquet part that
-    says it is sorted (:func:`~.parts.sorted_by_key`: compaction's and any
-    writer's whose rows came sorted) is decoded a record batch at a time; any
-    other (a builder's concatenation of its workers' parts, an inline part) is
-    loaded whole and sorted, so memory holds at most one such part.
-    :class:`CorruptState` if it does not decode as ``schema``."""
-    try:
-        if isinstance(part, InlinePart):
-            return _slices(P.decode_inline(part, schema).sort_by("key"), rows)
+    of at most ``rows``; ``None`` if its blob is missing.
+
+    A Parquet part that says it is sorted (:func:`~.parts.sorted_by_key`:
+    every part written since parts are sorted, and compaction's of earlier
+    versions) is decoded ``rows`` at a time as the sweep pulls them: through
+    ``Blob.open_input`` (:data:`READ_BUFFER_BYTES` of a column at a time),
+    or from one ``get`` when it is at most :data:`WHOLE_GET_BYTES`; the file
+    is closed when the chunks are exhausted or dropped. Any other (a
+    builder's of an earlier version, its workers' parts one after another)
+    is loaded whole and sorted, so memory holds each such part whole: its
+    decoded rows and their sorted copy. An inline part is decoded whole (it
+    is small) and sorted unless its rows are in order.
+
+    :class:`CorruptState` if it does not decode as ``schema``;
+    :class:`Missing` if its blob goes while it is read (a store whose reads
+    then fail, S3); ``StorageError`` as the store raises it."""
+    if isinstance(part, InlinePart):
+        try:
+            table = P.decode_inline(part, schema)
+        except ValueError as exc:
+            raise P.corrupt(shard, part, exc) from None
+        return _slices(table if P.in_update_order(table) else table.sort_by("key"), rows)
+    whole = part.encoded_bytes <= WHOLE_GET_BYTES
+    if whole:
         data = blob.get(part.key)
-        if data is None:
-            return None
-        file = pq.ParquetFile(pa.BufferReader(data))
+        source = None if data is None else pa.BufferReader(data)
+    else:
+        source = blob.open_input(part.key)
+    if source is None:
+        return None
+    try:
+        # pyarrow pre-buffers a row group's column chunks by default: a 1M-row
+        # part is one row group, so that is the whole part again
+        file = pq.ParquetFile(
+            source, buffer_size=0 if whole else READ_BUFFER_BYTES, pre_buffer=False
+        )
         if not file.schema_arrow.remove_metadata().equals(schema):
             raise ValueError(f"Parquet part has schema {file.schema_arrow}, the shard {schema}")
-        if not P.sorted_by_key(file):
-            table = file.read().replace_schema_metadata(None).cast(schema)
-            return _slices(table.sort_by("key"), rows)
-    except (ValueError, pa.ArrowInvalid, OSError) as exc:
-        raise P.corrupt(shard, part, exc) from None
-    return _batches_of(file, schema, rows, shard, part)
+        if P.sorted_by_key(file):
+            return _batches_of(blob, file, source, schema, rows, shard, part)
+        table = file.read().replace_schema_metadata(None).cast(schema)
+    except (ValueError, OSError) as exc:
+        source.close()
+        raise _failed(blob, shard, part, exc) from None
+    source.close()
+    return _slices(table.sort_by("key"), rows)
 
 
 def _slices(table: pa.Table, rows: int) -> Iterator[pa.Table]:
@@ -251,13 +292,32 @@ def _slices(table: pa.Table, rows: int) -> Iterator[pa.Table]:
 
 
 def _batches_of(
-    file: pq.ParquetFile, schema: pa.Schema, rows: int, shard: str, part: BlobPart
+    blob: Blob,
+    file: pq.ParquetFile,
+    source: pa.NativeFile,
+    schema: pa.Schema,
+    rows: int,
+    shard: str,
+    part: BlobPart,
 ) -> Iterator[pa.Table]:
     try:
         for batch in file.iter_batches(batch_size=rows):
             yield pa.Table.from_batches([batch.replace_schema_metadata(None)], schema=schema)
-    except (pa.ArrowInvalid, OSError) as exc:
+    except OSError as exc:  # pyarrow's ArrowInvalid is a ValueError, its I/O errors OSError
+        raise _failed(blob, shard, part, exc) from None
+    except ValueError as exc:
         raise P.corrupt(shard, part, exc) from None
+    finally:
+        source.close()
+
+
+def _failed(blob: Blob, shard: str, part: BlobPart, exc: Exception) -> Exception:
+    """What a part that failed to read raises: :class:`Missing` if its blob
+    is gone (reads of a deleted S3 object fail), else :class:`CorruptState`
+    naming it and ``exc``."""
+    if isinstance(exc, OSError) and blob.stat(part.key) is None:
+        return Missing(part.key)
+    return P.corrupt(shard, part, exc)
 
 
 #: How a snapshot is computed from a manifest's updates (parts and inline).

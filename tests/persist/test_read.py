@@ -7,6 +7,7 @@ import gc
 import random
 import threading
 
+import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -295,24 +296,29 @@ def test_streams_read_while_appends_compaction_and_gc_run_are_never_wrong(tmp_pa
 
 
 def test_a_part_not_sorted_by_key_is_read_whole_and_sorted():
-    """A builder's part is its workers' parts one after another, not sorted by
-    key; the file says whether it is, and the loader sorts one that is not."""
+    """A builder's part of an earlier version is its workers' parts one after
+    another, not sorted by key, and its file says nothing; the loader sorts
+    it. A part written now is sorted whatever order its rows came in."""
     from shardsink.storage.memory import MemoryBlob
 
     keys = list(range(40))
     random.Random(7).shuffle(keys)
     blob = MemoryBlob(f"unsorted-{random.random()}")
     loaded = {}
-    for name, rows in (("shuffled", keys), ("sorted", sorted(keys))):
-        table = updates([(k, format(k, "032x"), 0, 1) for k in rows])
-        part, data = P.blob_part(table, name)
+    table = updates([(k, format(k, "032x"), 0, 1) for k in keys])
+    legacy = pa.BufferOutputStream()
+    pq.write_table(table, legacy)  # as earlier versions wrote a builder's part
+    part, now = P.blob_part(table, "now")
+    for name, data in (("legacy", legacy.getvalue().to_pybytes()), ("now", now)):
         blob.set(name, data)
-        assert P.sorted_by_key(pq.ParquetFile(pa.BufferReader(data))) == (name == "sorted")
-        chunks = list(read.part_chunks(blob, "u", part, SCHEMA, 7))
+        assert P.sorted_by_key(pq.ParquetFile(pa.BufferReader(data))) == (name == "now")
+        chunks = list(
+            read.part_chunks(blob, "u", msgspec.structs.replace(part, key=name), SCHEMA, 7)
+        )
         assert max(c.num_rows for c in chunks) <= 7
         loaded[name] = pa.concat_tables(chunks)
-    assert loaded["shuffled"]["key"].to_pylist() == list(range(40))
-    assert loaded["shuffled"].equals(loaded["sorted"])
+    assert loaded["legacy"]["key"].to_pylist() == list(range(40))
+    assert loaded["legacy"].equals(loaded["now"])
 
 
 @pytest.mark.parametrize("kind", ["trickle", "churn"])

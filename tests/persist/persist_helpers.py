@@ -6,8 +6,13 @@ import uuid
 
 import pyarrow as pa
 
+from shardsink.persist import spine
+from shardsink.persist.commands import ExpireWriter
+from shardsink.persist.compaction import CompactionReport, merge_runs
+from shardsink.persist.maintenance import register_writer
 from shardsink.persist.parts import full_schema
-from shardsink.persist.state import Batch, BlobPart, InlinePart
+from shardsink.persist.state import Batch, BlobPart, InlinePart, part_prefix
+from shardsink.persist.stats import ShardStats
 from shardsink.persist.transitions import initial_state
 
 SCHEMA = full_schema()
@@ -40,11 +45,48 @@ def s0(inline_max_bytes: int = 100, inline_total_max_bytes: int = 250):
     return initial_state("s", b"schema", inline_max_bytes, inline_total_max_bytes, "s/rollup/0-x")
 
 
-def blob_batch(bid: str, lower: int, upper: int, key: str | None = None) -> Batch:
-    part = BlobPart(key=key or f"s/part/{bid}", encoded_bytes=10, rows=1, ts_lo=lower, ts_hi=lower)
+#: The id writer ``w`` gets registering on :func:`s0`: its name, then the
+#: seqno of the version that registered it.
+W1 = "w.1"
+
+
+def blob_batch(
+    bid: str, lower: int, upper: int, key: str | None = None, *, writer: str = W1
+) -> Batch:
+    """A batch of one (fake) blob part of shard ``s``, under ``writer``'s
+    prefix unless ``key`` says otherwise."""
+    key = key or f"{part_prefix('s', writer)}{bid}"
+    part = BlobPart(key=key, encoded_bytes=10, rows=1, ts_lo=lower, ts_hi=lower)
     return Batch(id=bid, lower=lower, upper=upper, parts=(part,), rows=1)
 
 
 def inline_batch(bid: str, lower: int, upper: int, size: int = 40) -> Batch:
     part = InlinePart(data=b"x" * size, rows=1, ts_lo=lower, ts_hi=lower)
     return Batch(id=bid, lower=lower, upper=upper, parts=(part,), rows=1)
+
+
+def spine_pass(
+    shard,
+    *,
+    target_bytes: int,
+    stats: ShardStats | None = None,
+    writer_id: str | None = None,
+) -> CompactionReport:
+    """One round of the spine's merges on the latest state of ``shard``, as
+    the registered writer ``writer_id`` (default: one registered for the
+    round and expired after it), what a consensus server's merge lanes do."""
+    writer = writer_id or register_writer(shard.machine, f"spine-{uuid.uuid4().hex}")
+    try:
+        state = shard.machine.state(refresh=True)
+        return merge_runs(
+            shard.machine,
+            shard.blob,
+            state,
+            spine.merges(state),
+            target_bytes,
+            stats or ShardStats(),
+            writer,
+        )
+    finally:
+        if writer_id is None:
+            shard.machine.run(ExpireWriter(writer))

@@ -7,17 +7,23 @@ import os
 import time
 
 import pytest
-from persist_helpers import interval_rows, memory_stores, rows_of, updates
+from persist_helpers import interval_rows, memory_stores, rows_of, spine_pass, updates
 
 from shardsink import open_shard
 from shardsink.persist import ShardConfig
-from shardsink.persist.compaction import compact_spine, plan
+from shardsink.persist.commands import ExpireWriter
+from shardsink.persist.compaction import plan
 from shardsink.persist.errors import CorruptState
-from shardsink.persist.state import BlobPart
-from shardsink.persist.stats import ShardStats
+from shardsink.persist.gc import sweep_leaked_blobs
+from shardsink.persist.maintenance import register_writer
+from shardsink.persist.state import BlobPart, part_prefix
 from shardsink.storage import open_blob
 
 ALL_BLOB = ShardConfig(inline_max_bytes=0)
+#: A writer lease short enough for a test's fake clock to outlive, and the
+#: shortest sweep grace it allows.
+LEASE_MS = 60_000
+SWEPT = ShardConfig(inline_max_bytes=0, writer_lease_ms=LEASE_MS, leaked_blob_grace_ms=LEASE_MS)
 
 
 def snapshots(shard, times):
@@ -92,10 +98,14 @@ def test_compaction_that_loses_its_inputs_commits_nothing(stores):
             blob.get = racing_get
             report = a.compact()
             assert (report.applied, report.skipped) == (0, 1)
-            assert len(a.state().batches) == 1 and snapshots(a, [2]) == before
-            # a's output was never referenced: the sweep finds exactly it
-            leaked = a.sweep_leaked_blobs(grace_ms=0)
-            assert len(leaked) == 1 and leaked[0].startswith("s/part/")
+            state = a.state(refresh=True)
+            assert len(state.batches) == 1 and snapshots(a, [2]) == before
+            # a deleted its refused output itself (its writer, gone now, left
+            # nothing for the sweep): what is in blob is b's output and the
+            # inputs b retired
+            parts = {k for k in state.referenced_keys() if k.startswith("s/part/")}
+            assert set(blob.list("s/part/")) == parts and len(parts) == 4
+            assert set(state.writers) == {w.writer_id}  # both compaction writers left
             assert snapshots(a, [2]) == before
     finally:
         blob.close()
@@ -117,10 +127,12 @@ def test_compaction_meeting_a_corrupt_part_names_it_and_commits_nothing(tmp_path
             blob.set(keys[1], b"PAR1 this is not parquet PAR1")
         finally:
             blob.close()
+        merger = register_writer(shard.machine, "merger")
         seqno = shard.state(refresh=True).seqno
         with pytest.raises(CorruptState, match=f"shard 's': part {keys[1]}"):
-            compact_spine(shard.machine, shard.blob, target_bytes=1 << 20, stats=ShardStats())
+            spine_pass(shard, target_bytes=1 << 20, writer_id=merger)
         assert shard.state(refresh=True).seqno == seqno
+        assert list(shard.blob.list(part_prefix("s", merger))) == []  # what it wrote is deleted
 
 
 def test_spine_compaction_whose_input_is_gone_commits_nothing_and_leaves_no_output(tmp_path):
@@ -128,12 +140,43 @@ def test_spine_compaction_whose_input_is_gone_commits_nothing_and_leaves_no_outp
     with open_shard("s", blob=blob_uri, consensus=consensus, config=ALL_BLOB) as shard:
         keys = _three_blob_batches(shard)
         shard.blob.delete(keys[2])
+        merger = register_writer(shard.machine, "merger")
         seqno = shard.state(refresh=True).seqno
-        report = compact_spine(shard.machine, shard.blob, target_bytes=1 << 20, stats=ShardStats())
+        report = spine_pass(shard, target_bytes=1 << 20, writer_id=merger)
         assert (report.applied, report.skipped) == (0, 1)
         assert shard.state(refresh=True).seqno == seqno
         # the merge stopped at the missing part and deleted what it had written
         assert sorted(shard.blob.list("s/part/")) == sorted(keys[:2])
+
+
+@pytest.mark.parametrize("refusal", ["inputs taken", "writer expired"])
+def test_a_refused_compaction_deletes_its_output_itself(tmp_path, refusal):
+    """A merge whose commit is refused deletes its output parts itself: the
+    sweep spares a part for as long as its writer is registered (a server's
+    is for days), and takes that of a writer gone only after the grace."""
+    blob_uri, consensus = f"file://{tmp_path}/blob", f"sqlite://{tmp_path}/c.db"
+    with open_shard("s", blob=blob_uri, consensus=consensus, config=ALL_BLOB) as shard:
+        keys = _three_blob_batches(shard)
+        merger = register_writer(shard.machine, "merger")
+        original_get = shard.blob.get
+
+        def racing_get(key):
+            shard.blob.get = original_get
+            if refusal == "inputs taken":
+                assert shard.compact().applied == 1  # another merge wins meanwhile
+            else:
+                shard.machine.run(ExpireWriter(merger))
+            return original_get(key)
+
+        shard.blob.get = racing_get
+        report = spine_pass(shard, target_bytes=1 << 20, writer_id=merger)
+        assert (report.applied, report.skipped) == (0, 1)
+        state = shard.state(refresh=True)
+        assert (merger in state.writers) == (refusal == "inputs taken")
+        assert list(shard.blob.list(part_prefix("s", merger))) == []
+        parts = {k for k in state.referenced_keys() if k.startswith("s/part/")}
+        assert set(shard.blob.list("s/part/")) == parts and set(keys) <= parts
+        assert rows_of(shard.snapshot()) == [(i, format(i, "032x"), 2, 1) for i in range(3)]
 
 
 def test_gc_respects_holds_until_the_lease_expires():
@@ -162,35 +205,69 @@ def test_gc_respects_holds_until_the_lease_expires():
         assert rows_of(reader.snapshot()) == [(i, format(i, "032x"), 2, 1) for i in range(3)]
 
 
-def test_leaked_blob_sweep_deletes_only_old_unreferenced_blobs(stores):
+def test_leaked_blob_sweep_deletes_only_old_unreferenced_blobs_of_gone_writers(stores):
+    """The sweep takes a blob that no state references only once it is
+    older than the grace (never shorter than the writer lease) and, for a
+    writer's part, once its writer left state: here a writer that died
+    before appending its batch, and expired."""
     blob, consensus = stores
-    with open_shard("s", blob=blob, consensus=consensus, config=ALL_BLOB) as shard:
+    now = [1_000_000]
+    opts = {"blob": blob, "consensus": consensus, "config": SWEPT, "clock": lambda: now[0]}
+    with open_shard("s", **opts) as shard:
         w = shard.writer()
         w.compare_and_append_table(interval_rows(0, [1]), 0, 1)
         orphan = w.batch(interval_rows(1, [2]), 1, 2)  # a writer that died before appending
-        assert shard.sweep_leaked_blobs() == []  # younger than the default grace
-        assert shard.sweep_leaked_blobs(grace_ms=0) == orphan.blob_keys()
+        (key,) = orphan.blob_keys()
+        assert key.startswith(part_prefix("s", w.writer_id))
+        with pytest.raises(ValueError, match=f"shorter than the writer lease \\({LEASE_MS} ms\\)"):
+            shard.sweep_leaked_blobs(grace_ms=LEASE_MS - 1)
+        assert shard.sweep_leaked_blobs() == []  # younger than the grace
+
+        def sweep_later() -> list[str]:
+            """Sweep as if every blob had aged past the grace (a memory://
+            blob's age is the wall clock's, so the sweep is told a later now)."""
+            later = time.time() * 1000 + 2 * LEASE_MS
+            return sweep_leaked_blobs(shard.machine, shard.blob, LEASE_MS, later)
+
+        assert sweep_later() == []  # its writer is still in state: it may yet append it
+        now[0] += LEASE_MS + 1  # the writer stops heartbeating: maintenance expires it
+        assert shard.collect_garbage().writers_expired == (w.writer_id,)
+        assert sweep_later() == [key]
+        assert shard.blob.get(key) is None
         assert rows_of(shard.reader().snapshot()) == [(1, format(1, "032x"), 0, 1)]
-        assert shard.sweep_leaked_blobs(grace_ms=0) == []
+        assert sweep_later() == []
 
 
 def test_leaked_blob_sweep_removes_temp_files_of_writers_killed_mid_set(tmp_path):
     root = tmp_path / "blob"
     consensus = f"sqlite://{tmp_path}/consensus.db"
-    with open_shard("s", blob=f"file://{root}", consensus=consensus, config=ALL_BLOB) as shard:
-        shard.writer().compare_and_append_table(interval_rows(0, [1]), 0, 1)
+    with open_shard("s", blob=f"file://{root}", consensus=consensus, config=SWEPT) as shard:
+        live = shard.writer()
+        live.compare_and_append_table(interval_rows(0, [1]), 0, 1)
         # what a writer killed mid-set leaves: KEY~PID-HEX beside where KEY would be
-        names = ["s/part/dead~4242-0123456789ab", "s/part/busy~4243-0123456789ab"]
+        dead = "s/part/dead.7/a.parquet~4242-0123456789ab"  # of a writer gone from state
+        busy = "s/part/dead.7/b.parquet~4243-0123456789ab"  # the same, younger than the grace
+        legacy = "s/part/c.parquet~4244-0123456789ab"  # of a version before writer prefixes
+        held = f"{part_prefix('s', live.writer_id)}d.parquet~4245-0123456789ab"  # a live one's
         others = "t/part/x~1-0a"  # another shard's
-        for name in [*names, others]:
+        for name in (dead, busy, legacy, held, others):
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             (root / name).write_bytes(b"partial")
-        past_grace = time.time() - ShardConfig().leaked_blob_grace_ms / 1000 - 60
-        for name in (names[0], others):
-            os.utime(root / name, (past_grace, past_grace))
-        assert shard.sweep_leaked_blobs() == names[:1]  # the other is younger than the grace
-        assert shard.sweep_leaked_blobs(grace_ms=0) == names[1:]
-        assert not any((root / name).exists() for name in names)
+
+        def age(*names: str) -> None:
+            past_grace = time.time() - LEASE_MS / 1000 - 60
+            for name in names:
+                os.utime(root / name, (past_grace, past_grace))
+
+        age(dead, legacy, held, others)
+        assert sorted(shard.sweep_leaked_blobs()) == sorted([dead, legacy])
+        assert (root / busy).exists()  # younger than the grace
+        age(busy)
+        assert shard.sweep_leaked_blobs() == [busy]
+        assert (root / held).exists()  # its writer may still be writing it
+        live.close()
+        assert shard.sweep_leaked_blobs() == [held]
+        assert not any((root / name).exists() for name in (dead, busy, legacy, held))
         assert (root / others).exists()
         assert rows_of(shard.reader().snapshot()) == [(1, format(1, "032x"), 0, 1)]
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import subprocess
 import sys
+import time
 
 import duckdb
 import pyarrow.parquet as pq
@@ -89,8 +91,27 @@ def test_inspect(capsys, data_dir):
 def test_compact_and_gc(capsys, data_dir):
     code, out, _ = run(capsys, "shard", "compact", "--data-dir", str(data_dir))
     assert code == 0 and json.loads(out)["applied"] == 1
-    code, out, _ = run(capsys, "shard", "gc", "--data-dir", str(data_dir), "--sweep-grace-ms", "0")
-    assert code == 0 and json.loads(out)["leaked_blobs_deleted"] == []
+    lease_ms = ShardConfig().writer_lease_ms
+    code, _, err = run(
+        capsys, "shard", "gc", "--data-dir", str(data_dir), "--sweep-grace-ms", str(lease_ms - 1)
+    )
+    assert code == 2 and f"shorter than the writer lease ({lease_ms} ms)" in err, err
+    # a part of a writer that crashed before appending it, and left state
+    leaked = data_dir / "blob" / "default" / "part" / "crashed.3" / "lost.parquet"
+    leaked.parent.mkdir(parents=True)
+    leaked.write_bytes(b"PAR1")
+    past_grace = time.time() - lease_ms / 1000 - 60
+    blobs = [p for p in (data_dir / "blob").rglob("*") if p.is_file()]
+    assert len(blobs) >= 2  # the rollup (every part is inline), the leaked part
+    for path in blobs:  # everything looks old to the sweep: only the leaked part goes
+        os.utime(path, (past_grace, past_grace))
+    code, out, _ = run(
+        capsys, "shard", "gc", "--data-dir", str(data_dir), "--sweep-grace-ms", str(lease_ms)
+    )
+    assert code == 0 and json.loads(out)["leaked_blobs_deleted"] == [
+        "default/part/crashed.3/lost.parquet"
+    ]
+    assert not leaked.exists()
     _, out, _ = run(capsys, "read", "--data-dir", str(data_dir), "--format", "csv")
     assert [r["key"] for r in csv.DictReader(io.StringIO(out))] == ["1", "2", "3", "4"]
 
@@ -330,7 +351,9 @@ def test_manifest_of_inline_updates_equals_read(capsys, data_dir):
 
 
 def test_a_part_missing_for_good_is_named_and_nothing_is_written(capsys, churn_dir, tmp_path):
-    lost = sorted((churn_dir / "blob" / "default" / "part").iterdir())[-1]
+    blob = churn_dir / "blob"
+    (lost,) = sorted((blob / "default" / "part").glob("*/*.parquet"))[-1:]
+    assert lost.parent.name != "part"  # under its writer's prefix
     lost.unlink()
     out_file = tmp_path / "snap.parquet"
     code, _, err = run(
@@ -343,7 +366,7 @@ def test_a_part_missing_for_good_is_named_and_nothing_is_written(capsys, churn_d
         "--output",
         str(out_file),
     )
-    assert code == 2 and f"part 'default/part/{lost.name}' is missing" in err
+    assert code == 2 and f"part '{lost.relative_to(blob)}' is missing" in err, err
     assert not out_file.exists() and not list(tmp_path.glob(".snap.parquet*"))
     code, _, err = run(
         capsys, "export", "--data-dir", str(churn_dir), "--output", str(tmp_path / "x")

@@ -11,13 +11,15 @@ import pytest
 
 from shardsink.persist import parts as P
 from shardsink.persist.batches import SortedBatchBuilder, load_part
-from shardsink.persist.state import BlobPart, InlinePart
+from shardsink.persist.state import BlobPart, InlinePart, part_prefix
 from shardsink.persist.stats import ShardStats
 from shardsink.storage.memory import MemoryBlob
 from shardsink.workloads import SCHEMA, Workload
 
 #: interval 0 of trickle: keys 0..N-1 in order, all at ts 0
 ROWS = Workload("trickle", rows_per_interval=40_000).updates(0)
+#: the (compaction's) writer the builder writes as
+WRITER = "merge.7"
 
 
 def _windows(table: pa.Table, rows: int) -> list[pa.RecordBatch]:
@@ -28,7 +30,7 @@ def _windows(table: pa.Table, rows: int) -> list[pa.RecordBatch]:
 
 def _builder(blob: MemoryBlob, stats: ShardStats, target: int) -> SortedBatchBuilder:
     return SortedBatchBuilder(
-        blob, "s", 0, 1000, inline_max_bytes=4096, target_bytes=target, stats=stats
+        blob, "s", WRITER, 0, 1000, inline_max_bytes=4096, target_bytes=target, stats=stats
     )
 
 
@@ -41,6 +43,8 @@ def test_parts_are_cut_by_their_encoding_and_hold_every_row_in_key_order():
     assert batch.rows == ROWS.num_rows and len(batch.parts) >= 3
     assert stats.blob_puts == len(batch.parts)
     blob_parts = [p for p in batch.parts if isinstance(p, BlobPart)]
+    assert all(p.key.startswith(part_prefix("s", WRITER)) for p in blob_parts)
+    assert sorted(blob.list("s/")) == sorted(p.key for p in blob_parts)
     # every part but the last reached the target within one window's encoding
     assert all(100_000 <= p.encoded_bytes < 200_000 for p in blob_parts[:-1])
     tables = [load_part(blob, "s", p, SCHEMA) for p in batch.parts]

@@ -84,6 +84,10 @@ def test_metrics_count_what_the_server_did(tmp_path, popen) -> None:
         ("gc_interval_s = -1.0\n", "gc_interval_s must be >= 0, got -1.0"),
         ('rollup_threshold = "many"\n', "Expected `int`, got `str` (key 'rollup_threshold')"),
         ("bind = [", "cannot read config file"),
+        (
+            "writer_lease_ms = 60000\nleaked_blob_grace_ms = 59999\n",
+            "the leaked-blob sweep's grace (59999 ms) is shorter than the writer lease (60000 ms)",
+        ),
     ],
 )
 def test_a_bad_serve_config_is_refused_naming_the_key(tmp_path, capsys, text, message) -> None:

@@ -11,7 +11,19 @@ import pytest
 import zmq
 
 from shardsink import open_shard
+from shardsink.persist.commands import (
+    CLIENT_COMMANDS,
+    COMMAND_DECODER,
+    AddRollup,
+    ApplyCompaction,
+    ExpireReaders,
+    ExpireWriters,
+    ForgetRetired,
+    ForgetRollups,
+    Retain,
+)
 from shardsink.persist.config import ShardConfig
+from shardsink.persist.state import Batch
 from shardsink.process import ConsensusProcess
 from shardsink.server import ServerClient
 from shardsink.server.wire import REPLY_DECODER, ErrorReply
@@ -81,6 +93,55 @@ def test_stats_command_prints_per_shard_counts(server, tmp_path, capsys) -> None
     stats = msgspec.json.decode(capsys.readouterr().out)
     (s,) = stats["shards"]
     assert s["shard"] == "s" and s["upper"] == 1 and s["machine"]["versions"] >= 1
+
+
+MAINTENANCE = [
+    ExpireReaders(),
+    ExpireWriters(1),
+    Retain(1),
+    ApplyCompaction(("a",), Batch("o", 0, 1, (), 0), "w.1"),
+    AddRollup(1, "s/rollup/forged"),
+    ForgetRetired((1,)),
+    ForgetRollups(0),
+]
+
+
+def test_every_command_is_a_clients_or_maintenance():
+    union = {t.cls for t in msgspec.inspect.type_info(COMMAND_DECODER.type).types}
+    assert union == set(CLIENT_COMMANDS) | {type(c) for c in MAINTENANCE}
+    assert not set(CLIENT_COMMANDS) & {type(c) for c in MAINTENANCE}
+
+
+def test_the_server_refuses_maintenance_commands_from_clients(server, tmp_path) -> None:
+    """Expiry, retention, compaction, rollups and forgetting retired keys
+    are the server's own: a client's command for any of them is refused
+    (naming it) and changes nothing; clients ask for maintenance
+    (``Maintain``), and the server runs it as its own writer."""
+    blob = f"file://{tmp_path}/blob"
+    config = ShardConfig(inline_max_bytes=0)  # blob parts, so compaction retires keys
+    with open_shard("s", blob=blob, consensus=server.address, config=config) as shard:
+        w = shard.writer()
+        for i in range(3):
+            w.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
+        before = shard.state(refresh=True)
+        for command in MAINTENANCE:
+            with pytest.raises(ValueError, match=f"{type(command).__name__} is maintenance"):
+                shard.machine.run(command)
+        assert shard.state(refresh=True) == before
+        assert not hasattr(shard.machine, "truncate_below")
+        # what a client may ask for instead
+        assert shard.compact().applied == 1
+        state = shard.state(refresh=True)
+        (merged,) = state.batches.values()
+        (own,) = set(state.writers) - {w.writer_id}  # the server's, registered for the shard
+        assert own.startswith("consensus-") and merged.parts[0].key.startswith(f"s/part/{own}/")
+        inputs = {k for b in before.batches.values() for k in b.blob_keys()}
+        assert set(shard.collect_garbage().blobs_deleted) == inputs  # retired, held by no one
+        lease = ShardConfig().writer_lease_ms
+        with pytest.raises(ValueError, match=f"shorter than the writer lease \\({lease} ms\\)"):
+            shard.sweep_leaked_blobs(lease - 1)
+        assert shard.sweep_leaked_blobs(lease) == []  # everything is young
+        assert shard.reader().snapshot().equals(WORKLOAD.expected(3))
 
 
 def test_nobody_answering_is_a_clear_error(tmp_path) -> None:

@@ -42,6 +42,12 @@ class GatedBlob:
     def list_meta(self, prefix=""):
         return self.inner.list_meta(prefix)
 
+    def stat(self, key):
+        return self.inner.stat(key)
+
+    def open_input(self, key):
+        return self.inner.open_input(key)
+
     def close(self) -> None:
         self.inner.close()
 

@@ -6,6 +6,7 @@ their defaults asks for nothing and gets the server's."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -13,11 +14,13 @@ import pytest
 
 from shardsink import open_shard
 from shardsink.persist.config import ShardConfig
-from shardsink.process import ConsensusProcess
+from shardsink.process import ConsensusProcess, ConsensusStartError
 from shardsink.workloads import Workload
 
 WORKLOAD = Workload("trickle", rows_per_interval=4, interval_ms=1)
-SERVED = ShardConfig(rollup_threshold=4, leaked_blob_grace_ms=0, max_attempts=8)
+#: The server's writer lease, and the shortest grace it allows the sweep.
+LEASE_MS = 60_000
+SERVED = ShardConfig(rollup_threshold=4, leaked_blob_grace_ms=LEASE_MS, max_attempts=8)
 
 
 def _server(tmp_path: Path, *flags: str) -> ConsensusProcess:
@@ -49,7 +52,8 @@ def test_a_second_client_asking_for_other_settings_is_refused(tmp_path, name, va
 
 def test_the_servers_settings_hold_for_every_shard_and_after_a_restart(tmp_path) -> None:
     blob = f"file://{tmp_path}/blob"
-    flags = ("--rollup-threshold", "4", "--leaked-blob-grace-ms", "0", "--max-attempts", "8")
+    flags = ("--rollup-threshold", "4", "--leaked-blob-grace-ms", str(LEASE_MS))
+    flags += ("--max-attempts", "8", "--writer-lease-ms", str(LEASE_MS))
     server = _server(tmp_path, *flags, "--sweep-interval", "0.1")
     with server:
         with pytest.raises(ValueError, match=r"rollup_threshold=5, max_attempts=9"):
@@ -68,13 +72,37 @@ def test_the_servers_settings_hold_for_every_shard_and_after_a_restart(tmp_path)
                 writer.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
             rollups = sorted(shard.state().rollups)
             assert rollups[-1] > seqno, f"no rollup after the restart: {rollups}"
-            leaked = Path(f"{tmp_path}/blob/s/part/leaked")
-            leaked.parent.mkdir(parents=True, exist_ok=True)
-            leaked.write_bytes(b"x")
+            # parts of a writer that left state: one older than the server's
+            # grace, one younger; and an old one of a writer still registered
+            part = Path(f"{tmp_path}/blob/s/part")
+            young, leaked = part / "gone.1" / "young.parquet", part / "gone.1" / "old.parquet"
+            held = part / writer.writer_id / "held.parquet"
+            past_grace = time.time() - LEASE_MS / 1000 - 60
+            for path in (young, leaked, held):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(b"x")
+            for path in (leaked, held):
+                os.utime(path, (past_grace, past_grace))
             deadline = time.monotonic() + 30
-            while leaked.exists():  # swept at once: the grace is 0
+            while leaked.exists():  # swept on the server's schedule, with its grace
                 assert time.monotonic() < deadline, "the leaked blob was never swept"
                 time.sleep(0.05)
+            assert young.exists() and held.exists()
+
+
+def test_a_server_refuses_a_sweep_grace_below_its_writer_lease(tmp_path) -> None:
+    """A grace shorter than the lease could sweep a live writer's parts
+    before their append: such a server does not start, naming both."""
+    flags = ("--writer-lease-ms", str(LEASE_MS), "--leaked-blob-grace-ms", str(LEASE_MS - 1))
+    server = _server(tmp_path, *flags)
+    try:
+        with pytest.raises(ConsensusStartError) as refused:
+            server.start()
+    finally:
+        server.stop()
+    message = str(refused.value)
+    assert f"grace ({LEASE_MS - 1} ms) is shorter than the writer lease ({LEASE_MS} ms)" in message
+    assert f"give a grace of at least {LEASE_MS} ms" in message and not server.alive()
 
 
 def test_a_client_with_the_defaults_takes_the_servers_settings(tmp_path) -> None:

@@ -95,16 +95,31 @@ def _sh(*args: str, env: dict[str, str] | None = None, timeout: float = 120):
     )
 
 
-def _command_lines(root: psutil.Process) -> list[str]:
-    """The command lines of ``root``'s descendants (``root``'s own holds
-    what the user typed)."""
-    out = []
-    for process in root.children(recursive=True):
-        try:
-            out.append(" ".join(process.cmdline()))
-        except psutil.Error:  # exited between the listing and the look
-            continue
-    return out
+class _CommandLines:
+    """The command lines ``root``'s descendants show, polled (``root``'s own
+    is ``typed``, what the user typed). A child caught between its fork and
+    its exec still shows ``typed``: that one counts only if the process never
+    shows another, its own."""
+
+    def __init__(self, root: psutil.Process, typed: list[str]) -> None:
+        self.root = root
+        self.typed = tuple(typed)
+        self.by_pid: dict[int, set[tuple[str, ...]]] = {}
+
+    def poll(self) -> None:
+        for process in self.root.children(recursive=True):
+            try:
+                cmdline = tuple(process.cmdline())
+            except psutil.Error:  # exited between the listing and the look
+                continue
+            self.by_pid.setdefault(process.pid, set()).add(cmdline)
+
+    def lines(self) -> set[str]:
+        out = set()
+        for cmdlines in self.by_pid.values():
+            own = cmdlines - {self.typed} or cmdlines
+            out.update(" ".join(cmdline) for cmdline in own)
+        return out
 
 
 def _consensus_child(root: psutil.Process) -> psutil.Process | None:
@@ -143,13 +158,13 @@ def test_a_cluster_on_a_password_store_shows_it_nowhere(postgres_server, tmp_pat
         text=True,
     )
     root = psutil.Process(up.pid)
-    seen = set()
+    command_lines = _CommandLines(root, argv)
     logs: dict[str, str] = {}
     killed = None
     deadline = time.monotonic() + 120
     while up.poll() is None:
         assert time.monotonic() < deadline, "shardsink up did not finish in 120 s"
-        seen.update(_command_lines(root))
+        command_lines.poll()
         child = _consensus_child(root)
         if child is not None:
             try:  # its log, in the run directory that `up` removes at the end
@@ -164,6 +179,7 @@ def test_a_cluster_on_a_password_store_shows_it_nowhere(postgres_server, tmp_pat
     out, err = up.communicate(timeout=60)
     assert up.returncode == 0, err
     assert killed is not None and logs, "the consensus process was never seen"
+    seen = command_lines.lines()
     summary = json.loads(out)
     assert summary["consensus_restarts"] >= 1 and summary["verified"] is True
     assert "restarting it on postgresql://" in err  # the restart is logged, redacted
@@ -207,14 +223,15 @@ def test_bench_clients_get_the_password_in_no_argv(postgres_server, tmp_path, po
         stderr=subprocess.PIPE,
         text=True,
     )
-    root, seen = psutil.Process(proc.pid), set()
+    command_lines = _CommandLines(psutil.Process(proc.pid), argv)
     deadline = time.monotonic() + 120
     while proc.poll() is None:
         assert time.monotonic() < deadline, f"bench {bench} did not finish in 120 s"
-        seen.update(_command_lines(root))
+        command_lines.poll()
         time.sleep(0.02)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
+    seen = command_lines.lines()
     assert any(" -c " in line for line in seen), seen  # the clients were seen
     shown = {"command lines": "\n".join(seen), "stdout": out, "stderr": err}
     shown["json"] = (tmp_path / "out.json").read_text()

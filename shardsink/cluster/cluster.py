@@ -18,13 +18,14 @@ cluster runs. Its ``fired.jsonl`` goes with the run directory at close.
 
 The calling process is the coordinator. With ``start="fork"`` (the default)
 it first starts a zygote (:mod:`shardsink.process.zygote`), before it opens
-any ZeroMQ context, and every child, the consensus process included, is
-forked from it: a 4x8 cluster starts in a fraction of a second, and the
-children share the libraries' pages. ``start="spawn"`` starts each child as a
-fresh interpreter instead. Children die with the coordinator
-(``PR_SET_PDEATHSIG`` through the zygote); that fires when the *thread* that
-started the zygote exits, so keep the thread that called :meth:`Cluster.start`
-alive while the cluster runs.
+any ZeroMQ context, and every builder and worker is forked from it: a 4x8
+cluster starts in a fraction of a second, and the children share the
+libraries' pages. ``start="spawn"`` starts each child as a fresh interpreter
+instead. The consensus process always starts as a fresh interpreter, with
+the server's allocator environment (:mod:`shardsink.process.consensus`).
+Children die with the coordinator (``PR_SET_PDEATHSIG`` through the zygote);
+that fires when the *thread* that started the zygote exits, so keep the
+thread that called :meth:`Cluster.start` alive while the cluster runs.
 """
 
 from __future__ import annotations
@@ -233,7 +234,8 @@ class Cluster:
                     config.consensus_bind or f"ipc://{self.run_dir / 'consensus'}",
                     "--retain",
                     str(config.retain),
-                    starter=starter,
+                    # a fresh interpreter, never the zygote: only that takes the
+                    # server's allocator environment (see ConsensusProcess)
                     run_dir=self.run_dir,
                     timeout_s=config.start_timeout_s,
                 )

@@ -15,7 +15,6 @@ import msgspec
 import pyarrow as pa
 
 from .. import faults
-from .._allocator import release_freed_pages
 from ..storage.contracts import Blob
 from . import parts as P
 from . import read, spine
@@ -165,7 +164,6 @@ def _merge(
             for batch in P.consolidate(P.forward(table, state.since)).to_batches():
                 builder.add(batch)
             del table
-            release_freed_pages()
     except read.Missing:
         builder.abort()
         return None

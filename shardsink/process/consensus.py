@@ -11,8 +11,11 @@ in the store.
 
 Its role is ``consensus`` of an entry module: by default
 ``shardsink.server.serve`` started as a fresh interpreter (``python -m
-shardsink.server.serve PARENT spawn consensus``); a cluster forks it from its
-zygote instead, whose roles include it.
+shardsink.server.serve PARENT spawn consensus``), with the server's
+allocator environment (:data:`shardsink._allocator.SERVER_ENV`), which only
+an interpreter that has not loaded pyarrow yet takes. So a cluster starts it
+that way too, not forked from its zygote (whose roles include it): that costs
+its start the imports a fork skips (``shardsink bench allocators``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 import msgspec
 
 from .._address import check_address
+from .._allocator import missing_server_env
 from ..storage.uri import BLOB_ENV, STORE_ENV, redact
 from .child import Child, Launch, Starter
 from .spawn import SpawnStarter
@@ -42,8 +46,11 @@ class ConsensusProcess:
     """A consensus server child on ``store`` and ``blob``, bound to ``bind``
     (``ValueError`` naming it if the address policy refuses it), with more
     ``flags`` of ``consensus serve``. ``starter`` starts it (a fresh
-    interpreter by default); its log is ``run_dir/consensus.log`` (a private
-    temporary directory by default, removed by :meth:`stop`).
+    interpreter by default: only that takes
+    :data:`~shardsink._allocator.SERVER_ENV`, which its environment carries
+    where this process's or ``env`` does not set those variables); its log
+    is ``run_dir/consensus.log`` (a private temporary directory by default,
+    removed by :meth:`stop`).
 
     :meth:`start` and :meth:`restart` wait at most ``timeout_s`` for its
     "listening on" line and set :attr:`address`; :meth:`kill` SIGKILLs it (a
@@ -75,7 +82,7 @@ class ConsensusProcess:
             name="consensus",
             role="consensus",
             payload=msgspec.json.encode(["--bind", self.bind, *flags]),
-            env={**(env or {}), STORE_ENV: store, BLOB_ENV: blob},
+            env={**missing_server_env(), **(env or {}), STORE_ENV: store, BLOB_ENV: blob},
             stdout="pipe",
         )
         self.child = Child(launch, starter or SpawnStarter(ENTRY), self.run_dir)

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -186,19 +187,33 @@ def serve_role(payload: bytes) -> int:
 
 
 def _serve_command(args: argparse.Namespace) -> int:
+    _exec_with_server_env()
     return _serve(serve_config(args, COMMAND_ENV))
+
+
+def _exec_with_server_env() -> None:
+    """Re-execute this process with the allocator environment it lacks
+    (:data:`shardsink._allocator.SERVER_ENV`), which takes effect only when
+    an interpreter starts; only when this process is the command itself, not
+    a ``main`` called in-process."""
+    from .._allocator import missing_server_env
+
+    missing = missing_server_env()
+    command = any(sys.argv[i : i + 2] == ["consensus", "serve"] for i in range(1, len(sys.argv)))
+    if missing and command:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(sys.executable, sys.orig_argv, {**os.environ, **missing})
 
 
 def _serve(config) -> int:
     from setproctitle import setproctitle
 
-    from .._allocator import lean_allocators
     from ..storage import open_blob, open_consensus
     from .metrics import ServerMetrics
     from .server import ConsensusServer
 
     setproctitle("shardsink consensus")
-    lean_allocators()  # it runs for days and merges in bursts
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

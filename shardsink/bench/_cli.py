@@ -8,7 +8,7 @@ from pathlib import Path
 
 def register(commands, bench) -> None:
     from ..config import COALESCES, MODES, add_config_option
-    from . import appends, cluster, consensus, read, soak, startup
+    from . import allocators, appends, cluster, consensus, parts, read, soak, startup
 
     consensus.register(bench)
     appends.register(bench)
@@ -56,6 +56,39 @@ def register(commands, bench) -> None:
         metavar="N,...",
         help="snapshot rows of each shard (default %(default)s)",
     )
+
+    sorted_parts = _command(
+        bench,
+        "parts",
+        parts,
+        "sorted parts: a builder's rows/s with and without, reads' and merges' memory",
+        _parts,
+    )
+    for flag, default in (
+        ("--parts", parts.DEFAULT_PARTS),
+        ("--rows", parts.DEFAULT_ROWS),
+        ("--builder-rows", parts.DEFAULT_BUILDER_ROWS),
+        ("--workers", parts.DEFAULT_WORKERS),
+        ("--repeats", parts.DEFAULT_REPEATS),
+    ):
+        sorted_parts.add_argument(
+            flag, type=int, default=default, metavar="N", help="default %(default)s"
+        )
+
+    pools = _command(
+        bench,
+        "allocators",
+        allocators,
+        "a merge's memory per allocator environment; the consensus server's start",
+        _allocators,
+    )
+    for flag, default in (
+        ("--parts", allocators.DEFAULT_PARTS),
+        ("--rows", allocators.DEFAULT_ROWS),
+        ("--repeats", allocators.DEFAULT_REPEATS),
+        ("--starts", allocators.DEFAULT_STARTS),
+    ):
+        pools.add_argument(flag, type=int, default=default, metavar="N", help="default %(default)s")
 
     soaks = _command(
         bench,
@@ -206,6 +239,37 @@ def _startup(args: argparse.Namespace) -> int:
     result = run(args.out, shapes=shapes, repeats=args.repeats, restart_count=args.restarts)
     print_table(result)
     return 0 if result["verified"] else 1
+
+
+def _parts(args: argparse.Namespace) -> int:
+    from .parts import print_table, run
+
+    print_table(
+        run(
+            args.out,
+            parts=args.parts,
+            rows=args.rows,
+            builder_rows=args.builder_rows,
+            workers=args.workers,
+            repeats=args.repeats,
+        )
+    )
+    return 0
+
+
+def _allocators(args: argparse.Namespace) -> int:
+    from .allocators import print_table, run
+
+    print_table(
+        run(
+            args.out,
+            parts=args.parts,
+            rows=args.rows,
+            repeats=args.repeats,
+            start_count=args.starts,
+        )
+    )
+    return 0
 
 
 def _read(args: argparse.Namespace) -> int:

@@ -21,7 +21,6 @@ DuckDB's. Writes ``DIR/read.json`` and prints a table.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -75,20 +74,41 @@ _DUCKDB = textwrap.dedent(
 )
 
 
+#: Runs ``argv`` and writes its peak RSS (``wait4``'s ``ru_maxrss``) to a
+#: file. A process's ``ru_maxrss`` starts at the high-water mark of the one it
+#: was forked from, so a command started from this one (which wrote and read
+#: back a shard) would show this one's peak: started from this small
+#: interpreter instead, it shows its own.
+_LAUNCH = textwrap.dedent(
+    """
+    import os, sys
+    report, argv = sys.argv[1], sys.argv[2:]
+    pid = os.posix_spawn(argv[0], argv, os.environ)
+    _, status, usage = os.wait4(pid, 0)
+    with open(report, "w") as f:
+        f.write(str(usage.ru_maxrss * 1024))
+    sys.exit(os.waitstatus_to_exitcode(status))
+    """
+)
+
+
 def _run(argv: list[str]) -> tuple[str, float, int]:
-    """``argv``'s stdout, wall seconds and peak RSS bytes; ``RuntimeError``
-    with its stderr if it fails."""
+    """``argv``'s stdout, wall seconds and peak RSS bytes (its own: see
+    :data:`_LAUNCH`); ``RuntimeError`` with its stderr if it fails."""
     started = time.perf_counter()
-    with tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
+    with (
+        tempfile.TemporaryFile() as err,
+        tempfile.TemporaryFile() as out,
+        tempfile.NamedTemporaryFile("r") as report,
+    ):
+        launch = [sys.executable, "-c", _LAUNCH, report.name, *argv]
+        code = subprocess.run(launch, stdout=out, stderr=err, check=False).returncode
         took = time.perf_counter() - started
         out.seek(0)
         err.seek(0)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{argv[:4]} exited {proc.returncode}: {err.read()[-2000:]!r}")
-        return out.read().decode(), took, usage.ru_maxrss * 1024
+        if code != 0:
+            raise RuntimeError(f"{argv[:4]} exited {code}: {err.read()[-2000:]!r}")
+        return out.read().decode(), took, int(report.read())
 
 
 def write_shard(data: Path, rows: int) -> bool:

@@ -26,11 +26,11 @@ COMPACT_SLACK = 8
 #: encoding until it is stored, so this bounds a pass's memory: a
 #: 20,000-interval soak's consensus process peaked at 393 MiB in its largest
 #: merge's block with parts cut at 128 MiB of Arrow data, against 132 MiB
-#: early on. Merging 2M rows in 32Ki-row windows (``compaction.WINDOW_ROWS``)
-#: with the consensus server's allocators (``shardsink._allocator``) peaks
-#: 32 MiB above the process's size into 8 MiB parts and 22-25 MiB into 4 MiB
-#: ones, which is also the small merge lane's cap: a full-size merge then holds
-#: about what the early, small ones do.
+#: early on. 4 MiB is also the small merge lane's cap: a full-size merge then
+#: holds about what the early, small ones do. Merging 2M rows of 8 overlapping
+#: parts in 32Ki-row windows (``compaction.WINDOW_ROWS``) into 4 MiB parts with
+#: the consensus server's allocators (``shardsink._allocator``) peaked 73 MiB
+#: above the process (``shardsink bench allocators``).
 COMPACT_PART_BYTES = 4 * 1024 * 1024
 
 

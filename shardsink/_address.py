@@ -2,8 +2,8 @@
 
 One policy for every socket of the project (consensus server, cluster control,
 the shared-memory part channel): ``ipc://`` sockets live in a directory only
-this user can enter (mode 0700), and TCP binds are loopback only. Anything
-wider would need CURVE keys, which shardsink does not set up.
+this user can enter (mode 0700), and TCP binds are loopback only and answer
+only CURVE clients (:mod:`shardsink._curve`).
 """
 
 from __future__ import annotations
@@ -48,10 +48,7 @@ def check_address(addr: str, *, for_bind: bool) -> str:
         if not host or (port is None and not rest.endswith(":*")):
             raise ValueError(f"invalid address {addr!r}: expected HOST:PORT; {forms}")
         if for_bind and not _is_loopback(host):
-            raise ValueError(
-                f"refusing to bind {addr!r}: only loopback addresses may be bound "
-                "(anything wider would need CURVE keys, which shardsink does not set up)"
-            )
+            raise ValueError(f"refusing to bind {addr!r}: only loopback addresses may be bound")
         return addr
     raise ValueError(f"invalid address {addr!r}: unsupported scheme {scheme!r}; {forms}")
 

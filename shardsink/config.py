@@ -9,6 +9,7 @@ malformed URI is a ``ValueError`` naming the field before any process starts.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 from pathlib import Path
@@ -120,7 +121,16 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     Supervision: ``start_timeout_s`` for a group or the consensus process to
     come up, ``interval_timeout_s`` for all reports of one attempt (a group
     that misses it is restarted), ``max_restarts`` before the run fails,
-    ``consensus_timeout_s`` for one consensus request.
+    ``consensus_timeout_s`` for one consensus request, ``append_retry_s``
+    for how long an append whose outcome is unknown keeps being retried
+    (through consensus restarts) with its idempotency token.
+
+    ``writer_lease_ms``: the writer lease of the cluster's consensus process
+    (its ``--writer-lease-ms``): a writer not seen for this long is expired,
+    its token and its unappended parts with it. It must outlast any retry of
+    an append, beyond the third of a lease that may pass between two
+    heartbeats: ``writer_lease_ms * 2/3 >= append_retry_s`` (checked here,
+    and against a running server's lease when the cluster opens the shard).
 
     ``retain``: how far the cluster's consensus process keeps ``since``
     behind the upper, in the shard's time unit (its ``--retain``; 0: off);
@@ -162,8 +172,10 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     start_timeout_s: float = 120.0
     interval_timeout_s: float = 60.0
     consensus_timeout_s: float = 5.0
+    append_retry_s: float = 120.0
     max_restarts: int = 20
     retain: int = ShardConfig().retain
+    writer_lease_ms: int = ShardConfig().writer_lease_ms
     metrics_port: int | None = None
     dashboard: str | None = None
     verify: bool = True
@@ -185,7 +197,11 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             raise ValueError(
                 f"shared_max_bytes must be >= 0 or 'auto', got {self.shared_max_bytes}"
             )
-        positive(self, "start_timeout_s", "interval_timeout_s", "consensus_timeout_s")
+        positive(
+            self, "start_timeout_s", "interval_timeout_s", "consensus_timeout_s", "append_retry_s"
+        )
+        at_least(self, 1, "writer_lease_ms")
+        check_lease(self.writer_lease_ms, self.append_retry_s)
         port(self, "metrics_port")
         if self.dashboard is not None:
             parse_listen(self.dashboard)
@@ -238,6 +254,21 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     def external_server(self) -> bool:
         """Whether ``consensus`` names a running server (not a store to serve)."""
         return urlsplit(self.consensus_uri).scheme.lower() in REMOTE_SCHEMES
+
+
+def check_lease(writer_lease_ms: int, append_retry_s: float) -> None:
+    """``ValueError`` naming both unless a writer lease of ``writer_lease_ms``
+    outlasts an append retried for ``append_retry_s`` (see
+    :class:`ClusterConfig`): an expired writer loses its idempotency token, so
+    a retry past it could no longer learn that an earlier try committed."""
+    if writer_lease_ms * 2 / 3 < append_retry_s * 1000:
+        raise ValueError(
+            f"writer_lease_ms {writer_lease_ms} is too short for append_retry_s "
+            f"{append_retry_s:g}: a writer may go a third of its lease without a heartbeat, and "
+            "the rest must outlast every retry of an append (its idempotency token goes with "
+            f"the writer); use writer_lease_ms >= {math.ceil(append_retry_s * 1500)} or a "
+            "shorter append_retry_s"
+        )
 
 
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:

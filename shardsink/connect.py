@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._curve import ClientKeys, keys_for
 from .persist.config import ShardConfig
 from .persist.machine import ShardMachine
 from .persist.shard import Shard
@@ -14,21 +15,24 @@ from .persist.shard import open_shard as open_local_or_remote
 from .server.client import RemoteMachine
 
 
-def open_shard(name: str = "default", **kwargs: Any) -> Shard:
+def open_shard(name: str = "default", *, keys: ClientKeys | None = None, **kwargs: Any) -> Shard:
     """:func:`shardsink.persist.shard.open_shard` (same arguments and errors)
-    that also reaches a consensus server named by ``consensus``."""
-    return open_local_or_remote(name, remote=_open_remote, **kwargs)
+    that also reaches a consensus server named by ``consensus``; a
+    ``tcp://`` one with the CURVE ``keys`` (default:
+    :func:`~shardsink._curve.keys_for` the address, from ``SHARDSINK_KEYS``)."""
 
+    def remote(
+        address: str, name: str, schema: bytes, config: ShardConfig, create: bool
+    ) -> ShardMachine:
+        return RemoteMachine.open(
+            address,
+            name,
+            schema=schema,
+            config=config,
+            create=create,
+            timeout_s=config.server_timeout_s,
+            retry_for_s=config.server_retry_for_s,
+            keys=keys if keys is not None else keys_for(address),
+        )
 
-def _open_remote(
-    address: str, name: str, schema: bytes, config: ShardConfig, create: bool
-) -> ShardMachine:
-    return RemoteMachine.open(
-        address,
-        name,
-        schema=schema,
-        config=config,
-        create=create,
-        timeout_s=config.server_timeout_s,
-        retry_for_s=config.server_retry_for_s,
-    )
+    return open_local_or_remote(name, remote=remote, **kwargs)

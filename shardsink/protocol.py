@@ -69,7 +69,9 @@ class Members(msgspec.Struct, tag="members", **_OPTS):
 
 class Mint(msgspec.Struct, tag="mint", **_OPTS):
     """To a worker: write interval ``interval`` (times ``[lower, upper)``) as
-    attempt ``attempt``, in ``mode`` with threshold ``shared_max_bytes``."""
+    attempt ``attempt``, in ``mode`` with threshold ``shared_max_bytes``, its
+    blob parts (and its builder's) as the coordinator's writer ``writer``
+    (under its prefix: only that writer may append them)."""
 
     interval: Count
     attempt: Count
@@ -77,6 +79,7 @@ class Mint(msgspec.Struct, tag="mint", **_OPTS):
     upper: Count
     mode: Mode
     shared_max_bytes: Count
+    writer: str
 
 
 class Abandon(msgspec.Struct, tag="abandon", **_OPTS):
@@ -187,10 +190,10 @@ class Contribute(msgspec.Struct, **_OPTS):
 
     The part's rows (``rows``, possibly 0) go to the shared batch of batch id
     ``(interval, attempt)`` describing ``[lower, upper)`` (``barrier`` 1: a
-    barrier batch); the first part of a worker joins, the one with ``last=1``
-    finishes its handle. ``worker`` is the sender's own index: the builder
-    refuses a part whose ``worker`` is not the one its socket's routing id
-    (:func:`worker_identity`) names.
+    barrier batch) written as ``writer`` (the mint's); the first part of a
+    worker joins, the one with ``last=1`` finishes its handle. ``worker`` is
+    the sender's own index: the builder refuses a part whose ``worker`` is
+    not the one its socket's routing id (:func:`worker_identity`) names.
     """
 
     interval: Count
@@ -201,6 +204,7 @@ class Contribute(msgspec.Struct, **_OPTS):
     worker: Count
     rows: Count
     last: Flag
+    writer: str
 
 
 # --- builder <-> worker -------------------------------------------------------------
@@ -310,7 +314,7 @@ def encode_spec(spec: ChildSpec) -> bytes:
     return msgspec.json.encode(spec)
 
 
-def contribute_meta(contribute: Contribute) -> dict[str, int]:
+def contribute_meta(contribute: Contribute) -> dict[str, int | str]:
     """``contribute`` as part metadata (see ``shardsink.shm``)."""
     return msgspec.structs.asdict(contribute)
 

@@ -18,6 +18,7 @@ import msgspec
 import pytest
 
 from shardsink import datadir, open_shard
+from shardsink._curve import client_keys
 from shardsink.cli import main
 from shardsink.cluster import Cluster, ClusterConfig
 from shardsink.persist import Shard
@@ -136,7 +137,8 @@ def test_shard_commands_go_through_the_cluster_consensus_server(tmp_path, capsys
 def test_up_on_a_data_dir_a_consensus_server_serves(tmp_path, popen, capsys):
     """``consensus serve --data-dir`` holds the lock and names its address: a
     plain ``up`` is refused naming it, ``up --consensus ADDR`` runs through
-    it, and ``shard`` commands on the data dir are served by it."""
+    it (with the CURVE keys it made in the data dir), and ``shard`` commands
+    on the data dir are served by it."""
     data = tmp_path / "d"
     server = popen(
         [
@@ -163,7 +165,7 @@ def test_up_on_a_data_dir_a_consensus_server_serves(tmp_path, popen, capsys):
     with Cluster(config) as cluster:
         assert cluster.run().verified is True
 
-    client = ServerClient(address, retry_for_s=0)
+    client = ServerClient(address, retry_for_s=0, keys=client_keys(data / "keys", address))
     try:
         before = client.stats().requests
         assert main(["shard", "inspect", "--data-dir", str(data), "--json"]) == 0

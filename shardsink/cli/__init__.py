@@ -62,10 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the process exit code.
 
-    A ``ValueError`` or storage error raised by a command is printed as one line
-    naming the problem (exit code 2), not as a traceback.
+    A ``ValueError``, a shard error or a storage error raised by a command is
+    printed as one line naming the problem (exit code 2), not as a traceback.
     """
     from .. import faults
+    from ..persist.errors import PersistError
     from ..storage.errors import StorageError
 
     parser = build_parser()
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     faults.arm_from_env(role=args.command)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, StorageError) as exc:
+    except (ValueError, PersistError, StorageError) as exc:
         print(f"shardsink {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -150,6 +150,21 @@ def register(commands, bench) -> None:
         f"(default {d.max_restarts})",
     )
     up.add_argument(
+        "--append-retry",
+        dest="append_retry_s",
+        type=float,
+        metavar="S",
+        help="an append whose outcome is unknown is retried with its token for S seconds "
+        f"(default {d.append_retry_s:g})",
+    )
+    up.add_argument(
+        "--writer-lease-ms",
+        type=int,
+        metavar="MS",
+        help="the consensus process expires a writer not seen for MS (at least 1.5x "
+        f"--append-retry; default {d.writer_lease_ms}, 15 minutes)",
+    )
+    up.add_argument(
         "--retain",
         type=int,
         metavar="T",

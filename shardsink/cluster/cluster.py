@@ -47,6 +47,7 @@ import numpy as np
 import psutil
 
 from .. import datadir, faults
+from .._curve import key_dir, keys_for
 from ..config import ClusterConfig
 from ..connect import open_shard
 from ..coordinator.coordinator import Coordinator, IntervalRecord, interval_of
@@ -234,6 +235,10 @@ class Cluster:
                     config.consensus_bind or f"ipc://{self.run_dir / 'consensus'}",
                     "--retain",
                     str(config.retain),
+                    "--writer-lease-ms",
+                    str(config.writer_lease_ms),
+                    "--keys",
+                    str(key_dir(config.data_path)),
                     # a fresh interpreter, never the zygote: only that takes the
                     # server's allocator environment (see ConsensusProcess)
                     run_dir=self.run_dir,
@@ -252,6 +257,7 @@ class Cluster:
                 consensus=address,
                 schema=SCHEMA,
                 config=self._shard_config(retry_for_s=0.0),
+                keys=keys_for(address, config.data_path),
             )
             interval_of(self.shard.upper, config.interval_ms, config.shard)
             self.coordinator = Coordinator(

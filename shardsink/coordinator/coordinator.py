@@ -19,7 +19,16 @@ restarted on its store; an append whose outcome was unknown is retried with
 the same idempotency token, so it takes effect exactly once. The poll loop
 heartbeats the coordinator's writer every third of the shard machine's
 ``writer_lease_ms``, so long intervals and pauses shorter than the lease do not
-get it expired.
+get it expired; the lease must outlast ``append_retry_s`` (checked at start).
+
+Every attempt is minted with the writer it will be appended as, and its
+workers and builders write their parts under that writer's prefix. A writer
+expired anyway (the coordinator was paused, or cut off from consensus, past
+its lease) stays expired: the coordinator registers a new writer and redoes
+the interval, since the leaked-blob sweep may have taken the old one's parts.
+An append refused because a part is not in blob is redone too. After an
+append whose earlier try may have committed fails, only the blobs the
+shard's current state does not reference are deleted.
 
 Another writer on the same shard (a second cluster through the same
 consensus server) makes this one a replica: the workloads are deterministic,
@@ -50,9 +59,8 @@ import zmq
 
 from .. import faults, protocol
 from .._address import check_address
-from ..config import ClusterConfig
-from ..persist.commands import HeartbeatWriter
-from ..persist.errors import PersistError, UpperMismatch
+from ..config import ClusterConfig, check_lease
+from ..persist.errors import PartsNotFound, PersistError, UpperMismatch, WriterExpired
 from ..persist.shard import Shard, Writer
 from ..process import Child, ConsensusProcess, Starter
 from ..storage.errors import StorageError
@@ -65,8 +73,6 @@ from .threshold import of as threshold_of
 log = logging.getLogger(__name__)
 
 POLL_MS = 50
-#: How long an append keeps being retried through consensus restarts.
-APPEND_RETRY_S = 120.0
 
 
 def interval_of(upper: int, interval_ms: int, shard: str) -> int:
@@ -173,6 +179,8 @@ class Counters:
     abandoned: int = 0
     #: Intervals another writer appended first (see the module doc).
     skipped: int = 0
+    #: Writers registered anew after the coordinator's expired (see the module doc).
+    writers_renewed: int = 0
     wall_s: float = 0.0
 
     def add(self, record: IntervalRecord) -> None:
@@ -202,9 +210,14 @@ class Coordinator:
         self.cluster_id = cluster_id
         self.run_dir = run_dir
         self.shard = shard
-        self.writer: Writer = shard.writer(f"cluster-{cluster_id}")
         # the machine's lease is the one its writers are expired by (a server's own)
-        self._heartbeat_s = shard.machine.config.writer_lease_ms / 3000
+        lease_ms = shard.machine.config.writer_lease_ms
+        try:
+            check_lease(lease_ms, config.append_retry_s)
+        except ValueError as exc:
+            raise ClusterError(f"the consensus server's writer lease: {exc}") from None
+        self.writer: Writer = shard.writer(f"cluster-{cluster_id}")
+        self._heartbeat_s = lease_ms / 3000
         self._last_heartbeat = time.monotonic()
         self.counters = Counters()
         self.threshold: Threshold = threshold_of(config.shared_max_bytes)
@@ -218,6 +231,7 @@ class Coordinator:
         self.address = f"ipc://{run_dir / 'coord'}"
         self._sock.bind(check_address(self.address, for_bind=True))
         self._current: tuple[int, int] | None = None
+        self._minted_writer = self.writer.writer_id  # what the current attempt writes as
         self._reports: dict[tuple[int, int], protocol.Report] = {}
         self._closed = False
         #: Called at the end of every poll (the cluster's control socket); what it
@@ -268,9 +282,20 @@ class Coordinator:
             return
         self._last_heartbeat = now
         try:
-            self.shard.machine.run(HeartbeatWriter(self.writer.writer_id))
+            self.writer.heartbeat()
+        except WriterExpired as exc:
+            self._renew_writer(str(exc))
         except (StorageError, PersistError) as exc:
             log.warning("could not heartbeat the writer: %s", exc)
+
+    def _renew_writer(self, why: str) -> None:
+        """Register a new writer in place of the expired one (see the module
+        doc); attempts minted as the old one are refused at their append."""
+        old = self.writer.writer_id
+        self.writer = self.shard.writer(self.writer.name)
+        log.warning("%s; writing as %s from the next attempt on", why, self.writer.writer_id)
+        self.counters.writers_renewed += 1
+        assert old != self.writer.writer_id
 
     def _handle(self, identity: str, raw: bytes) -> None:
         try:
@@ -296,12 +321,15 @@ class Coordinator:
             else:
                 self._reports[key] = msg
 
-    def _discard(self, reports: Iterable[protocol.Report], why: str) -> None:
-        """Delete the blobs of batches that will never be appended."""
+    def _discard(
+        self, reports: Iterable[protocol.Report], why: str, *, tried: bool = False
+    ) -> None:
+        """Delete the blobs of batches that will never be appended (``tried``:
+        as :meth:`~shardsink.persist.shard.Writer.discard`)."""
         batches = batches_of(reports)
         if any(b.blob_keys() for b in batches):
             log.info("deleting the blobs of %s", why)
-            self.writer.discard(batches)
+            self.writer.discard(batches, tried=tried)
 
     # --- intervals --------------------------------------------------------------------
 
@@ -381,12 +409,18 @@ class Coordinator:
                 try:
                     cost = self._compare_and_append(accepted, lower, upper)
                 except UpperMismatch as exc:
-                    self._discard(reports.values(), f"interval {interval}: {exc}")
+                    self._discard(reports.values(), f"interval {interval}: {exc}", tried=True)
                     return None
-                since = close if close is not None else minted
-                record = self._record(interval, attempt, accepted, cost, since)
-                self.threshold = self.threshold.after(observe(reports.values()))
-                return record
+                except (WriterExpired, PartsNotFound) as exc:
+                    log.warning("attempt %d of interval %d refused: %s", attempt, interval, exc)
+                    self._discard(reports.values(), f"refused attempt {attempt}", tried=True)
+                    if isinstance(exc, WriterExpired):
+                        self._renew_writer(str(exc))
+                else:
+                    since = close if close is not None else minted
+                    record = self._record(interval, attempt, accepted, cost, since)
+                    self.threshold = self.threshold.after(observe(reports.values()))
+                    return record
             attempt = self._next_attempt(interval, attempt)
         return None
 
@@ -425,6 +459,7 @@ class Coordinator:
     def _mint(self, interval: int, attempt: int, lower: int, upper: int) -> None:
         self._current = (interval, attempt)
         self._reports = {}
+        self._minted_writer = self.writer.writer_id
         mint = protocol.Mint(
             interval=interval,
             attempt=attempt,
@@ -432,6 +467,7 @@ class Coordinator:
             upper=upper,
             mode=self.config.mode,
             shared_max_bytes=self.threshold.bytes,
+            writer=self._minted_writer,
         )
         workers = [w for group in self.supervisor.groups.values() for w in group.workers]
         self._random.shuffle(workers)
@@ -472,9 +508,13 @@ class Coordinator:
         """Append ``accepted`` once; retried through consensus restarts with one
         idempotency token, so a try whose answer was lost makes the next one
         ``AlreadyAppended`` rather than an append twice or an ``UpperMismatch``.
-        ``UpperMismatch`` (another writer appended first) is raised at once."""
+        ``UpperMismatch`` (another writer appended first), ``WriterExpired``
+        (also when the attempt was minted as a writer renewed since) and
+        ``PartsNotFound`` are raised at once."""
+        if self._minted_writer != self.writer.writer_id:
+            raise WriterExpired(f"attempt minted as expired writer {self._minted_writer}")
         before = self.shard.stats()
-        deadline = time.monotonic() + APPEND_RETRY_S
+        deadline = time.monotonic() + self.config.append_retry_s
         self.supervisor.check_consensus()
         token = uuid.uuid4().hex
         while True:
@@ -483,8 +523,8 @@ class Coordinator:
                 self.writer.compare_and_append(list(accepted.batches), lower, upper, token=token)
                 faults.point("append.after_cas")
                 break
-            except UpperMismatch:
-                raise  # no retry moves another writer's upper back
+            except (UpperMismatch, WriterExpired, PartsNotFound):
+                raise  # no retry changes another writer's upper, or brings a writer or part back
             except (StorageError, PersistError) as exc:
                 if time.monotonic() > deadline:
                     raise
@@ -494,7 +534,7 @@ class Coordinator:
         return AppendCost(*(getattr(after, f) - getattr(before, f) for f in AppendCost._fields))
 
     def _upper(self) -> int:
-        deadline = time.monotonic() + APPEND_RETRY_S
+        deadline = time.monotonic() + self.config.append_retry_s
         self.supervisor.check_consensus()
         while True:
             try:

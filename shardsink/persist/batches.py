@@ -1,8 +1,9 @@
 """Building batches from update tables and reading their parts back.
 
 The blob I/O of data parts lives here (state I/O is the machine's). Parts go
-to blob under ``<shard>/part/<uuid>.parquet``; a part whose encoding is below
-the shard's ``inline_max_bytes`` stays inline in the batch.
+to blob under their writer's prefix, ``<shard>/part/<writer>/<uuid>.parquet``
+(:func:`~.state.part_prefix`); a part whose encoding is below the shard's
+``inline_max_bytes`` stays inline in the batch.
 """
 
 from __future__ import annotations
@@ -16,18 +17,21 @@ import pyarrow as pa
 from ..storage.contracts import Blob
 from ..storage.errors import StorageError
 from . import parts as P
-from .state import Batch, BlobPart, InlinePart, Part
+from .state import Batch, BlobPart, InlinePart, Part, part_prefix
 from .stats import ShardStats
 
 log = logging.getLogger(__name__)
 
 
-def part_key(shard: str) -> str:
-    return f"{shard}/part/{uuid.uuid4().hex}.parquet"
+def part_key(shard: str, writer: str) -> str:
+    """A fresh key for a part ``writer`` writes (under its prefix)."""
+    return f"{part_prefix(shard, writer)}{uuid.uuid4().hex}.parquet"
 
 
-def put_blob_part(blob: Blob, shard: str, table: pa.Table, stats: ShardStats) -> BlobPart:
-    return _put(blob, *P.blob_part(table, part_key(shard)), stats)
+def put_blob_part(
+    blob: Blob, shard: str, writer: str, table: pa.Table, stats: ShardStats
+) -> BlobPart:
+    return _put(blob, *P.blob_part(table, part_key(shard, writer)), stats)
 
 
 def _put(blob: Blob, part: BlobPart, data: bytes, stats: ShardStats) -> BlobPart:
@@ -44,14 +48,17 @@ def build_batch(
     lower: int,
     upper: int,
     *,
+    writer: str,
     inline_max_bytes: int,
     target_bytes: int,
     stats: ShardStats,
 ) -> Batch:
     """A batch ``[lower, upper)`` of ``table`` (shard schema, already
-    consolidated), in parts of about ``target_bytes``; inline where small."""
+    consolidated) for ``writer`` to append, in parts of about
+    ``target_bytes``; inline where small."""
     parts = [
-        _part(blob, shard, piece, inline_max_bytes, stats) for piece in P.split(table, target_bytes)
+        _part(blob, shard, writer, piece, inline_max_bytes, stats)
+        for piece in P.split(table, target_bytes)
     ]
     return Batch(
         id=uuid.uuid4().hex, lower=lower, upper=upper, parts=tuple(parts), rows=table.num_rows
@@ -59,14 +66,15 @@ def build_batch(
 
 
 def flush_inline(
-    blob: Blob, shard: str, batch: Batch, schema: pa.Schema, stats: ShardStats
+    blob: Blob, shard: str, writer: str, batch: Batch, schema: pa.Schema, stats: ShardStats
 ) -> Batch:
-    """``batch`` with each inline part written to blob instead (same id);
-    :class:`CorruptState` naming the shard and part if one does not decode."""
+    """``batch`` with each inline part written to blob instead (same id), as
+    ``writer``'s; :class:`CorruptState` naming the shard and part if one
+    does not decode."""
     if not batch.inline_bytes:
         return batch
     flushed = tuple(
-        put_blob_part(blob, shard, load_part(blob, shard, p, schema), stats)
+        put_blob_part(blob, shard, writer, load_part(blob, shard, p, schema), stats)
         if isinstance(p, InlinePart)
         else p
         for p in batch.parts
@@ -87,10 +95,12 @@ def load_part(blob: Blob, shard: str, part: Part, schema: pa.Schema) -> pa.Table
 
 
 def _part(
-    blob: Blob, shard: str, table: pa.Table, inline_max_bytes: int, stats: ShardStats
+    blob: Blob, shard: str, writer: str, table: pa.Table, inline_max_bytes: int, stats: ShardStats
 ) -> Part:
     """``table`` as an inline part if it encodes small enough, else a blob part."""
-    return P.inline_part(table, inline_max_bytes) or put_blob_part(blob, shard, table, stats)
+    return P.inline_part(table, inline_max_bytes) or put_blob_part(
+        blob, shard, writer, table, stats
+    )
 
 
 def check_interval(lower: int, upper: int) -> None:
@@ -128,8 +138,8 @@ def delete_unreferenced(blob: Blob, keys: list[str]) -> None:
 
 
 class BatchBuilder:
-    """One batch ``[lower, upper)`` built from Arrow record batches added one at
-    a time, as a shared batch builder needs.
+    """One batch ``[lower, upper)`` for ``writer`` to append, built from Arrow
+    record batches added one at a time, as a shared batch builder needs.
 
     ``add`` keeps a running byte count, so adding is O(1) whatever was added
     before; once the count reaches ``target_bytes`` the batches held so far are
@@ -148,6 +158,7 @@ class BatchBuilder:
         self,
         blob: Blob,
         shard: str,
+        writer: str,
         lower: int,
         upper: int,
         *,
@@ -160,6 +171,7 @@ class BatchBuilder:
         self.since = since
         self.blob = blob
         self.shard = shard
+        self.writer = writer
         self.lower = lower
         self.upper = upper
         self.inline_max_bytes = inline_max_bytes
@@ -190,7 +202,9 @@ class BatchBuilder:
         self.rows += batch.num_rows
         if self._held_bytes < self.target_bytes and not write:
             return False
-        self._parts.append(put_blob_part(self.blob, self.shard, self._take(), self.stats))
+        self._parts.append(
+            put_blob_part(self.blob, self.shard, self.writer, self._take(), self.stats)
+        )
         return True
 
     def finish(self) -> Batch:
@@ -199,7 +213,7 @@ class BatchBuilder:
         if self._held:
             table = self._take()
             self._parts.append(
-                _part(self.blob, self.shard, table, self.inline_max_bytes, self.stats)
+                _part(self.blob, self.shard, self.writer, table, self.inline_max_bytes, self.stats)
             )
         self._done = True
         return Batch(
@@ -281,6 +295,6 @@ class SortedBatchBuilder(BatchBuilder):
 
     def _put_stream(self) -> None:
         assert self._stream is not None
-        part, data = self._stream.finish(part_key(self.shard))
+        part, data = self._stream.finish(part_key(self.shard, self.writer))
         self._stream = None
         self._parts.append(_put(self.blob, part, data, self.stats))

@@ -20,9 +20,15 @@ _OPTS = {"frozen": True, "forbid_unknown_fields": True}
 
 
 class RegisterWriter(msgspec.Struct, tag="register_writer", **_OPTS):
-    """Record ``writer_id`` (no-op if known). Answer: :class:`Done`."""
+    """Register a writer called ``name`` (one blob-key segment, unique to its
+    client, e.g. with a uuid) under a fresh id, ``<name>.<seqno>`` of the
+    version that registers it: ids are never reused, so a writer that
+    expired never comes back under its old id, and its parts
+    (:func:`~.state.part_prefix`) can be swept for good. A registered writer
+    of that name is answered again (a retry after an indeterminate commit).
+    Answers: :class:`Registered`, :class:`Rejected` for a bad name."""
 
-    writer_id: str
+    name: str
 
 
 class ExpireWriter(msgspec.Struct, tag="expire_writer", **_OPTS):
@@ -32,18 +38,20 @@ class ExpireWriter(msgspec.Struct, tag="expire_writer", **_OPTS):
 
 
 class HeartbeatWriter(msgspec.Struct, tag="heartbeat_writer", **_OPTS):
-    """Record that ``writer_id`` is alive now, registering it if it is not in
-    state (expired while paused past its lease, it comes back on its next
-    heartbeat). Answer: :class:`Done`."""
+    """Record that ``writer_id`` is alive now. A writer no longer in state
+    (expired: paused or cut off past its lease) stays gone: its parts may
+    have been swept, so it must register anew. Answers: :class:`Done`,
+    :class:`WriterGone`."""
 
     writer_id: str
 
 
 class ExpireWriters(msgspec.Struct, tag="expire_writers", **_OPTS):
     """Drop every writer last seen (registered, appended or heartbeated) more
-    than ``lease_ms`` ago. An expired writer loses its idempotency token: a
-    retry of its last append is then answered :class:`WrongUpper`, not
-    :class:`AlreadyAppended`, so the lease must outlast any retry. Answers:
+    than ``lease_ms`` ago. An expired writer is gone for good: its appends
+    and heartbeats are answered :class:`WriterGone`, and the leaked-blob
+    sweep may take its unreferenced parts. It also loses its idempotency
+    token, so the lease must outlast any retry of an append. Answers:
     :class:`Done`, :class:`Rejected` for a lease below 1 ms."""
 
     lease_ms: int
@@ -51,12 +59,18 @@ class ExpireWriters(msgspec.Struct, tag="expire_writers", **_OPTS):
 
 class CompareAndAppend(msgspec.Struct, tag="compare_and_append", **_OPTS):
     """Append ``batches`` (each ``[expected_upper, new_upper)``) and advance the
-    upper to ``new_upper`` iff the upper is ``expected_upper``.
+    upper to ``new_upper`` iff the upper is ``expected_upper``, for the
+    registered writer ``writer_id``, whose blob parts all lie under its
+    prefix (:func:`~.state.part_prefix`).
 
     Answers: :class:`Appended`; :class:`AlreadyAppended` if this writer's last
-    append carried ``token``; :class:`WrongUpper`; :class:`InlineCapExceeded`;
-    :class:`Rejected` for a malformed command. Batches without parts are not
-    stored (an empty interval only advances the upper).
+    append carried ``token``; :class:`WriterGone` if the writer is not
+    registered (never registered, or expired); :class:`WrongUpper`;
+    :class:`InlineCapExceeded`; :class:`Rejected` for a malformed command (a
+    part outside the writer's prefix among them); from a machine,
+    :class:`PartsMissing` if a blob part is not in blob as described.
+    Batches without parts are not stored (an empty interval only advances
+    the upper).
     """
 
     writer_id: str
@@ -118,14 +132,17 @@ class Retain(msgspec.Struct, tag="retain", **_OPTS):
 
 
 class ApplyCompaction(msgspec.Struct, tag="apply_compaction", **_OPTS):
-    """Replace the batches ``inputs`` by ``output``, iff all inputs are still in
-    state and adjacent in time order, and ``output`` spans exactly them.
-    The inputs' blob keys are retired. Answers: :class:`Done` (also when
-    ``output`` is already in state), :class:`Rejected`,
-    :class:`InlineCapExceeded`."""
+    """Replace the batches ``inputs`` by ``output``, written by the
+    registered writer ``writer_id`` (its blob parts under that writer's
+    prefix), iff all inputs are still in state and adjacent in time order,
+    and ``output`` spans exactly them. The inputs' blob keys are retired.
+    Answers: :class:`Done` (also when ``output`` is already in state),
+    :class:`Rejected`, :class:`WriterGone`, :class:`InlineCapExceeded`; from
+    a machine, :class:`PartsMissing`."""
 
     inputs: tuple[str, ...]
     output: Batch
+    writer_id: str
 
 
 class AddRollup(msgspec.Struct, tag="add_rollup", **_OPTS):
@@ -171,6 +188,24 @@ Command = (
     | ForgetRollups
 )
 
+#: The commands a client of a consensus server may send: its own writers'
+#: and readers' business, and moving ``since`` (a user's act). The others
+#: (expiry, retention, compaction, rollups, forgetting retired keys) are
+#: maintenance, which the owner of a shard's state runs itself; a server
+#: refuses them from clients, so no client can retire or delete what is not
+#: its own.
+CLIENT_COMMANDS: tuple[type, ...] = (
+    RegisterWriter,
+    ExpireWriter,
+    HeartbeatWriter,
+    CompareAndAppend,
+    RegisterReader,
+    LeaseSeqno,
+    HeartbeatReader,
+    ExpireReader,
+    AdvanceSince,
+)
+
 
 # --- results ------------------------------------------------------------------
 
@@ -179,6 +214,29 @@ class Done(msgspec.Struct, tag="done", **_OPTS):
     """The command holds at version ``seqno`` (applied now or before)."""
 
     seqno: int
+
+
+class Registered(msgspec.Struct, tag="registered", **_OPTS):
+    """The writer is registered as ``writer_id`` (at version ``seqno`` or before)."""
+
+    writer_id: str
+    seqno: int
+
+
+class WriterGone(msgspec.Struct, tag="writer_gone", **_OPTS):
+    """Nothing changed: ``writer_id`` is not registered (it expired, or never
+    was); it must register anew, and what it wrote under its old id is not
+    its to commit any more."""
+
+    writer_id: str
+
+
+class PartsMissing(msgspec.Struct, tag="parts_missing", **_OPTS):
+    """Nothing changed: the blob parts ``keys`` the command would commit are
+    not in blob as described (missing, or of another length: ``reason``)."""
+
+    keys: tuple[str, ...]
+    reason: str
 
 
 class Appended(msgspec.Struct, tag="appended", **_OPTS):
@@ -230,6 +288,9 @@ class ReaderExpired(msgspec.Struct, tag="reader_expired", **_OPTS):
 
 Result = (
     Done
+    | Registered
+    | WriterGone
+    | PartsMissing
     | Appended
     | AlreadyAppended
     | WrongUpper

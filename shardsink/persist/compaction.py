@@ -17,9 +17,9 @@ import pyarrow as pa
 from .. import faults
 from ..storage.contracts import Blob
 from . import parts as P
-from . import read, spine
-from .batches import SortedBatchBuilder, flush_inline
-from .commands import ApplyCompaction, InlineCapExceeded, Rejected
+from . import read
+from .batches import SortedBatchBuilder, discard, flush_inline
+from .commands import ApplyCompaction, Done, InlineCapExceeded
 from .machine import ShardMachine
 from .state import Batch, Part, ShardState
 from .stats import ShardStats
@@ -34,7 +34,7 @@ WINDOW_ROWS = 32 * 1024
 class CompactionReport(msgspec.Struct, kw_only=True):
     """What one :func:`compact` call did: ``applied`` runs replaced
     ``batches_merged`` batches; ``skipped`` runs lost their inputs to a
-    concurrent change (their output blobs are left to the leaked-blob sweep)."""
+    concurrent change (their output blobs are deleted)."""
 
     applied: int = 0
     batches_merged: int = 0
@@ -68,21 +68,13 @@ def compact(
     *,
     target_bytes: int,
     stats: ShardStats,
+    writer_id: str,
 ) -> CompactionReport:
-    """Compact every run :func:`plan` finds in the latest state."""
+    """Compact every run :func:`plan` finds in the latest state, writing the
+    merged parts as the registered writer ``writer_id``."""
     state = machine.state(refresh=True)
-    return _apply(machine, blob, schema, state, plan(state, target_bytes), target_bytes, stats)
-
-
-def compact_spine(
-    machine: ShardMachine, blob: Blob, *, target_bytes: int, stats: ShardStats
-) -> CompactionReport:
-    """The spine's merges (:func:`~.spine.merges`) on the latest state.
-    Consolidation may leave fewer rows than the rule counted, so run it until
-    a call applies nothing to bring the state within
-    :func:`~.spine.batch_bound`."""
-    state = machine.state(refresh=True)
-    return merge_runs(machine, blob, state, spine.merges(state), target_bytes, stats)
+    runs = plan(state, target_bytes)
+    return _apply(machine, blob, schema, state, runs, target_bytes, stats, writer_id)
 
 
 def merge_runs(
@@ -92,11 +84,13 @@ def merge_runs(
     runs: list[list[Batch]],
     target_bytes: int,
     stats: ShardStats,
+    writer_id: str,
 ) -> CompactionReport:
     """Merge each run of batches of ``state`` into one batch, one compaction
-    each; the shard's schema comes from ``state``."""
+    each, written as the registered writer ``writer_id``; the shard's schema
+    comes from ``state``."""
     schema = P.schema_from_bytes(state.schema)
-    return _apply(machine, blob, schema, state, runs, target_bytes, stats)
+    return _apply(machine, blob, schema, state, runs, target_bytes, stats, writer_id)
 
 
 def _apply(
@@ -107,20 +101,25 @@ def _apply(
     runs: list[list[Batch]],
     target_bytes: int,
     stats: ShardStats,
+    writer_id: str,
 ) -> CompactionReport:
     """Merge each run of ``state`` and replace it through ``ApplyCompaction``."""
     report = CompactionReport()
     for run in runs:
-        output = _merge(machine.shard, blob, schema, state, run, target_bytes, stats)
+        output = _merge(machine.shard, blob, schema, state, run, target_bytes, stats, writer_id)
         result = None
         if output is not None:
             faults.point("compaction.after_write")
-            command = ApplyCompaction(tuple(b.id for b in run), output)
+            command = ApplyCompaction(tuple(b.id for b in run), output, writer_id)
             result = machine.run(command)
             if isinstance(result, InlineCapExceeded):
-                output = flush_inline(blob, machine.shard, output, schema, stats)
+                output = flush_inline(blob, machine.shard, writer_id, output, schema, stats)
                 result = machine.run(msgspec.structs.replace(command, output=output))
-        if output is None or isinstance(result, Rejected | InlineCapExceeded):
+        if output is None or not isinstance(result, Done):
+            if output is not None:
+                # refused, so never committed; its writer lives on (a server's
+                # runs for days), so the sweep would not take these
+                discard(blob, [output])
             report.skipped += 1
         else:
             report.applied += 1
@@ -138,6 +137,7 @@ def _merge(
     run: list[Batch],
     target_bytes: int,
     stats: ShardStats,
+    writer_id: str,
 ) -> Batch | None:
     """The merged batch of ``run``, or ``None`` if an input part is gone
     (what it wrote is deleted). Streams by key range (:func:`~.read.key_windows`)
@@ -146,6 +146,7 @@ def _merge(
     builder = SortedBatchBuilder(
         blob,
         shard,
+        writer_id,
         run[0].lower,
         max(b.upper for b in run),
         inline_max_bytes=state.inline_max_bytes,

@@ -111,6 +111,13 @@ class ShardConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
         )
 
 
+#: For a shard none of whose writers' processes is alive any more (a check
+#: after a run ended): a lease and a grace of a millisecond let GC expire
+#: every writer and the sweep take everything leaked at once. Only then: a
+#: live writer's parts in flight would be taken too.
+OFFLINE = ShardConfig(writer_lease_ms=1, leaked_blob_grace_ms=1)
+
+
 #: The fields a consensus server applies to every shard it serves, for every
 #: client alike: its own settings, never one client's.
 SERVED_FIELDS = ("rollup_threshold", "leaked_blob_grace_ms", "max_attempts")

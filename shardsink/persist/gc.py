@@ -14,7 +14,8 @@ import msgspec
 from .. import faults
 from ..storage.contracts import Blob, temp_files
 from .commands import ExpireReaders, ExpireWriters, ForgetRetired, ForgetRollups
-from .machine import ShardMachine
+from .machine import LocalMachine, ShardMachine
+from .state import part_writer
 
 
 class GcReport(msgspec.Struct, kw_only=True):
@@ -44,7 +45,7 @@ def expire(machine: ShardMachine) -> tuple[tuple[str, ...], tuple[str, ...]]:
     )
 
 
-def collect_garbage(machine: ShardMachine, blob: Blob) -> GcReport:
+def collect_garbage(machine: LocalMachine, blob: Blob) -> GcReport:
     """:func:`expire` readers and writers; delete the blobs retired at or
     below the smallest held seqno; truncate consensus below the latest rollup
     at or below that seqno (every held version stays rebuildable) and retire
@@ -82,6 +83,21 @@ def collect_garbage(machine: ShardMachine, blob: Blob) -> GcReport:
     )
 
 
+def check_grace(grace_ms: int, writer_lease_ms: int) -> None:
+    """``ValueError`` unless the sweep's ``grace_ms`` is at least the writer
+    lease: a live writer's parts are spared by their prefix, but a blob
+    without one (a rollup stored before its version names it, a part of a
+    version before writer prefixes) is told from an in-flight one only by
+    its age, and nothing of a live writer's is in flight longer than its
+    lease without it heartbeating."""
+    if grace_ms < writer_lease_ms:
+        raise ValueError(
+            f"the leaked-blob sweep's grace ({grace_ms} ms) is shorter than the writer lease "
+            f"({writer_lease_ms} ms): a blob that young may still be on its way into an "
+            f"append; give a grace of at least {writer_lease_ms} ms"
+        )
+
+
 def sweep_leaked_blobs(
     machine: ShardMachine, blob: Blob, grace_ms: int, now_ms: float
 ) -> list[str]:
@@ -90,21 +106,35 @@ def sweep_leaked_blobs(
     that writers killed mid-``set`` left there (a ``blob`` that
     :class:`~shardsink.storage.contracts.LeavesTempFiles`), each only if last
     modified at least ``grace_ms`` before ``now_ms`` (milliseconds since the
-    epoch). Returns the keys of the blobs, then the names of the temporary
-    files, removed.
+    epoch) and, for a writer's part (:func:`~.state.part_writer`), only once
+    its writer is gone from state. Returns the keys of the blobs, then the
+    names of the temporary files, removed. ``ValueError`` for a grace shorter
+    than the machine's writer lease (:func:`check_grace`).
 
-    Blobs are listed before the state is read, so a blob appended meanwhile
-    is seen as referenced; the grace period covers a blob whose append is
-    still in flight, and a temporary file whose ``set`` still writes it.
+    Why this loses nothing: a writer's id is never reused, and a writer gone
+    from state can commit nothing any more (its appends are refused), so a
+    part of a gone writer that no state references never will be. Blobs are
+    listed before the state is read, so a blob appended meanwhile is seen as
+    referenced, and one written by a writer registered meanwhile is under a
+    live writer's prefix.
     """
-    prefix = f"{machine.shard}/"
+    check_grace(grace_ms, machine.config.writer_lease_ms)
+    shard = machine.shard
+    prefix = f"{shard}/"
     cutoff = (now_ms - grace_ms) / 1000.0
     old = [m.key for m in blob.list_meta(prefix) if m.modified <= cutoff]
     stale = [t.name for t in temp_files(blob, prefix) if t.modified <= cutoff]
     if not (old or stale):
         return []
-    referenced = machine.state(refresh=True).referenced_keys() if old else set()
-    leaked = [key for key in old if key not in referenced]
+    state = machine.state(refresh=True)
+    referenced = state.referenced_keys()
+    writers = state.writers.keys()
+
+    def live(key: str) -> bool:
+        return part_writer(shard, key) in writers
+
+    leaked = [key for key in old if key not in referenced and not live(key)]
+    stale = [name for name in stale if not live(name.partition("~")[0])]
     faults.point("gc.before_delete")
     for key in leaked:
         blob.delete(key)

@@ -28,18 +28,29 @@ import pyarrow as pa
 
 from ..storage.contracts import Blob, Committed, Consensus, VersionedData
 from ..storage.errors import IndeterminateError, StorageError
-from .commands import AddRollup, Command, Result
+from .commands import AddRollup, ApplyCompaction, Command, CompareAndAppend, PartsMissing, Result
 from .config import ShardConfig
 from .diff import StateDiff, apply_diff, decode_version, diff, encode_diff
-from .errors import Contended, CorruptState, ShardNotFound
+from .errors import Contended, CorruptState, ShardNotFound, StateMissing
 from .parts import full_schema, schema_from_bytes
-from .state import RollupRef, ShardState, check_shard_name, decode_state, encode_state
+from .state import (
+    BlobPart,
+    RollupRef,
+    ShardState,
+    check_shard_name,
+    decode_state,
+    encode_state,
+)
 from .stats import MachineStats
 from .transitions import apply, initial_state
 
 log = logging.getLogger(__name__)
 
 _SCAN_PAGE = 512
+#: How long a version-0 rollup may be another creator's in flight (it
+#: stores it, then version 0, within milliseconds): younger, it is no
+#: evidence that consensus lost the shard.
+CREATE_RACE_S = 60.0
 
 
 def wall_clock_ms() -> int:
@@ -60,9 +71,6 @@ class ShardMachine(Protocol):
     - ``wait_for_upper_past(upper, timeout)`` returns a state whose upper is
       greater than ``upper``, or raises ``TimeoutError`` after ``timeout``
       seconds (``None``: wait forever).
-    - ``truncate_below(seqno)`` drops stored versions below ``seqno`` (which
-      must have a rollup, or be at or below the oldest rollup; else
-      ``ValueError``) and returns how many.
     - ``versions(from_seqno, limit)`` is the stored versions (state diffs)
       with ``seqno >= from_seqno``, oldest first: at least one while any is
       left, at most ``limit`` (``ValueError`` below 1). Versions truncated
@@ -80,8 +88,6 @@ class ShardMachine(Protocol):
     def state(self, refresh: bool = False) -> ShardState: ...
 
     def wait_for_upper_past(self, upper: int, timeout: float | None) -> ShardState: ...
-
-    def truncate_below(self, seqno: int) -> int: ...
 
     def versions(self, from_seqno: int, limit: int) -> list[VersionedData]: ...
 
@@ -105,7 +111,11 @@ class LocalMachine:
     command that changes nothing is answered, and ``state(refresh=True)``
     returns, without a store round trip. Breaking the promise cannot corrupt
     the shard (every commit is still a compare-and-set) but may answer a
-    no-op from a stale state."""
+    no-op from a stale state.
+
+    ``check_parts`` (on by default) makes every append and compaction first
+    look that its blob parts exist (:meth:`_missing_parts`); off only to
+    measure what the look costs (``bench appends --part-checks both``)."""
 
     def __init__(
         self,
@@ -115,9 +125,11 @@ class LocalMachine:
         config: ShardConfig,
         clock: Callable[[], int] = wall_clock_ms,
         exclusive: bool = False,
+        check_parts: bool = True,
     ) -> None:
         self.shard = shard
         self.exclusive = exclusive
+        self.check_parts = check_parts
         self._consensus = consensus
         self._blob = blob
         self.config = config
@@ -140,6 +152,7 @@ class LocalMachine:
         create: bool = True,
         clock: Callable[[], int] = wall_clock_ms,
         exclusive: bool = False,
+        check_parts: bool = True,
     ) -> LocalMachine:
         """A machine holding the shard's latest state. A shard without state
         is created with ``schema`` if ``create``, else :class:`ShardNotFound`.
@@ -149,7 +162,7 @@ class LocalMachine:
         check_shard_name(shard)
         if create:
             _check_schema(schema)
-        machine = cls(consensus, blob, shard, config, clock, exclusive)
+        machine = cls(consensus, blob, shard, config, clock, exclusive, check_parts)
         machine._load(schema, create)
         return machine
 
@@ -162,6 +175,7 @@ class LocalMachine:
             refresh, refreshed = self._suspect, False
             failures = 0
             error: Exception | None = None
+            checked: set[str] = set()  # parts found in blob, once per run
             while True:
                 try:
                     if refresh:
@@ -175,6 +189,9 @@ class LocalMachine:
                         # decided on a cached state: confirm against the head
                         refresh = True
                         continue
+                    missing = self._missing_parts(command, checked)
+                    if missing is not None:
+                        return missing
                     if self._commit(state, new):
                         self._after_commit(new)
                         return result
@@ -230,6 +247,9 @@ class LocalMachine:
             delay = min(delay * 2, 0.05)
 
     def truncate_below(self, seqno: int) -> int:
+        """Drop stored versions below ``seqno`` (which must have a rollup, or
+        be at or below the oldest rollup; else ``ValueError``); return how
+        many. Garbage collection's, by the owner of the shard's state."""
         with self._lock:
             self._check_open()
             rollups = self._state.rollups
@@ -257,6 +277,40 @@ class LocalMachine:
 
     # --- internals --------------------------------------------------------------
 
+    def _missing_parts(self, command: Command, checked: set[str]) -> PartsMissing | None:
+        """Before a command that adds blob parts commits them: each exists in
+        blob with its recorded length (one ``stat`` per part; ``checked``
+        holds those already found). So a part deleted before its append (a
+        sweep, a crash between write and append, a client naming a key it
+        never wrote) is refused with the append, never committed to fail
+        every later read."""
+        if not self.check_parts:
+            return None
+        if isinstance(command, CompareAndAppend):
+            batches = command.batches
+        elif isinstance(command, ApplyCompaction):
+            batches = (command.output,)
+        else:
+            return None
+        missing, reasons = [], []
+        for part in (p for b in batches for p in b.parts if isinstance(p, BlobPart)):
+            if part.key in checked:
+                continue
+            meta = self._blob.stat(part.key)
+            if meta is None:
+                missing.append(part.key)
+                reasons.append(f"{part.key} is not in blob {self._blob.uri}")
+            elif meta.size != part.encoded_bytes:
+                missing.append(part.key)
+                reasons.append(
+                    f"{part.key} holds {meta.size} bytes, the part says {part.encoded_bytes}"
+                )
+            else:
+                checked.add(part.key)
+        if not missing:
+            return None
+        return PartsMissing(tuple(missing), "; ".join(reasons))
+
     def _check_open(self) -> None:
         if self._closed:
             raise ValueError(f"shard machine for {self.shard!r} is closed")
@@ -266,6 +320,10 @@ class LocalMachine:
         for attempt in range(self.config.max_attempts):
             try:
                 head = self._consensus.head(self.shard)
+                if head is None:
+                    self._refuse_orphaned_blobs()
+                    # a creator may have stored version 0 and appended meanwhile
+                    head = self._consensus.head(self.shard)
                 if head is not None:
                     self._state = self._rebuild_latest(head)
                     return
@@ -279,6 +337,33 @@ class LocalMachine:
                 error = exc
             _backoff(attempt)
         raise error or Contended(f"shard {self.shard!r}: could not create or load its state")
+
+    def _refuse_orphaned_blobs(self) -> None:
+        """:class:`StateMissing` if the blob store holds parts or rollups of
+        this shard, which consensus does not know (it was just found without
+        a version). A creator stores its version-0 rollup just before version
+        0, so one younger than :data:`CREATE_RACE_S` may be a racing opener's
+        and is no evidence; an older one is (of a store emptied after
+        version 0, or of a creator that died between the two)."""
+        first = rollup_key(self.shard, 0).rsplit("-", 1)[0]
+        recent = time.time() - CREATE_RACE_S
+        found = []
+        for meta in self._blob.list_meta(f"{self.shard}/"):
+            if not (meta.key.startswith(first) and meta.modified > recent):
+                found.append(meta.key)
+                if len(found) == 3:
+                    break
+        if not found:
+            return
+        if self._consensus.head(self.shard) is not None:
+            return  # created meanwhile: these are its
+        raise StateMissing(
+            f"consensus {self._consensus.uri} has no state of shard {self.shard!r}, but blob "
+            f"{self._blob.uri} holds its parts or rollups (e.g. {', '.join(found)}): was the "
+            "consensus store emptied, replaced or deleted? Nothing was changed. Restore it or "
+            f"point at the right one; to start over instead, delete everything under "
+            f"{self.shard}/ in that blob store (or use another shard name)"
+        )
 
     def _create(self, schema: bytes) -> bool:
         """Try to store version 0; ``False`` if another opener stored one first."""

@@ -29,7 +29,14 @@ from ..storage.contracts import Blob, Consensus
 from ..storage.errors import StorageError
 from . import parts as P
 from . import read
-from .batches import build_batch, check_interval, check_ts, discard, flush_inline, load_part
+from .batches import (
+    build_batch,
+    check_interval,
+    check_ts,
+    delete_unreferenced,
+    flush_inline,
+    load_part,
+)
 from .commands import (
     AdvanceSince,
     AlreadyAppended,
@@ -38,23 +45,35 @@ from .commands import (
     ExpireReader,
     ExpireWriter,
     HeartbeatReader,
+    HeartbeatWriter,
     InlineCapExceeded,
     Leased,
     LeaseSeqno,
+    PartsMissing,
     ReaderExpired,
     RegisterReader,
-    RegisterWriter,
     Rejected,
     Result,
+    WriterGone,
     WrongUpper,
 )
-from .compaction import CompactionReport, compact
+from .compaction import CompactionReport
 from .config import ShardConfig
-from .errors import NotReadable, PartMissing, PersistError, SchemaMismatch, UpperMismatch
-from .gc import GcReport, collect_garbage, sweep_leaked_blobs
+from .errors import (
+    NotReadable,
+    PartMissing,
+    PartsNotFound,
+    PersistError,
+    SchemaMismatch,
+    UpperMismatch,
+    WriterExpired,
+)
+from .gc import GcReport
 from .machine import LocalMachine, ShardMachine, wall_clock_ms
+from .maintenance import LocalMaintenance, Maintenance, register_writer
 from .state import Batch, BlobPart, InlinePart, ShardState, check_shard_name
 from .stats import ShardStats
+from .verify import VerifyReport, verify
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +93,10 @@ class ListenEvent(NamedTuple):
 
 
 #: Opens the shard machine of a consensus server's address (``tcp://``,
-#: ``ipc://``): ``(address, shard, schema bytes, config, create)``. The server
-#: package has one; :func:`shardsink.connect.open_shard` passes it here.
+#: ``ipc://``): ``(address, shard, schema bytes, config, create)``; the
+#: machine is also the shard's :class:`~.maintenance.Maintenance` (the server
+#: maintains the shards it holds). The server package has one;
+#: :func:`shardsink.connect.open_shard` passes it here.
 RemoteOpener = Callable[[str, str, bytes, ShardConfig, bool], ShardMachine]
 
 
@@ -124,7 +145,13 @@ def open_shard(
             raise SchemaMismatch(
                 f"shard {name!r} has schema {stored} which differs from the requested {wanted}"
             )
-        return Shard(name, machine, blob, stored, config, clock, owned)
+        counters = ShardStats()
+        maintenance = (
+            LocalMaintenance(machine, blob, stored, counters)
+            if isinstance(machine, LocalMachine)
+            else machine
+        )
+        return Shard(name, machine, maintenance, blob, stored, config, clock, owned, counters)
     except BaseException:
         for resource in reversed(owned):
             resource.close()
@@ -178,21 +205,24 @@ class Shard:
         self,
         name: str,
         machine: ShardMachine,
+        maintenance: Maintenance,
         blob: Blob,
         schema: pa.Schema,
         config: ShardConfig,
         clock: Callable[[], int],
         owned: list,
+        counters: ShardStats,
     ) -> None:
         self.name = name
         self.schema = schema
         self.config = config
         self.machine = machine
+        self.maintenance = maintenance
         self.blob = blob
         self.clock = clock
         self._owned = owned
         self._handles: list[Writer | Reader] = []
-        self._counters = ShardStats()
+        self._counters = counters
         self._closed = False
 
     # --- state ------------------------------------------------------------------
@@ -263,9 +293,10 @@ class Shard:
 
     # --- handles ------------------------------------------------------------------
 
-    def writer(self, writer_id: str | None = None) -> Writer:
-        """A registered writer (a fresh id unless ``writer_id`` is given)."""
-        writer = Writer(self, writer_id or f"w-{uuid.uuid4().hex}")
+    def writer(self, name: str | None = None) -> Writer:
+        """A registered writer called ``name`` (default: a fresh one); its id,
+        ``writer_id``, is the shard's (:class:`~.commands.RegisterWriter`)."""
+        writer = Writer(self, name or f"w-{uuid.uuid4().hex}")
         self._handles.append(writer)
         return writer
 
@@ -296,6 +327,13 @@ class Shard:
             as_of, columns, wait, max_rows, window_rows=window_rows, release=True
         )
 
+    def verify(self) -> VerifyReport:
+        """Check every part and rollup of the latest state against the blob
+        store, under a reader lease (so GC keeps what is checked): see
+        :func:`~.verify.verify`."""
+        with self.reader() as reader:
+            return verify(reader.lease(), self.blob)
+
     # --- maintenance ----------------------------------------------------------------
 
     def advance_since(self, since: int) -> None:
@@ -306,32 +344,24 @@ class Shard:
             raise ValueError(f"shard {self.name!r}: {result.reason}")
 
     def compact(self) -> CompactionReport:
-        """Merge runs of adjacent small batches (see ``compaction.compact``)."""
-        return compact(
-            self.machine,
-            self.blob,
-            self.schema,
-            target_bytes=self.config.blob_target_bytes,
-            stats=self._counters,
-        )
+        """Merge runs of adjacent small batches (see ``compaction.compact``),
+        where the shard's state is owned (:attr:`maintenance`: this process,
+        or the consensus server)."""
+        return self.maintenance.compact()
 
     def collect_garbage(self) -> GcReport:
         """Expire readers, delete unreachable blobs, truncate consensus (see
-        ``gc.collect_garbage``)."""
-        report = collect_garbage(self.machine, self.blob)
-        self._counters.gc_runs += 1
-        self._counters.blobs_deleted += len(report.blobs_deleted)
-        return report
+        ``gc.collect_garbage``), where the state is owned."""
+        return self.maintenance.collect_garbage()
 
     def sweep_leaked_blobs(self, grace_ms: int | None = None) -> list[str]:
-        """Delete unreferenced blobs, and temporary files of writers killed
-        mid-``set``, older than ``grace_ms`` (default
-        ``config.leaked_blob_grace_ms``); return their keys, then the
-        temporary files' names (see ``gc.sweep_leaked_blobs``)."""
-        grace = self.config.leaked_blob_grace_ms if grace_ms is None else grace_ms
-        leaked = sweep_leaked_blobs(self.machine, self.blob, grace, time.time() * 1000)
-        self._counters.blobs_deleted += len(leaked)
-        return leaked
+        """Delete the unreferenced blobs of writers gone from state, and
+        temporary files of writers killed mid-``set``, older than
+        ``grace_ms`` (default ``config.leaked_blob_grace_ms``; never shorter
+        than the writer lease: ``ValueError``), where the state is owned;
+        return their keys, then the temporary files' names (see
+        ``gc.sweep_leaked_blobs``)."""
+        return self.maintenance.sweep_leaked_blobs(grace_ms)
 
     def close(self) -> None:
         if self._closed:
@@ -356,15 +386,25 @@ class Shard:
 
 
 class Writer:
-    """Builds batches and compare-and-appends them. ``close()`` forgets the
-    writer in state (idempotent)."""
+    """Builds batches and compare-and-appends them, as the writer registered
+    under ``name``; ``writer_id`` is the id the shard gave it (its parts'
+    keys carry it). Once expired (its lease ran out) it stays expired: its
+    calls raise :class:`~.errors.WriterExpired`, and a new writer takes
+    over. ``close()`` forgets the writer in state (idempotent)."""
 
-    def __init__(self, shard: Shard, writer_id: str) -> None:
+    def __init__(self, shard: Shard, name: str) -> None:
         self.shard = shard
-        self.writer_id = writer_id
+        self.name = name
         self._pending: tuple[str, tuple[str, ...], int, int] | None = None
         self._closed = False
-        shard.machine.run(RegisterWriter(writer_id))
+        self.writer_id = register_writer(shard.machine, name)
+
+    def heartbeat(self) -> None:
+        """Tell the shard this writer is alive, so it is not expired;
+        :class:`~.errors.WriterExpired` if it already was."""
+        result = self.shard.machine.run(HeartbeatWriter(self.writer_id))
+        if isinstance(result, WriterGone):
+            raise self._expired()
 
     def batch(self, updates: pa.Table, lower: int, upper: int) -> Batch:
         """Write ``updates`` (columns key, val, ts, diff) as a batch ``[lower,
@@ -382,6 +422,7 @@ class Writer:
             P.consolidate(table),
             lower,
             upper,
+            writer=self.writer_id,
             inline_max_bytes=shard.machine.state().inline_max_bytes,
             target_bytes=shard.config.blob_target_bytes,
             stats=shard._counters,
@@ -425,7 +466,9 @@ class Writer:
             result = shard.machine.run(command)
             if isinstance(result, InlineCapExceeded):
                 flushed = tuple(
-                    flush_inline(shard.blob, shard.name, b, shard.schema, shard._counters)
+                    flush_inline(
+                        shard.blob, shard.name, self.writer_id, b, shard.schema, shard._counters
+                    )
                     for b in batches
                 )
                 result = shard.machine.run(msgspec.structs.replace(command, batches=flushed))
@@ -453,6 +496,10 @@ class Writer:
             return result.upper
         if isinstance(result, WrongUpper):
             raise UpperMismatch(shard.name, expected_upper, result.actual)
+        if isinstance(result, WriterGone):
+            raise self._expired()
+        if isinstance(result, PartsMissing):
+            raise PartsNotFound(shard.name, result.keys, result.reason)
         if isinstance(result, Rejected):
             raise ValueError(f"shard {shard.name!r}: compare_and_append rejected: {result.reason}")
         raise ValueError(f"shard {shard.name!r}: compare_and_append answered {result!r}")
@@ -469,13 +516,32 @@ class Writer:
         batch = self.batch(updates, expected_upper, new_upper)
         try:
             return self.compare_and_append([batch], expected_upper, new_upper)
-        except UpperMismatch:
-            self.discard([batch])
+        except (UpperMismatch, WriterExpired, PartsNotFound):
+            self.discard([batch], tried=True)
             raise
 
-    def discard(self, batches: list[Batch]) -> None:
-        """Delete the blobs of ``batches`` that were never appended."""
-        discard(self.shard.blob, batches)
+    def discard(self, batches: list[Batch], *, tried: bool = False) -> None:
+        """Delete the blobs of ``batches``, which were never appended; with
+        ``tried`` (an append of them was tried, and a try whose answer was
+        lost may have committed them), only those the shard's current state
+        does not reference (its state unreadable: none, the sweep takes them
+        once this writer is gone). Best effort, as
+        :func:`~.batches.delete_unreferenced`."""
+        keys = [k for b in batches for k in b.blob_keys()]
+        if tried and keys:
+            try:
+                referenced = self.shard.state(refresh=True).referenced_keys()
+            except (StorageError, PersistError) as exc:
+                log.warning("%r: leaving %d blobs to the sweep: %s", self.shard, len(keys), exc)
+                return
+            keys = [k for k in keys if k not in referenced]
+        delete_unreferenced(self.shard.blob, keys)
+
+    def _expired(self) -> WriterExpired:
+        return WriterExpired(
+            f"shard {self.shard.name!r}: writer {self.writer_id} expired (not seen for its "
+            "lease); nothing was appended: write the batch again with a new writer"
+        )
 
     def close(self) -> None:
         if not self._closed:

@@ -33,6 +33,26 @@ def check_shard_name(name: str) -> str:
     return name
 
 
+def part_prefix(shard: str, writer_id: str) -> str:
+    """Where writer ``writer_id`` of ``shard`` stores its data parts: every
+    blob part a compare-and-append (or a compaction) commits lies under its
+    writer's prefix, so what a writer wrote is told from the key alone (the
+    leaked-blob sweep spares a live writer's parts; no writer can commit, and
+    so have deleted, another's)."""
+    return f"{shard}/part/{writer_id}/"
+
+
+def part_writer(shard: str, key: str) -> str | None:
+    """The writer whose prefix (:func:`part_prefix`) ``key`` lies under;
+    ``None`` for a key that is not a writer's part (a rollup, or a part of a
+    version before writer prefixes, ``<shard>/part/<uuid>.parquet``)."""
+    head = f"{shard}/part/"
+    if not key.startswith(head):
+        return None
+    writer, slash, _ = key[len(head) :].partition("/")
+    return writer if slash else None
+
+
 class BlobPart(msgspec.Struct, frozen=True, tag="blob", forbid_unknown_fields=True):
     """A Parquet part stored in blob under ``key`` (``encoded_bytes`` long)."""
 

@@ -7,6 +7,7 @@ No I/O and no clock reads here: the caller passes the time. ``apply`` returns
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 
 import msgspec
@@ -32,16 +33,30 @@ from .commands import (
     Leased,
     LeaseSeqno,
     ReaderExpired,
+    Registered,
     RegisterReader,
     RegisterWriter,
     Rejected,
     Result,
     Retain,
+    WriterGone,
     WrongUpper,
 )
-from .state import Batch, InlinePart, ReaderState, RollupRef, ShardState, WriterState
+from .state import (
+    Batch,
+    BlobPart,
+    InlinePart,
+    ReaderState,
+    RollupRef,
+    ShardState,
+    WriterState,
+    part_prefix,
+)
 
 Outcome = tuple[ShardState | None, Result]
+
+#: A writer's name is one blob-key segment (its id prefixes its parts' keys).
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.=-]{1,200}$")
 
 
 def initial_state(
@@ -98,12 +113,31 @@ def _check_inline(state: ShardState, batches: Iterable[Batch], freed: int) -> Re
     return None
 
 
+def _check_parts(state: ShardState, writer_id: str, batches: Iterable[Batch]) -> Result | None:
+    """Refuse a blob part outside the writer's prefix (:func:`~.state.part_prefix`)."""
+    prefix = part_prefix(state.shard, writer_id)
+    for batch in batches:
+        for part in batch.parts:
+            if isinstance(part, BlobPart) and not part.key.startswith(prefix):
+                return Rejected(
+                    f"part {part.key!r} of batch {batch.id!r} is not under writer "
+                    f"{writer_id!r}'s prefix {prefix!r}: a writer commits only what it wrote"
+                )
+    return None
+
+
 def _register_writer(state: ShardState, cmd: RegisterWriter, now_ms: int) -> Outcome:
-    if cmd.writer_id in state.writers:
-        return _unchanged(state)
+    if not _NAME_RE.match(cmd.name) or cmd.name in (".", ".."):
+        return None, Rejected(
+            f"writer name {cmd.name!r} must be one blob-key segment of [A-Za-z0-9_.=-]"
+        )
+    known = next((w for w in state.writers if w.rpartition(".")[0] == cmd.name), None)
+    if known is not None:
+        return None, Registered(known, state.seqno)
+    writer_id = f"{cmd.name}.{state.seqno + 1}"
     writer = WriterState(token="", upper=state.upper, heartbeat_ms=now_ms)
-    new = _next(state, writers={**state.writers, cmd.writer_id: writer})
-    return new, Done(new.seqno)
+    new = _next(state, writers={**state.writers, writer_id: writer})
+    return new, Registered(writer_id, new.seqno)
 
 
 def _expire_writer(state: ShardState, cmd: ExpireWriter, now_ms: int) -> Outcome:
@@ -116,11 +150,9 @@ def _expire_writer(state: ShardState, cmd: ExpireWriter, now_ms: int) -> Outcome
 
 def _heartbeat_writer(state: ShardState, cmd: HeartbeatWriter, now_ms: int) -> Outcome:
     known = state.writers.get(cmd.writer_id)
-    beat = (
-        WriterState(token="", upper=state.upper, heartbeat_ms=now_ms)
-        if known is None
-        else msgspec.structs.replace(known, heartbeat_ms=now_ms)
-    )
+    if known is None:
+        return None, WriterGone(cmd.writer_id)
+    beat = msgspec.structs.replace(known, heartbeat_ms=now_ms)
     new = _next(state, writers={**state.writers, cmd.writer_id: beat})
     return new, Done(new.seqno)
 
@@ -139,7 +171,9 @@ def _compare_and_append(state: ShardState, cmd: CompareAndAppend, now_ms: int) -
     if not cmd.token:
         return None, Rejected("compare_and_append needs a non-empty idempotency token")
     writer = state.writers.get(cmd.writer_id)
-    if writer is not None and writer.token == cmd.token:
+    if writer is None:
+        return None, WriterGone(cmd.writer_id)
+    if writer.token == cmd.token:
         return None, AlreadyAppended(writer.upper)
     if cmd.new_upper <= cmd.expected_upper:
         return None, Rejected(
@@ -159,7 +193,9 @@ def _compare_and_append(state: ShardState, cmd: CompareAndAppend, now_ms: int) -
         return None, WrongUpper(cmd.expected_upper, state.upper)
     if ids & state.batches.keys():
         return None, Rejected(f"batch ids {sorted(ids & state.batches.keys())} are already in use")
-    refusal = _check_inline(state, cmd.batches, freed=0)
+    refusal = _check_parts(state, cmd.writer_id, cmd.batches) or _check_inline(
+        state, cmd.batches, freed=0
+    )
     if refusal is not None:
         return None, refusal
     stored = _one_batch([b for b in cmd.batches if b.parts])
@@ -268,6 +304,11 @@ def _apply_compaction(state: ShardState, cmd: ApplyCompaction, now_ms: int) -> O
     out = cmd.output
     if out.id in state.batches:
         return _unchanged(state)
+    if cmd.writer_id not in state.writers:
+        return None, WriterGone(cmd.writer_id)
+    refusal = _check_parts(state, cmd.writer_id, [out])
+    if refusal is not None:
+        return None, refusal
     if not cmd.inputs or len(set(cmd.inputs)) != len(cmd.inputs):
         return None, Rejected("compaction needs one or more distinct input batches")
     missing = [i for i in cmd.inputs if i not in state.batches]

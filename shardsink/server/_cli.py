@@ -14,6 +14,7 @@ import threading
 import msgspec
 
 from .. import datadir
+from .._curve import KEYS_ENV
 from ..datadir import DATA_DIR_ENV
 from ..persist.config import SERVED_FIELDS, ShardConfig
 from ..storage.uri import BLOB_ENV, STORE_ENV
@@ -46,7 +47,7 @@ def register(commands, bench) -> None:
 #: ``consensus serve``'s options, one per :class:`~.config.ServeConfig` field
 #: (``--config``'s keys): field, flag, metavar, help. Types and defaults come
 #: from the Struct, except the defaults :data:`DEFAULT_TEXT` words.
-SERVE_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
+SERVE_OPTIONS: tuple[tuple[str, str, str | None, str], ...] = (
     (
         "data_dir",
         "--data-dir",
@@ -62,7 +63,15 @@ SERVE_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
         "bind",
         "--bind",
         "ADDR",
-        "ipc:///path (its directory is made 0700) or tcp://127.0.0.1:PORT (PORT 0: any)",
+        "ipc:///path (its directory is made 0700) or tcp://127.0.0.1:PORT (PORT 0: any; "
+        "answers only CURVE clients with a key of --keys)",
+    ),
+    (
+        "keys",
+        "--keys",
+        "DIR",
+        "the CURVE key directory of a tcp:// bind (made 0700 with the keys that are missing; "
+        "clients use its server.key and client.key_secret)",
     ),
     ("gc_interval_s", "--gc-interval", "S", "collect garbage every S seconds; 0: never"),
     ("sweep_interval_s", "--sweep-interval", "S", "sweep leaked blobs every S seconds; 0: never"),
@@ -109,6 +118,13 @@ SERVE_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
         "P",
         "serve Prometheus metrics at http://127.0.0.1:P/metrics; 0: a free port",
     ),
+    (
+        "check_parts",
+        "--check-parts",
+        None,
+        "look up every append's blob parts before they commit (--no-check-parts only to "
+        "measure the cost: a part deleted before its append would then commit)",
+    ),
 )
 #: Defaults worded rather than shown as the Struct's value.
 DEFAULT_TEXT = {
@@ -116,6 +132,7 @@ DEFAULT_TEXT = {
     "store": f"${STORE_ENV}, else D's",
     "blob": f"${BLOB_ENV}, else D's",
     "bind": "none: give it here or in the file",
+    "keys": f"${KEYS_ENV}, else D/keys",
     "writer_lease_ms": f"{ShardConfig().writer_lease_ms}, 15 minutes",
     "retain": f"{ShardConfig().retain}, an hour of up's milliseconds",
     "metrics_port": "none",
@@ -124,8 +141,8 @@ DEFAULT_TEXT = {
 #: command, and for a cluster's consensus child, whose data dir is its parent's
 #: (the coordinator holds that lock; an inherited ``$SHARDSINK_DATA_DIR`` is
 #: not the child's to take).
-COMMAND_ENV = {DATA_DIR_ENV: "data_dir", STORE_ENV: "store", BLOB_ENV: "blob"}
-ROLE_ENV = {STORE_ENV: "store", BLOB_ENV: "blob"}
+COMMAND_ENV = {DATA_DIR_ENV: "data_dir", STORE_ENV: "store", BLOB_ENV: "blob", KEYS_ENV: "keys"}
+ROLE_ENV = {STORE_ENV: "store", BLOB_ENV: "blob", KEYS_ENV: "keys"}
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -142,9 +159,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     for name, flag, metavar, text in SERVE_OPTIONS:
         value = getattr(defaults, name)
         default = DEFAULT_TEXT.get(name) or (f"{value:g}" if isinstance(value, float) else value)
-        parser.add_argument(
-            flag, dest=name, type=types[name], metavar=metavar, help=f"{text} (default {default})"
-        )
+        kind = {"type": types[name], "metavar": metavar}
+        if types[name] is bool:
+            kind = {"action": argparse.BooleanOptionalAction}
+        parser.add_argument(flag, dest=name, help=f"{text} (default {default})", **kind)
 
 
 def serve_config(args: argparse.Namespace, environment: dict[str, str]):
@@ -235,6 +253,8 @@ def _serve(config) -> int:
             store,
             blob,
             config.bind,
+            keys=config.server_keys(),
+            check_parts=config.check_parts,
             gc_interval_s=config.gc_interval_s,
             compact_interval_s=config.compact_interval_s,
             compact_slack=config.compact_slack,

@@ -17,8 +17,11 @@ import time
 
 import msgspec
 
+from .._curve import ClientKeys, keys_for
 from ..persist.commands import Command, Result
+from ..persist.compaction import CompactionReport
 from ..persist.config import ShardConfig
+from ..persist.gc import GcReport
 from ..persist.state import ShardState
 from ..persist.stats import MachineStats
 from ..storage.contracts import VersionedData
@@ -27,10 +30,11 @@ from .rpc import RpcClient
 from .wire import (
     ENCODER,
     REPLY_DECODER,
-    CountReply,
     ErrorReply,
     FetchState,
     GetStats,
+    Maintain,
+    MaintainedReply,
     OpenedReply,
     OpenShard,
     Ping,
@@ -42,7 +46,6 @@ from .wire import (
     ScanVersions,
     StateReply,
     StatsReply,
-    TruncateBelow,
     VersionsReply,
     WaitForUpper,
     error_class,
@@ -50,6 +53,9 @@ from .wire import (
 
 #: Longest single long poll; a longer wait is several polls.
 _POLL_SLICE_S = 10.0
+#: How much longer than a request a maintenance job may take to be answered
+#: (a compaction by hand merges everything mergeable).
+MAINTAIN_TIMEOUT_S = 600.0
 
 
 class ServerClient:
@@ -57,14 +63,23 @@ class ServerClient:
 
     ``timeout_s`` bounds one attempt; a request is retried until ``retry_for_s``
     has passed, then the last ``IndeterminateError`` is raised. An error reply
-    is raised as the exception its kind names. ``close()`` is idempotent.
+    is raised as the exception its kind names. A ``tcp://`` server needs
+    CURVE ``keys`` (default: :func:`~shardsink._curve.keys_for` the address;
+    ``ValueError`` if there are none). ``close()`` is idempotent.
     """
 
-    def __init__(self, address: str, *, timeout_s: float = 5.0, retry_for_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        address: str,
+        *,
+        timeout_s: float = 5.0,
+        retry_for_s: float = 60.0,
+        keys: ClientKeys | None = None,
+    ) -> None:
         self.address = address
         self.retry_for_s = retry_for_s
         self.retries = 0
-        self._rpc = RpcClient(address, timeout_s)
+        self._rpc = RpcClient(address, timeout_s, keys if keys is not None else keys_for(address))
 
     def request(self, request: Request, *, extra_timeout_s: float = 0.0) -> Reply:
         payload = ENCODER.encode(request)
@@ -113,8 +128,9 @@ class ServerClient:
 
 class RemoteMachine:
     """A :class:`~shardsink.persist.machine.ShardMachine` served by a consensus
-    server. ``stats()`` counts the state-storage work the server did for this
-    handle's commands. Use :meth:`open`."""
+    server, and the shard's :class:`~shardsink.persist.maintenance.Maintenance`
+    (the server runs each job itself). ``stats()`` counts the state-storage
+    work the server did for this handle's commands. Use :meth:`open`."""
 
     def __init__(self, client: ServerClient, shard: str, config: ShardConfig) -> None:
         self.shard = shard
@@ -135,10 +151,12 @@ class RemoteMachine:
         create: bool = True,
         timeout_s: float = 5.0,
         retry_for_s: float = 60.0,
+        keys: ClientKeys | None = None,
     ) -> RemoteMachine:
-        """Connect and load the shard. Raises ``DeterminateError`` naming the
+        """Connect and load the shard (a ``tcp://`` server with CURVE ``keys``,
+        as :class:`ServerClient`). Raises ``DeterminateError`` naming the
         address if no server answers within ``timeout_s``."""
-        client = ServerClient(address, timeout_s=timeout_s, retry_for_s=retry_for_s)
+        client = ServerClient(address, timeout_s=timeout_s, retry_for_s=retry_for_s, keys=keys)
         try:
             client.ping(timeout_s)
             machine = cls(client, shard, config)
@@ -184,11 +202,27 @@ class RemoteMachine:
                     f"{upper}, for {timeout} s"
                 )
 
-    def truncate_below(self, seqno: int) -> int:
+    # --- Maintenance: the server runs it ----------------------------------------------
+
+    def compact(self) -> CompactionReport:
+        compaction = self._maintain("compact").compaction
+        assert compaction is not None
+        return compaction
+
+    def collect_garbage(self) -> GcReport:
+        gc = self._maintain("gc").gc
+        assert gc is not None
+        return gc
+
+    def sweep_leaked_blobs(self, grace_ms: int | None = None) -> list[str]:
+        return list(self._maintain("sweep", grace_ms).swept)
+
+    def _maintain(self, job: str, grace_ms: int | None = None) -> MaintainedReply:
         self._check_open()
-        return self._expect(
-            self._client.request(TruncateBelow(self.shard, seqno)), CountReply
-        ).count
+        reply = self._client.request(
+            Maintain(self.shard, job, grace_ms), extra_timeout_s=MAINTAIN_TIMEOUT_S
+        )
+        return self._expect(reply, MaintainedReply)
 
     def versions(self, from_seqno: int, limit: int) -> list[VersionedData]:
         self._check_open()

@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import msgspec
 
 from .._bounds import at_least, port
+from .._curve import ServerKeys, needs_keys, server_keys
 from ..persist.config import COMPACT_INTERVAL_S, COMPACT_SLACK, SERVED_FIELDS, ShardConfig
+from ..persist.gc import check_grace
 
 _SHARD = ShardConfig()
 
@@ -18,6 +22,8 @@ class ServeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     - ``bind``: where it listens (``ipc:///path``, its directory made 0700,
       or loopback ``tcp://127.0.0.1:PORT``, PORT 0: any); required to serve,
       but a file may leave it to the flag.
+    - ``keys``: the CURVE key directory a ``tcp://`` bind authenticates
+      clients with (:mod:`shardsink._curve`; default ``DATA_DIR/keys``).
     - ``data_dir``: serve its stores (``sqlite:///D/consensus.db``,
       ``file://D/blob``) and hold its lock; ``store`` and ``blob`` name other
       stores and override it. A server needs both stores named one way or
@@ -32,9 +38,12 @@ class ServeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
       here (:meth:`shard_config`).
     - ``metrics_port``: serve Prometheus metrics on ``127.0.0.1:PORT`` (0: a
       free port); ``None``: none.
+    - ``check_parts``: every append's and compaction's blob parts are looked
+      up before they commit (off: only to measure the look's cost).
     """
 
     bind: str | None = None
+    keys: str | None = None
     data_dir: str | None = None
     store: str | None = None
     blob: str | None = None
@@ -48,6 +57,7 @@ class ServeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     leaked_blob_grace_ms: int = _SHARD.leaked_blob_grace_ms
     max_attempts: int = _SHARD.max_attempts
     metrics_port: int | None = None
+    check_parts: bool = True
 
     def __post_init__(self) -> None:
         at_least(
@@ -61,6 +71,21 @@ class ServeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
         )
         port(self, "metrics_port")
         self.shard_config()  # its own checks
+        check_grace(self.leaked_blob_grace_ms, self.writer_lease_ms)
+
+    def server_keys(self) -> ServerKeys | None:
+        """The CURVE keys of a ``tcp://`` bind (made where missing), ``None``
+        for ``ipc://``; ``ValueError`` if a ``tcp://`` bind has no key
+        directory."""
+        if self.bind is None or not needs_keys(self.bind):
+            return None
+        directory = self.keys or (None if self.data_dir is None else f"{self.data_dir}/keys")
+        if directory is None:
+            raise ValueError(
+                f"bind {self.bind} answers only CURVE clients: give its key directory "
+                "(--keys DIR, made if missing) or serve a data dir (its keys/)"
+            )
+        return server_keys(Path(directory))
 
     def shard_config(self) -> ShardConfig:
         """The settings every shard runs with on this server."""

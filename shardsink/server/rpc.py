@@ -6,6 +6,11 @@ layer above decodes strictly. A reply echoes the id. Clients match replies by
 id, so a late reply to a request that already timed out is discarded instead of
 being taken for the answer to a newer one.
 
+A ``tcp://`` server is a CURVE server (:mod:`shardsink._curve`): it
+encrypts and answers only clients whose public key it accepts; a ``tcp://``
+client needs the keys. ``ipc://`` sockets are protected by their 0700
+directory instead.
+
 Nothing here unpickles or evaluates anything; payloads are bytes.
 """
 
@@ -19,23 +24,35 @@ import time
 import zmq
 
 from .._address import check_address
+from .._curve import ClientKeys, CurveServer, ServerKeys, needs_keys, secure_client
 from ..storage.errors import DeterminateError, IndeterminateError
 
 _ID_BYTES = 8
 
 
 class RpcServer:
-    """The server side: a ROUTER socket bound to one address.
+    """The server side: a ROUTER socket bound to one address; a ``tcp://``
+    one needs ``keys`` (``ValueError`` without: it would answer anyone).
 
     ``receive`` yields well-formed requests; frames that are not ``[id, payload]``
     are counted in ``dropped`` and not answered (there is no id to answer).
     """
 
-    def __init__(self, addr: str, ctx: zmq.Context | None = None) -> None:
+    def __init__(
+        self, addr: str, ctx: zmq.Context | None = None, keys: ServerKeys | None = None
+    ) -> None:
         check_address(addr, for_bind=True)
+        if needs_keys(addr) and keys is None:
+            raise ValueError(
+                f"binding {addr!r} needs CURVE keys, so that only clients with the key are "
+                "answered: serve a data dir (its keys/ holds them) or name a key directory"
+            )
         self._ctx = ctx or zmq.Context()
         self._own_ctx = ctx is None
+        self._curve = CurveServer(self._ctx, keys) if needs_keys(addr) and keys else None
         self._sock = self._ctx.socket(zmq.ROUTER)
+        if self._curve is not None:
+            self._curve.secure(self._sock)
         self._sock.setsockopt(zmq.LINGER, 0)
         # A client that went away must not block replies to the others.
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
@@ -78,6 +95,8 @@ class RpcServer:
             return
         self._closed = True
         self._sock.close(linger=0)
+        if self._curve is not None:
+            self._curve.close()
         if self._own_ctx:
             self._ctx.term()
 
@@ -91,12 +110,16 @@ class RpcClient:
     within the timeout raises ``IndeterminateError`` (the server may have acted on
     the request); that thread's socket is then recreated so nothing stale is
     queued. ZeroMQ reconnects by itself when a restarted server binds again.
+    A ``tcp://`` server needs ``keys`` (``ValueError`` without).
     """
 
-    def __init__(self, addr: str, timeout_s: float = 10.0) -> None:
+    def __init__(self, addr: str, timeout_s: float = 10.0, keys: ClientKeys | None = None) -> None:
         check_address(addr, for_bind=False)
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        if needs_keys(addr) and keys is None:
+            raise ValueError(f"{addr} is a tcp:// server, which answers only CURVE clients")
+        self.keys = keys
         self.address = addr
         self.timeout_s = timeout_s
         self._ctx = zmq.Context()
@@ -113,6 +136,8 @@ class RpcClient:
                 if self._closed:
                     raise DeterminateError(f"client of {self.address} is closed")
                 sock = self._ctx.socket(zmq.DEALER)
+                if self.keys is not None:
+                    secure_client(sock, self.keys)
                 sock.setsockopt(zmq.LINGER, 0)
                 sock.setsockopt(zmq.RECONNECT_IVL, 20)
                 sock.setsockopt(zmq.RECONNECT_IVL_MAX, 500)

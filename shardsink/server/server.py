@@ -22,6 +22,7 @@ import logging
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -30,9 +31,18 @@ import zmq
 
 from .. import faults
 from .._allocator import release_freed_pages
+from .._curve import ServerKeys
 from ..persist import spine
-from ..persist.commands import Command, Result, Retain
-from ..persist.compaction import CompactionReport, merge_runs
+from ..persist.commands import (
+    CLIENT_COMMANDS,
+    Command,
+    ExpireWriter,
+    HeartbeatWriter,
+    Result,
+    Retain,
+    WriterGone,
+)
+from ..persist.compaction import CompactionReport, compact, merge_runs
 from ..persist.config import (
     COMPACT_INTERVAL_S,
     COMPACT_PART_BYTES,
@@ -41,19 +51,24 @@ from ..persist.config import (
     ShardConfig,
     check_served,
 )
-from ..persist.gc import collect_garbage, expire, sweep_leaked_blobs
+from ..persist.errors import PersistError
+from ..persist.gc import GcReport, check_grace, collect_garbage, expire, sweep_leaked_blobs
 from ..persist.machine import LocalMachine, wall_clock_ms
+from ..persist.maintenance import register_writer
+from ..persist.parts import schema_from_bytes
 from ..persist.state import Batch, ShardState
 from ..persist.stats import ShardStats
 from ..storage.contracts import Blob, Consensus
+from ..storage.errors import StorageError
 from .rpc import RpcServer
 from .wire import (
     ENCODER,
     REQUEST_DECODER,
-    CountReply,
     ErrorReply,
     FetchState,
     GetStats,
+    Maintain,
+    MaintainedReply,
     OpenedReply,
     OpenShard,
     Ping,
@@ -66,7 +81,6 @@ from .wire import (
     ShardCounters,
     StateReply,
     StatsReply,
-    TruncateBelow,
     Version,
     VersionsReply,
     WaitForUpper,
@@ -93,10 +107,12 @@ LANE_CAPS = (4 << 20, 64 << 20, None)
 
 
 class _Shard:
-    """A loaded shard and what the server did for it."""
+    """A loaded shard, the writer its compactions write as, and what the
+    server did for it."""
 
     def __init__(self, machine: LocalMachine) -> None:
         self.machine = machine
+        self.writer = self.register()
         self.commands = 0
         self.gc_runs = 0
         self.blobs_deleted = 0
@@ -113,6 +129,23 @@ class _Shard:
         #: passes of the spine's merges running, by lane, with their inputs' ids
         self.merging: dict[int, tuple[Future, frozenset[str]]] = {}
         self.counts_lock = threading.Lock()  # merge lanes count concurrently
+
+    def register(self) -> str:
+        """Register a writer of this server's for the shard's compactions (a
+        fresh one each time: an expired id never comes back)."""
+        return register_writer(self.machine, f"consensus-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+
+    def heartbeat(self) -> None:
+        """Keep the server's writer registered; if it expired anyway (the
+        server paused past its lease), register a new one."""
+        if isinstance(self.machine.run(HeartbeatWriter(self.writer)), WriterGone):
+            self.writer = self.register()
+
+    def count_gc(self, report: GcReport) -> None:
+        self.gc_runs += 1
+        self.readers_expired += len(report.readers_expired)
+        self.writers_expired += len(report.writers_expired)
+        self.blobs_deleted += len(report.blobs_deleted)
 
     def count_pass(self, report: CompactionReport, stats: ShardStats) -> None:
         with self.counts_lock:
@@ -155,6 +188,9 @@ class ConsensusServer:
     command a shard ran, with the shard's name, the command, its result and
     the seconds it took (stored durably included); it must not raise (the
     metrics count with it).
+    A ``tcp://`` ``bind`` needs CURVE ``keys``: it answers only the clients
+    they accept. ``check_parts``: see
+    :class:`~shardsink.persist.machine.LocalMachine` (off only to measure).
     Use :meth:`serve` to run the loop until ``stop`` is set, :meth:`close`
     (idempotent) to release everything.
     """
@@ -171,18 +207,23 @@ class ConsensusServer:
         sweep_interval_s: float = 600.0,
         config: ShardConfig | None = None,
         clock: Callable[[], int] = wall_clock_ms,
+        keys: ServerKeys | None = None,
+        check_parts: bool = True,
     ) -> None:
+        config = config or ShardConfig()
+        check_grace(config.leaked_blob_grace_ms, config.writer_lease_ms)
         self._store = store
         self._blob = blob
-        self._rpc = RpcServer(bind)
+        self._rpc = RpcServer(bind, keys=keys)
         self._rpc.socket.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES)
         self.address = self._rpc.address
         self._gc_interval_s = gc_interval_s
         self._compact_interval_s = compact_interval_s
         self._compact_slack = compact_slack
         self._sweep_interval_s = sweep_interval_s
-        self.config = config or ShardConfig()
+        self.config = config
         self._clock = clock
+        self._check_parts = check_parts
         self._shards: dict[str, _Shard] = {}
         self._parked: list[_Parked] = []
         self._maintenance = ThreadPoolExecutor(1, thread_name_prefix="shardsink-gc")
@@ -190,6 +231,8 @@ class ConsensusServer:
             ThreadPoolExecutor(1, thread_name_prefix=f"shardsink-merge-{lane}")
             for lane in range(len(LANE_CAPS))
         ]
+        #: :class:`Maintain` jobs running, answered when done
+        self._jobs: list[tuple[bytes, bytes, Future]] = []
         self.requests = 0
         self.errors = 0
         self.on_command: Callable[[str, Command, Result, float], None] | None = None
@@ -206,7 +249,49 @@ class ConsensusServer:
                 if reply is not None:
                     self._rpc.reply(peer, request_id, ENCODER.encode(reply))
             self._answer_parked(time.monotonic())
+            self._answer_jobs()
             self._schedule_maintenance()
+
+    def _answer_jobs(self) -> None:
+        running = []
+        for peer, request_id, job in self._jobs:
+            if not job.done():
+                running.append((peer, request_id, job))
+                continue
+            exc = job.exception()
+            if exc is None:
+                reply = job.result()
+            else:
+                self.errors += 1
+                kind = error_kind(exc)
+                log.warning("maintenance job failed: %s", exc)
+                reply = ErrorReply(kind, f"{type(exc).__name__}: {exc}")
+            self._rpc.reply(peer, request_id, ENCODER.encode(reply))
+        self._jobs = running
+
+    def _run_job(self, shard: _Shard, request: Maintain) -> MaintainedReply:
+        """Runs on the maintenance thread: one job a client asked for."""
+        machine = shard.machine
+        if request.job == "compact":
+            stats = ShardStats()
+            report = compact(
+                machine,
+                self._blob,
+                schema_from_bytes(machine.state().schema),
+                target_bytes=min(self.config.blob_target_bytes, COMPACT_PART_BYTES),
+                stats=stats,
+                writer_id=shard.writer,
+            )
+            shard.count_pass(report, stats)
+            return MaintainedReply(compaction=report)
+        if request.job == "gc":
+            report = collect_garbage(machine, self._blob)
+            shard.count_gc(report)
+            return MaintainedReply(gc=report)
+        grace = self.config.leaked_blob_grace_ms if request.grace_ms is None else request.grace_ms
+        swept = sweep_leaked_blobs(machine, self._blob, grace, self._clock())
+        shard.leaked_swept += len(swept)
+        return MaintainedReply(swept=tuple(swept))
 
     def _handle(self, peer: bytes, request_id: bytes, payload: bytes) -> Reply | None:
         try:
@@ -239,6 +324,11 @@ class ConsensusServer:
         shard = self._shard(request.shard)
         machine = shard.machine
         if isinstance(request, RunCommand):
+            if not isinstance(request.command, CLIENT_COMMANDS):
+                raise ValueError(
+                    f"{type(request.command).__name__} is maintenance, which this server runs "
+                    "itself; clients ask for it (shard gc, shard compact), never send it"
+                )
             started = time.monotonic()
             result, work = machine.run_measured(request.command)
             faults.point("consensus.after_store")
@@ -258,8 +348,10 @@ class ConsensusServer:
                 _Parked(peer, request_id, request.shard, request.past, time.monotonic() + wait_s)
             )
             return None
-        if isinstance(request, TruncateBelow):
-            return CountReply(machine.truncate_below(request.seqno))
+        if isinstance(request, Maintain):
+            job = self._maintenance.submit(self._run_job, shard, request)
+            self._jobs.append((peer, request_id, job))
+            return None
         if isinstance(request, ScanVersions):
             versions = machine.versions(request.from_seqno, min(request.limit, MAX_SCAN_VERSIONS))
             return VersionsReply(tuple(Version(v.seqno, v.data) for v in versions))
@@ -283,6 +375,7 @@ class ConsensusServer:
                 create=request.create,
                 clock=self._clock,
                 exclusive=True,
+                check_parts=self._check_parts,
             )
             shard = self._shards[request.shard] = _Shard(machine)
         return shard
@@ -340,6 +433,8 @@ class ConsensusServer:
         thread-safe machine."""
         machine = shard.machine
         try:
+            if "expiry" in due:
+                shard.heartbeat()
             if "expiry" in due and "gc" not in due:  # GC expires first itself
                 readers, writers = expire(machine)
                 shard.readers_expired += len(readers)
@@ -347,11 +442,7 @@ class ConsensusServer:
             if "expiry" in due and self.config.retain:
                 machine.run(Retain(self.config.retain))
             if "gc" in due:
-                report = collect_garbage(machine, self._blob)
-                shard.gc_runs += 1
-                shard.readers_expired += len(report.readers_expired)
-                shard.writers_expired += len(report.writers_expired)
-                shard.blobs_deleted += len(report.blobs_deleted)
+                shard.count_gc(collect_garbage(machine, self._blob))
             if "sweep" in due:
                 grace = self.config.leaked_blob_grace_ms
                 shard.leaked_swept += len(
@@ -385,7 +476,7 @@ class ConsensusServer:
         stats = ShardStats()
         target = min(self.config.blob_target_bytes, COMPACT_PART_BYTES)
         try:
-            report = merge_runs(shard.machine, self._blob, state, runs, target, stats)
+            report = merge_runs(shard.machine, self._blob, state, runs, target, stats, shard.writer)
         except Exception:
             log.exception("compaction of shard %r failed; retrying on schedule", state.shard)
             return
@@ -439,6 +530,12 @@ class ConsensusServer:
             lane.shutdown(wait=True, cancel_futures=True)
         self._rpc.close()
         for shard in self._shards.values():
+            try:  # its leftovers become sweepable now rather than a lease later
+                shard.machine.run(ExpireWriter(shard.writer))
+            except (StorageError, PersistError) as exc:
+                log.warning(
+                    "shard %r: could not expire the server's writer: %s", shard.machine.shard, exc
+                )
             shard.machine.close()
         self._store.close()
         self._blob.close()

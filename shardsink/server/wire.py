@@ -8,11 +8,15 @@ commands and results are the shard machine's own
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 from ..persist.commands import Command, Result
+from ..persist.compaction import CompactionReport
 from ..persist.config import ShardConfig
-from ..persist.errors import Contended, CorruptState, ShardNotFound
+from ..persist.errors import Contended, CorruptState, ShardNotFound, StateMissing
+from ..persist.gc import GcReport
 from ..persist.state import ShardState
 from ..persist.stats import MachineStats
 from ..storage.errors import DeterminateError, IndeterminateError
@@ -59,12 +63,15 @@ class WaitForUpper(msgspec.Struct, tag="wait_for_upper", **_OPTS):
     timeout_ms: int
 
 
-class TruncateBelow(msgspec.Struct, tag="truncate_below", **_OPTS):
-    """Truncate stored versions below ``seqno`` (which must have a rollup).
-    Answer: :class:`CountReply`."""
+class Maintain(msgspec.Struct, tag="maintain", **_OPTS):
+    """Run one maintenance ``job`` of ``shard`` in the server (its own
+    writer's compaction, GC, or the leaked-blob sweep with ``grace_ms``,
+    ``None``: the server's grace; never shorter than its writer lease), off
+    the request loop. Answer: :class:`MaintainedReply` once it is done."""
 
     shard: str
-    seqno: int
+    job: Literal["compact", "gc", "sweep"]
+    grace_ms: int | None = None
 
 
 class GetStats(msgspec.Struct, tag="get_stats", **_OPTS):
@@ -81,14 +88,7 @@ class ScanVersions(msgspec.Struct, tag="scan_versions", **_OPTS):
 
 
 Request = (
-    Ping
-    | OpenShard
-    | RunCommand
-    | FetchState
-    | WaitForUpper
-    | TruncateBelow
-    | GetStats
-    | ScanVersions
+    Ping | OpenShard | RunCommand | FetchState | WaitForUpper | Maintain | GetStats | ScanVersions
 )
 
 
@@ -120,8 +120,13 @@ class RunReply(msgspec.Struct, tag="ran", **_OPTS):
     work: MachineStats
 
 
-class CountReply(msgspec.Struct, tag="count", **_OPTS):
-    count: int
+class MaintainedReply(msgspec.Struct, tag="maintained", **_OPTS):
+    """What a :class:`Maintain` job did: its compaction's or GC's report, or
+    the blobs and temporary files the sweep removed."""
+
+    compaction: CompactionReport | None = None
+    gc: GcReport | None = None
+    swept: tuple[str, ...] = ()
 
 
 class Version(msgspec.Struct, **_OPTS):
@@ -186,7 +191,7 @@ Reply = (
     | StateReply
     | OpenedReply
     | RunReply
-    | CountReply
+    | MaintainedReply
     | VersionsReply
     | StatsReply
     | ErrorReply
@@ -199,6 +204,7 @@ Reply = (
 #: request took effect is unknown).
 ERROR_KINDS: tuple[tuple[str, type[Exception]], ...] = (
     ("not_found", ShardNotFound),
+    ("state_missing", StateMissing),
     ("bad_request", ValueError),
     ("indeterminate", IndeterminateError),
     ("determinate", DeterminateError),

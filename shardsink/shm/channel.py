@@ -8,9 +8,10 @@ and acknowledges references when it is done with them, which frees their space.
 Inline parts need no acknowledgement. Messages of one worker arrive in order,
 numbered from 0; a gap is an error, never a silently missing part.
 
-Endpoints follow :func:`shardsink._address.check_address`: ``ipc://`` in a
-directory private to this user, or ``tcp://`` bound on loopback. Each sender
-and receiver creates its own ZeroMQ context, so create them after any fork.
+Endpoints are ``ipc://`` in a directory private to this user
+(:func:`_endpoint`): the channel's parts are in this host's shared memory, so
+it never crosses hosts, and its socket needs no key. Each sender and receiver
+creates its own ZeroMQ context, so create them after any fork.
 """
 
 from __future__ import annotations
@@ -43,6 +44,18 @@ from .messages import (
 from .reader import SegmentReader, decode_part
 
 _log = logging.getLogger(__name__)
+
+
+def _endpoint(endpoint: str, *, for_bind: bool) -> str:
+    """``endpoint`` if it is a private ``ipc://`` address
+    (:func:`~shardsink._address.check_address`), else ``ValueError``."""
+    if not endpoint.startswith("ipc://"):
+        raise ValueError(
+            f"part channel endpoint {endpoint!r}: the channel is host-local (its parts are in "
+            "shared memory), so it takes ipc:// endpoints only"
+        )
+    return check_address(endpoint, for_bind=for_bind)
+
 
 # Parts up to this many bytes (arena.size_bound of the batch) travel inline.
 # Measured with `shardsink bench transport --inline-sweep` (worker and builder
@@ -99,7 +112,7 @@ class PartSender:
         timeout: float = DEFAULT_TIMEOUT,
         identity: bytes | None = None,
     ) -> None:
-        self.endpoint = check_address(endpoint, for_bind=False)
+        self.endpoint = _endpoint(endpoint, for_bind=False)
         self.inline_max_bytes = inline_max_bytes
         self.timeout = timeout
         self.arena = Arena(cluster, segment_size=segment_size, capacity=capacity)
@@ -284,7 +297,7 @@ class PartReceiver:
         schema: pa.Schema | None = None,
         full_validation: bool = False,
     ) -> None:
-        check_address(endpoint, for_bind=True)
+        _endpoint(endpoint, for_bind=True)
         self.reader = SegmentReader(cluster, creators=creators, full_validation=full_validation)
         self.schema = schema
         self._ctx = zmq.Context()

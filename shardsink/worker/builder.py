@@ -327,7 +327,7 @@ class GroupBuilder:
             raise ValueError(
                 f"a part of worker {c.worker} says {c.rows} rows and holds {part.batch.num_rows}"
             )
-        description = Description(c.lower, c.upper, bool(c.barrier))
+        description = Description(c.lower, c.upper, bool(c.barrier), c.writer)
         generation = self.machine.join(bid, description, c.worker)
         self.machine.push(bid, c.worker, c.rows)
         if self.upstream is not None:
@@ -342,6 +342,7 @@ class GroupBuilder:
                 builder = BatchBuilder(
                     self.blob,
                     self.shard,
+                    c.writer,
                     c.lower,
                     c.upper,
                     inline_max_bytes=self.inline_max_bytes,

@@ -124,5 +124,6 @@ class HostLink:
             worker=self.group,
             rows=batch.num_rows,
             last=int(last),
+            writer=d.writer,
         )
         self.sender.send(batch, protocol.contribute_meta(meta))

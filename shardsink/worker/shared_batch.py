@@ -47,11 +47,13 @@ BatchId = tuple[int, int]
 
 @dataclass(frozen=True)
 class Description:
-    """What a batch id describes: the interval ``[lower, upper)`` and its mode."""
+    """What a batch id describes: the interval ``[lower, upper)``, its mode
+    and the writer its parts are written as."""
 
     lower: int
     upper: int
     barrier: bool
+    writer: str = ""
 
 
 class ConflictingDescription(ValueError):

@@ -155,6 +155,7 @@ class Worker:
                     table,
                     mint.lower,
                     mint.upper,
+                    writer=mint.writer,
                     inline_max_bytes=self.spec.inline_max_bytes,
                     target_bytes=self.config.blob_target_bytes,
                     stats=stats,
@@ -215,6 +216,7 @@ class Worker:
             worker=self.index,
             rows=batch.num_rows,
             last=int(last),
+            writer=mint.writer,
         )
         self.sender.send(batch, protocol.contribute_meta(meta))
 

@@ -18,11 +18,14 @@ import zmq
 from shardsink import open_shard, protocol
 from shardsink.cluster import Cluster, ClusterStats, IntervalRecord, Workload, roles
 from shardsink.config import ClusterConfig
+from shardsink.persist.config import OFFLINE
 from shardsink.process import Child, Launch, SpawnStarter, kill_all
 from shardsink.shm import PartSender, list_segments
 from shardsink.workloads import SCHEMA
 
 TIMEOUT = 30.0
+#: The writer the harness's parts are written as (a coordinator's mint names one).
+WRITER = "cluster-test.1"
 
 
 def rows_batch(keys: list[int], ts: int) -> pa.RecordBatch:
@@ -78,6 +81,7 @@ class FakeWorker:
             worker=self.index,
             rows=batch.num_rows,
             last=int(last),
+            writer=WRITER,
         )
         self.sender.send(batch, protocol.contribute_meta(meta))
 
@@ -205,13 +209,20 @@ def run_cluster(data_dir: Path, intervals: int | None = None, **overrides) -> Ru
 
 
 def sweep_leaked(data_dir: Path, rows: int) -> list[str]:
-    """Sweep the leaked blobs (grace 0) of the shard a run left under
-    ``data_dir``, check it still holds ``rows`` rows, and return what was swept."""
+    """Sweep the leaked blobs of the shard a run left under ``data_dir``, its
+    processes all gone (its writers expired first), check it still holds
+    ``rows`` rows, and return what was swept."""
     config = ClusterConfig(data_dir=str(data_dir))
     with open_shard(
-        "default", blob=config.blob_uri, consensus=config.consensus_uri, schema=SCHEMA
+        "default",
+        blob=config.blob_uri,
+        consensus=config.consensus_uri,
+        schema=SCHEMA,
+        config=OFFLINE,
     ) as shard:
-        leaked = shard.sweep_leaked_blobs(grace_ms=0)
+        time.sleep(0.002)  # past the lease of the last writer seen
+        shard.collect_garbage()
+        leaked = shard.sweep_leaked_blobs()
         assert shard.snapshot().num_rows == rows  # the sweep took nothing appended
     return leaked
 

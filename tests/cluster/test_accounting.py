@@ -119,13 +119,13 @@ def test_wire_messages_decode_strictly():
     assert protocol.decode_from_child(protocol.encode(report)) == report
     with pytest.raises(msgspec.DecodeError):
         protocol.decode_from_child(
-            protocol.encode(protocol.Mint(1, 0, 0, 1, "off", 0))
+            protocol.encode(protocol.Mint(1, 0, 0, 1, "off", 0, "w.1"))
         )  # not a child's message
     with pytest.raises(msgspec.DecodeError):
         protocol.decode_to_child(b"\x81\xa4type\xa4mint")
     with pytest.raises(msgspec.DecodeError):  # an unknown mode
         protocol.decode_to_child(msgspec.msgpack.encode({"type": "mint"}))
-    meta = protocol.contribute_meta(protocol.Contribute(1, 0, 1000, 2000, 0, 3, 10, 1))
+    meta = protocol.contribute_meta(protocol.Contribute(1, 0, 1000, 2000, 0, 3, 10, 1, "w.1"))
     assert protocol.decode_contribute(meta).rows == 10
     for bad in ({**meta, "rows": "10"}, {**meta, "extra": 1}, {**meta, "last": 2}):
         with pytest.raises(msgspec.ValidationError):

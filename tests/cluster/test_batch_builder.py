@@ -26,6 +26,7 @@ def _builder(blob, *, target=1 << 30, inline=4096, stats=None) -> BatchBuilder:
     return BatchBuilder(
         blob,
         "s",
+        "w.1",
         0,
         1000,
         inline_max_bytes=inline,
@@ -135,7 +136,9 @@ def test_rows_outside_the_interval_are_refused():
     with pytest.raises(ValueError, match=r"ts outside the batch interval \[0, 1000\)"):
         builder.finish()
     with pytest.raises(ValueError, match="lower < upper"):
-        BatchBuilder(_blob(), "s", 5, 5, inline_max_bytes=0, target_bytes=1, stats=ShardStats())
+        BatchBuilder(
+            _blob(), "s", "w.1", 5, 5, inline_max_bytes=0, target_bytes=1, stats=ShardStats()
+        )
 
 
 def test_an_abort_whose_delete_fails_leaves_the_blob_to_the_sweep(caplog):

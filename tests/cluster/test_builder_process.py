@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from cluster_helpers import EMPTY, BuilderHarness, rows_batch
+from cluster_helpers import EMPTY, WRITER, BuilderHarness, rows_batch
 
 from shardsink import protocol
 from shardsink.shm import TransportTimeout
@@ -120,7 +120,7 @@ def test_a_part_whose_count_is_wrong_is_refused():
     with BuilderHarness(1, mode="best-effort") as h:
         (a,) = h.workers
         batch = rows_batch([1, 2], 0)
-        meta = protocol.Contribute(0, 0, 0, 1000, 0, 0, rows=5, last=1)
+        meta = protocol.Contribute(0, 0, 0, 1000, 0, 0, rows=5, last=1, writer=WRITER)
         a.sender.send(batch, protocol.contribute_meta(meta))
         answer = a.answer()
         assert answer.shared is None and "says 5 rows and holds 2" in answer.error
@@ -136,7 +136,7 @@ def test_handle_dropped_without_finishing():
 
         def bad_last(bid):
             meta = protocol.Contribute(
-                bid[0], bid[1], bid[0] * 1000, bid[0] * 1000 + 1000, 0, 0, 9, 1
+                bid[0], bid[1], bid[0] * 1000, bid[0] * 1000 + 1000, 0, 0, 9, 1, WRITER
             )
             a.sender.send(rows_batch([99], bid[0] * 1000), protocol.contribute_meta(meta))
             return a.answer()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from shardsink import open_shard
+from shardsink._curve import KEYS_ENV
 from shardsink.cluster import Workload
 from shardsink.cluster.verify import verify
 from shardsink.process import ConsensusProcess
@@ -24,9 +25,12 @@ INTERVAL_MS = 100
 ROWS = 100
 
 
-def test_two_clusters_on_one_shard_end_together_and_append_each_interval_once(tmp_path, popen):
+def test_two_clusters_on_one_shard_end_together_and_append_each_interval_once(
+    tmp_path, popen, monkeypatch
+):
     blob = f"file://{tmp_path / 'blob'}"
     store = f"sqlite://{tmp_path / 'consensus.db'}"
+    monkeypatch.setenv(KEYS_ENV, str(tmp_path / "keys"))  # the server's CURVE keys, for all
     with ConsensusProcess(store, blob, "tcp://127.0.0.1:0") as server:
         argv = [
             sys.executable, "-m", "shardsink.cli", "up", "--json",

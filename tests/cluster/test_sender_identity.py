@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import uuid
 
-from cluster_helpers import BuilderHarness, rows_batch
+from cluster_helpers import WRITER, BuilderHarness, rows_batch
 
 from shardsink import protocol
 from shardsink.shm import Received
@@ -15,7 +15,9 @@ from shardsink.worker.builder import GroupBuilder
 
 
 def _part(sender: bytes, claimed: int, keys: list[int]) -> Received:
-    meta = protocol.Contribute(0, 0, 0, 1000, barrier=0, worker=claimed, rows=len(keys), last=1)
+    meta = protocol.Contribute(
+        0, 0, 0, 1000, barrier=0, worker=claimed, rows=len(keys), last=1, writer=WRITER
+    )
     return Received(sender, 0, rows_batch(keys, 0), protocol.contribute_meta(meta), None)
 
 
@@ -50,7 +52,9 @@ def test_a_part_claiming_another_worker_fails_the_sender_naming_both(caplog):
 def test_a_worker_process_cannot_contribute_in_another_workers_name():
     with BuilderHarness(2, mode="best-effort") as h:
         a, b = h.workers
-        meta = protocol.Contribute(0, 0, 0, 1000, barrier=0, worker=a.index, rows=1, last=1)
+        meta = protocol.Contribute(
+            0, 0, 0, 1000, barrier=0, worker=a.index, rows=1, last=1, writer=WRITER
+        )
         b.sender.send(rows_batch([1], 0), protocol.contribute_meta(meta))
         refused = b.answer()
         assert refused.shared is None

@@ -183,7 +183,8 @@ def test_readers_never_fail_while_gc_and_compaction_run_under_faults(tmp_path) -
             for round_ in range(8):
                 _append(shard, 4 + 4 * round_, 8 + 4 * round_)
                 shard.advance_since(shard.upper - 6 * t)
-                for command in (["compact"], ["gc", "--sweep-grace-ms", "60000"]):
+                grace = str(ShardConfig().writer_lease_ms)  # the shortest the sweep allows
+                for command in (["compact"], ["gc", "--sweep-grace-ms", grace]):
                     argv = [sys.executable, "-m", "shardsink.cli", "shard", *command, *stores]
                     codes.append(subprocess.run(argv, env=env, timeout=120).returncode)
         finally:

@@ -11,12 +11,11 @@ import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from persist_helpers import SCHEMA, updates
+from persist_helpers import SCHEMA, spine_pass, updates
 
 from shardsink import open_shard
 from shardsink.persist import parts as P
 from shardsink.persist import read
-from shardsink.persist.compaction import compact_spine
 from shardsink.persist.config import ShardConfig
 from shardsink.persist.errors import NotReadable
 from shardsink.persist.state import BlobPart
@@ -350,12 +349,7 @@ def test_a_slow_stream_while_appends_spine_compaction_and_gc_run_is_never_wrong(
                             workload.updates(i), t, t + workload.interval_ms
                         )
                         i += 1
-                    report = compact_spine(
-                        other.machine,
-                        other.blob,
-                        target_bytes=config.blob_target_bytes,
-                        stats=stats,
-                    )
+                    report = spine_pass(other, target_bytes=config.blob_target_bytes, stats=stats)
                     deleted = len(other.collect_garbage().blobs_deleted)
                     with rounds:
                         done["rounds"] += 1

@@ -9,7 +9,6 @@ hands out, rows the sweep holds at each window), not with timings or RSS.
 from __future__ import annotations
 
 import functools
-import inspect
 import io
 import uuid
 from functools import partial
@@ -35,11 +34,6 @@ CHUNK = 2048
 WINDOW = 4096
 
 
-def _writer(signature_of) -> dict:
-    """The ``writer`` argument, once part keys carry their writer."""
-    return {"writer": "w0"} if "writer" in inspect.signature(signature_of).parameters else {}
-
-
 def _builder(blob, target_bytes: int = 1 << 30) -> BatchBuilder:
     return BatchBuilder(
         blob,
@@ -49,7 +43,7 @@ def _builder(blob, target_bytes: int = 1 << 30) -> BatchBuilder:
         inline_max_bytes=0,
         target_bytes=target_bytes,
         stats=ShardStats(),
-        **_writer(BatchBuilder),
+        writer="w.1",
     )
 
 
@@ -161,7 +155,7 @@ def test_build_batch_flush_inline_and_inline_parts_are_sorted():
         batch=batch,
         schema=SCHEMA,
         stats=ShardStats(),
-        **_writer(flush_inline),
+        writer="w.1",
     )
     consolidated = P.consolidate(pa.concat_tables([_worker_rows(0, w) for w in range(WORKERS)]))
     built = build_batch(
@@ -173,7 +167,7 @@ def test_build_batch_flush_inline_and_inline_parts_are_sorted():
         inline_max_bytes=0,
         target_bytes=200_000,
         stats=ShardStats(),
-        **_writer(build_batch),
+        writer="w.1",
     )
     assert len(built.parts) > 2
     for part in (*flushed.parts, *built.parts):

@@ -7,15 +7,13 @@ from __future__ import annotations
 import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from persist_helpers import memory_stores, rows_of, s0, updates
+from persist_helpers import memory_stores, rows_of, s0, spine_pass, updates
 
 from shardsink.persist import parts as P
 from shardsink.persist import spine
 from shardsink.persist.batches import load_part
-from shardsink.persist.compaction import compact_spine
 from shardsink.persist.shard import open_shard
 from shardsink.persist.state import Batch, InlinePart
-from shardsink.persist.stats import ShardStats
 
 
 def _merge_round(state, shrink: st.DataObject):
@@ -107,7 +105,7 @@ def test_every_merge_output_is_its_consolidated_input(intervals):
         while True:
             before = machine.state(refresh=True)
             runs = spine.merges(before)
-            report = compact_spine(machine, shard.blob, target_bytes=1 << 20, stats=ShardStats())
+            report = spine_pass(shard, target_bytes=1 << 20)
             assert report.applied == len(runs) and report.skipped == 0
             if not runs:
                 break

@@ -1,0 +1,169 @@
+"""Checking a shard's stored data against its state (``shardsink shard verify``).
+
+A state version describes every part it references: a blob part's key, its
+length, row count and key and time bounds; an inline part's rows and
+bounds. :func:`verify` reads every part of the live state (a blob part a
+row group at a time, so memory stays at one row group) and every rollup the
+state keeps, and reports each way the data differs from its description:
+nothing is repaired, nothing is written but the reader lease it holds.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..storage.contracts import Blob
+from . import parts as P
+from .state import BlobPart, InlinePart, Part, ShardState, decode_state
+
+
+class VerifyReport(msgspec.Struct, kw_only=True):
+    """What :func:`verify` looked at, and every ``problem`` it found (each a
+    line naming the part or rollup and what is wrong)."""
+
+    shard: str
+    seqno: int
+    upper: int
+    batches: int = 0
+    blob_parts: int = 0
+    inline_parts: int = 0
+    rollups: int = 0
+    rows: int = 0
+    blob_bytes: int = 0
+    problems: list[str] = []
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        """One line: what was verified, and how many problems there are."""
+        found = "all verified" if self.ok else f"{len(self.problems)} problems"
+        return (
+            f"shard {self.shard!r} at seqno {self.seqno}, upper {self.upper}: {self.batches} "
+            f"batches, {self.blob_parts} blob parts ({self.blob_bytes} bytes), "
+            f"{self.inline_parts} inline parts, {self.rows} rows, {self.rollups} rollups: {found}"
+        )
+
+
+class _Seen(msgspec.Struct):
+    """What a part's data holds: rows and bounds (``None`` for no rows)."""
+
+    rows: int = 0
+    ts_lo: int | None = None
+    ts_hi: int | None = None
+    key_lo: object = None
+    key_hi: object = None
+
+    def add(self, table: pa.Table) -> None:
+        if table.num_rows == 0:
+            return
+        self.rows += table.num_rows
+        ts_lo, ts_hi = (s.as_py() for s in pc.min_max(table["ts"]).values())
+        self.ts_lo = ts_lo if self.ts_lo is None else min(self.ts_lo, ts_lo)
+        self.ts_hi = ts_hi if self.ts_hi is None else max(self.ts_hi, ts_hi)
+        try:
+            key_lo, key_hi = (s.as_py() for s in pc.min_max(table["key"]).values())
+        except pa.ArrowNotImplementedError:
+            return  # no bounds recorded for such keys either
+        self.key_lo = key_lo if self.key_lo is None else min(self.key_lo, key_lo)
+        self.key_hi = key_hi if self.key_hi is None else max(self.key_hi, key_hi)
+
+
+def verify(state: ShardState, blob: Blob) -> VerifyReport:
+    """Check every part of ``state``'s batches and every rollup it keeps
+    against ``blob``: each blob part exists with its recorded length and
+    decodes as the shard's schema with its recorded row count and bounds;
+    each inline part decodes likewise; each batch's row count is its parts';
+    each rollup decodes as the state of its version. A storage error of a
+    ``stat`` or ``get`` is raised (the check did not happen); everything else
+    is a problem in the report."""
+    schema = P.schema_from_bytes(state.schema)
+    report = VerifyReport(shard=state.shard, seqno=state.seqno, upper=state.upper)
+    for batch in state.ordered_batches():
+        report.batches += 1
+        report.rows += batch.rows
+        if sum(p.rows for p in batch.parts) != batch.rows:
+            report.problems.append(
+                f"batch {batch.id} [{batch.lower}, {batch.upper}) says {batch.rows} rows, "
+                f"its parts {sum(p.rows for p in batch.parts)}"
+            )
+        for part in batch.parts:
+            if isinstance(part, BlobPart):
+                report.blob_parts += 1
+                report.blob_bytes += part.encoded_bytes
+                problem = _blob_part(blob, part, schema)
+            else:
+                report.inline_parts += 1
+                problem = _inline_part(part, schema)
+            if problem is not None:
+                report.problems.append(f"{P.describe(part)} of batch {batch.id}: {problem}")
+    for seqno, rollup in sorted(state.rollups.items()):
+        report.rollups += 1
+        problem = _rollup(blob, state.shard, seqno, rollup.key)
+        if problem is not None:
+            report.problems.append(f"rollup {rollup.key} of version {seqno}: {problem}")
+    return report
+
+
+def _blob_part(blob: Blob, part: BlobPart, schema: pa.Schema) -> str | None:
+    meta = blob.stat(part.key)
+    if meta is None:
+        return f"missing from blob {blob.uri}"
+    if meta.size != part.encoded_bytes:
+        return f"holds {meta.size} bytes, the state says {part.encoded_bytes}"
+    source = blob.open_input(part.key)
+    if source is None:
+        return f"missing from blob {blob.uri}"
+    seen = _Seen()
+    try:
+        with source:
+            file = pq.ParquetFile(source)
+            if not file.schema_arrow.equals(schema):
+                return f"has schema {file.schema_arrow}, the shard {schema}"
+            for group in range(file.num_row_groups):
+                seen.add(file.read_row_group(group))
+    except (pa.ArrowException, OSError) as exc:  # pyarrow raises both for a corrupt file
+        return f"does not read as Parquet: {exc}"
+    return _compare(part, seen)
+
+
+def _inline_part(part: InlinePart, schema: pa.Schema) -> str | None:
+    try:
+        table = P.decode_inline(part, schema)
+    except ValueError as exc:
+        return f"does not decode: {exc}"
+    seen = _Seen()
+    seen.add(table)
+    return _compare(part, seen)
+
+
+def _compare(part: Part, seen: _Seen) -> str | None:
+    """What differs between ``part``'s description and its data, if anything."""
+    differ = [
+        f"{name} {getattr(part, name)!r} recorded, {getattr(seen, name)!r} in its data"
+        for name in ("rows", "ts_lo", "ts_hi")
+        if getattr(part, name) != getattr(seen, name)
+    ]
+    differ += [
+        f"{name} {getattr(part, name)!r} recorded, {getattr(seen, name)!r} in its data"
+        for name in ("key_lo", "key_hi")
+        if getattr(part, name) is not None and getattr(part, name) != getattr(seen, name)
+    ]
+    return "; ".join(differ) or None
+
+
+def _rollup(blob: Blob, shard: str, seqno: int, key: str) -> str | None:
+    data = blob.get(key)
+    if data is None:
+        return f"missing from blob {blob.uri}"
+    try:
+        state = decode_state(data)
+    except msgspec.DecodeError as exc:
+        return f"does not decode as a state: {exc}"
+    if (state.shard, state.seqno) != (shard, seqno):
+        return f"holds shard {state.shard!r} version {state.seqno}"
+    return None

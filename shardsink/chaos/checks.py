@@ -1,12 +1,14 @@
-"""The checks at the end of a chaos run (DESIGN.md section 10), and its report."""
+"""The checks at the end of a chaos run, and its report."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 from .. import faults
 from ..cluster.verify import verify
 from ..connect import open_shard
+from ..persist.config import OFFLINE
 from ..persist.errors import PersistError, ShardNotFound
 from ..persist.shard import Shard
 from ..process import remove_dead_run_dirs
@@ -40,10 +42,13 @@ def final_checks(
             blob=run.cluster.blob_uri,
             consensus=run.cluster.consensus_uri,
             schema=SCHEMA,
+            config=OFFLINE,  # every process of the run is gone: so are its writers
             create=False,
         ) as shard:
             check_shard(run, shard, "at the end")
-            swept = len(shard.sweep_leaked_blobs(grace_ms=0))
+            time.sleep(0.002)  # past the offline lease of the last writer seen
+            shard.collect_garbage()
+            swept = len(shard.sweep_leaked_blobs())
             shard.collect_garbage()
             intervals = check_shard(run, shard, "after sweeping leaked blobs and GC", swept=True)
     except ShardNotFound:

@@ -11,11 +11,16 @@ from ..persist.errors import NotReadable, PartMissing, ShardNotFound
 from ..process import Child, Launch, SpawnStarter, module_payload
 from ..server.client import ServerClient
 from ..storage.errors import StorageError
-from .config import INTERVAL_MS, MAINTENANCE_TIMEOUT_S, SHARD, SINCE_LAG, SWEEP_GRACE_MS
+from .config import INTERVAL_MS, MAINTENANCE_TIMEOUT_S, SHARD, SINCE_LAG
 from .context import RunContext, client_shard, exit_reason
 
-#: The GC maintenance runs by hand, beside the consensus process's own.
-GC_COMMAND = ("shard", "gc", "--sweep-grace-ms", str(SWEEP_GRACE_MS), "--shard", SHARD)
+
+def gc_command(run: RunContext) -> list[str]:
+    """The GC run by hand beside the consensus process's own, with the
+    leaked-blob sweep at the shortest grace the run's writer lease allows."""
+    grace = str(run.config.writer_lease_ms)
+    return ["shard", "gc", "--sweep-grace-ms", grace, "--shard", SHARD, "--consensus", run.bind]
+
 
 #: Errors of a client while the consensus process restarts: counted, retried.
 UNAVAILABLE = (StorageError, TimeoutError, ShardNotFound, OSError)
@@ -75,7 +80,7 @@ def maintenance_loop(run: RunContext, env: dict[str, str]) -> None:
             kind="maintenance",
             name="gc",
             role="module",
-            payload=module_payload("shardsink.cli", [*GC_COMMAND, "--consensus", run.bind]),
+            payload=module_payload("shardsink.cli", gc_command(run)),
             env=env,
             stdout="null",
         )

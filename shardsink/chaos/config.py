@@ -17,9 +17,6 @@ INTERVAL_MS = 1000
 #: The consensus process's retention keeps ``since`` this many intervals
 #: behind the upper; readers read within it.
 SINCE_LAG = 20
-#: A blob unreferenced for this long is leaked (the sweep during the run);
-#: far above any pause the nemesis makes, so a part in flight is never taken.
-SWEEP_GRACE_MS = 60_000
 #: Bound on one maintenance command.
 MAINTENANCE_TIMEOUT_S = 120.0
 #: Environment variable that marks every process a run starts.
@@ -39,7 +36,10 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     ``dashboard``: serve the cluster's live dashboard, faults shown as they
     are injected, at ``HOST:PORT`` (loopback; port 0: a free one).
     ``coalesce``: the cluster's ``coalesce`` (``host``: its host builder is
-    among the builders the faults hit)."""
+    among the builders the faults hit). ``writer_lease_ms``: the consensus
+    process's writer lease; a coordinator retries an append for two thirds
+    of it (:attr:`append_retry_s`), and the leaked-blob sweep run by hand
+    beside the cluster takes the shortest grace it allows, the lease."""
 
     duration_s: float = 60.0
     seed: int = 0
@@ -59,6 +59,7 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     interval_timeout_s: float = 10.0
     stall_s: float = 120.0
     dashboard: str | None = None
+    writer_lease_ms: int = 15_000
 
     def __post_init__(self) -> None:
         stores = ClusterConfig(blob=self.blob, consensus=self.consensus)  # their own checks
@@ -78,6 +79,7 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
         at_least(self, 1, "groups", "workers", "rows_per_interval")
         at_least(self, 0, "readers")
         positive(self, "mean_gap_s", "pause_max_s", "maintenance_every_s", "stall_s")
+        at_least(self, 1, "writer_lease_ms")
         if self.dashboard is not None:
             parse_listen(self.dashboard)
         if self.pause_max_s >= self.interval_timeout_s:
@@ -88,6 +90,12 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
     def workload(self) -> Workload:
         return Workload("churn", self.rows_per_interval, 0, INTERVAL_MS)
+
+    @property
+    def append_retry_s(self) -> float:
+        """How long a coordinator retries an append: the most its writer
+        lease allows (:func:`~shardsink.config.check_lease`)."""
+        return self.writer_lease_ms * 2 / 3 / 1000
 
 
 class ChaosReport(msgspec.Struct, kw_only=True):

@@ -10,11 +10,18 @@ commands). Reported: successful appends per second, upper mismatches (another
 client appended that interval first; inherent to racing writers) and
 compare-and-set mismatches at the store (lost races inside the machine; the
 server should have none).
+
+``--blob-parts`` makes each append one part in blob instead (a Parquet file
+of the same 4 rows), so the server looks it up before it commits (one
+``stat`` per part); ``--part-checks both`` runs a second server on the same
+store with the lookup off (``--no-check-parts``), the two taking turns for
+each client count, to show what the lookup costs.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -36,6 +43,17 @@ def register(bench: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     racing.add_race_arguments(parser)
+    parser.add_argument(
+        "--blob-parts",
+        action="store_true",
+        help="each append one blob part instead of an inline one",
+    )
+    parser.add_argument(
+        "--part-checks",
+        choices=("on", "both"),
+        default="on",
+        help="both: also through a server that does not look parts up (default on)",
+    )
     parser.set_defaults(func=_run)
 
 
@@ -43,13 +61,14 @@ def _client(argv: list[str]) -> None:
     """One appending client (see :mod:`shardsink.bench.clients`); the URIs
     come in the environment (``BLOB_ENV``, ``STORE_ENV``)."""
     from ..connect import open_shard
-    from ..persist import UpperMismatch
+    from ..persist import ShardConfig, UpperMismatch
     from ..workloads import Workload
 
     blob, consensus = os.environ[BLOB_ENV], os.environ[STORE_ENV]
-    shard_name, seconds = argv[0], float(argv[1])
+    shard_name, seconds, blob_parts = argv[0], float(argv[1]), argv[2] == "blob"
     workload = Workload("trickle", rows_per_interval=4, interval_ms=1)
-    with open_shard(shard_name, blob=blob, consensus=consensus) as shard:
+    config = ShardConfig(inline_max_bytes=0 if blob_parts else ShardConfig().inline_max_bytes)
+    with open_shard(shard_name, blob=blob, consensus=consensus, config=config) as shard:
         writer = shard.writer()
         if not racing.ready():
             return
@@ -77,12 +96,23 @@ def _client(argv: list[str]) -> None:
         )
 
 
-def measure(store: str, via: str, consensus: str, blob: str, n: int, seconds: float) -> dict:
-    """One run: ``n`` clients appending through ``consensus`` for ``seconds``."""
+def measure(
+    store: str,
+    via: str,
+    consensus: str,
+    blob: str,
+    n: int,
+    seconds: float,
+    *,
+    blob_parts: bool = False,
+) -> dict:
+    """One run: ``n`` clients appending through ``consensus`` for ``seconds``
+    (one blob part each with ``blob_parts``, else one inline part)."""
     shard = f"bench-{via}-{n}-{uuid.uuid4().hex[:8]}"
+    parts = "blob" if blob_parts else "inline"
     reports = racing.race(
         "shardsink.bench.appends:_client",
-        [[shard, str(seconds)] for _ in range(n)],
+        [[shard, str(seconds), parts] for _ in range(n)],
         seconds,
         f"{via} appends on {store}",
         env={BLOB_ENV: blob, STORE_ENV: consensus},
@@ -92,6 +122,7 @@ def measure(store: str, via: str, consensus: str, blob: str, n: int, seconds: fl
     return {
         "store": store,
         "via": via,
+        "parts": parts,
         "clients": n,
         "seconds": seconds,
         "appends": appended,
@@ -118,14 +149,33 @@ def _run(args: argparse.Namespace) -> int:
         blob = f"file://{scratch}/blob"
         for store in args.store:
             shown = redact(store)
-            with ConsensusProcess(store, blob, f"ipc://{scratch}/sock/consensus") as server:
+            with contextlib.ExitStack() as servers:
+                via = {"local": store}
+                flags = {"server": ()}
+                if args.part_checks == "both":
+                    flags["server, no part checks"] = ("--no-check-parts",)
+                for i, (name, extra) in enumerate(flags.items()):
+                    bind = f"ipc://{scratch}/sock/consensus-{i}"
+                    server = servers.enter_context(ConsensusProcess(store, blob, bind, *extra))
+                    via[name] = server.address
                 for n in args.clients:
-                    for via, consensus in (("local", store), ("server", server.address)):
-                        with console.status(f"{shown}: {via}, {n} client(s)"):
-                            runs.append(measure(shown, via, consensus, blob, n, args.seconds))
+                    for name, consensus in via.items():
+                        with console.status(f"{shown}: {name}, {n} client(s)"):
+                            runs.append(
+                                measure(
+                                    shown,
+                                    name,
+                                    consensus,
+                                    blob,
+                                    n,
+                                    args.seconds,
+                                    blob_parts=args.blob_parts,
+                                )
+                            )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    table = Table(title=f"compare-and-append on one shard, {args.seconds:g}s per run")
+    parts = "one blob part" if args.blob_parts else "one inline part"
+    table = Table(title=f"compare-and-append on one shard, {parts} each, {args.seconds:g}s per run")
     for column in (
         "store", "via", "clients", "appends/s", "server/local", "upper mismatches",
         "CaS mismatches", "p50 ms", "p99 ms",

@@ -25,7 +25,6 @@ Writes ``DIR/parts.json`` and prints the tables.
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import shutil
@@ -252,10 +251,7 @@ def memory(work: Path, parts: int, rows: int, progress=print) -> list[dict]:
 def _batch_builder(blob, **kwargs):
     from ..persist.batches import BatchBuilder
 
-    # part keys carry their writer once the builder takes one
-    if "writer" in inspect.signature(BatchBuilder).parameters:
-        kwargs["writer"] = "bench"
-    return BatchBuilder(blob, "bench", **kwargs)
+    return BatchBuilder(blob, "bench", writer="bench.1", **kwargs)
 
 
 def builder(rows: int, workers: int, repeats: int, progress=print) -> dict:

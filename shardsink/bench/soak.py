@@ -16,7 +16,11 @@ server's automatic compaction and retention on, as ``up`` runs them) for
 It writes ``soak.json`` (the blocks, the run's config and the steady-state
 checks: batches in every block, PUTs per append over the last quarter,
 latency and RSS of the last block against the second) and ``soak.png``, and
-reads the shard back at the end (``verified``).
+reads the shard back at the end (``verified``). After the last append it
+waits until the spine has no pass due and records the batches left against
+the rule's bound (``settled``): the count compaction reaches whatever the
+machine's speed, where the most batches seen during a block depends on how
+fast merges run beside the appends.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from ..config import ClusterConfig
 BLOCK = 500
 #: Appends between two samples of RSS and of the server's counters.
 SAMPLE_EVERY = 25
+#: Longest wait after the last append for the spine to have no pass due.
+SETTLE_S = 60.0
 #: The steady-state bounds the checks hold the run to (issue #12).
 MAX_BATCHES = 64
 MAX_PUTS_PER_APPEND = 0.5
@@ -90,6 +96,29 @@ def _server_counters(client, shard: str):
     of ``shard`` now (the cluster opened it, so the server holds it)."""
     (counters,) = [c for c in client.stats().shards if c.shard == shard]
     return counters
+
+
+def _settle(shard) -> dict:
+    """Wait (up to :data:`SETTLE_S`) until the consensus server's spine has
+    no pass due on ``shard``'s state; the batches then in state, the rule's
+    bound over the same state plus the slack a pass waits for, and how long
+    it took."""
+    from ..persist import spine
+    from ..persist.config import COMPACT_SLACK
+
+    started = time.monotonic()
+    while True:
+        state = shard.state(refresh=True)
+        due = spine.pass_due(spine.merges(state), COMPACT_SLACK)
+        if not due or time.monotonic() - started > SETTLE_S:
+            break
+        time.sleep(0.1)
+    return {
+        "batches": len(state.batches),
+        "bound": spine.batch_bound(state) + COMPACT_SLACK,
+        "pass_due": due,
+        "wait_s": time.monotonic() - started,
+    }
 
 
 def _sample_rss(cluster, into: dict[str, int], procs: dict[int, psutil.Process]) -> None:
@@ -192,6 +221,7 @@ def run(config: ClusterConfig, out: Path, block: int = BLOCK, quiet: bool = Fals
                 with Progress(*columns, console=console) as progress:
                     task = progress.add_task("intervals", total=config.intervals)
                     stats = cluster.run(config.intervals, on_append=appended)
+                settled = _settle(cluster.shard)
             finally:
                 client.close()
     finally:
@@ -205,6 +235,7 @@ def run(config: ClusterConfig, out: Path, block: int = BLOCK, quiet: bool = Fals
         "restarts": stats.restarts,
         "read_back_peak_rss": stats.peak_rss.get("read-back"),
         "blocks": blocks,
+        "settled": settled,
         "checks": checks(blocks) if blocks else {},
     }
     (out / "soak.json").write_text(json.dumps(result, indent=2) + "\n")

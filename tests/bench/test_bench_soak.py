@@ -24,10 +24,12 @@ def test_a_short_soak_measures_every_block_and_stays_bounded(tmp_path, monkeypat
     assert all(b["append_puts_per_append"] == 0 for b in blocks)
     # 90 batches appended; the spine merged them by the slack (how many
     # stay between passes depends on the machine's speed: the full soak's
-    # check, not this one's)
+    # check, not this one's); once it caught up, the rule's bound holds
     assert sum(b["compactions"] for b in blocks) >= 1
     assert sum(b["compacted_batches"] for b in blocks) >= 32
-    assert max(b["max_batches"] for b in blocks) < 90
+    settled = result["settled"]
+    assert not settled["pass_due"], settled
+    assert settled["batches"] <= settled["bound"] < 30, settled
     assert {"coordinator", "consensus", "worker"} <= set(blocks[-1]["peak_rss"])
     assert set(result["checks"]) >= {"max_batches", "puts_per_append_last_quarter"}
     assert json.loads((tmp_path / "soak.json").read_text())["blocks"] == blocks

@@ -100,10 +100,14 @@ def test_a_killed_coordinators_writer_leaves_state_within_its_lease(tmp_path, po
 
 
 def test_a_reader_that_stops_heartbeating_stops_holding_back_gc(tmp_path) -> None:
+    """GC keeps what a leased reader holds for as long as its lease lasts, on
+    the server's clock (a fake one here, so no scheduling delay decides), and
+    lets it go once the lease ran out."""
     blob_uri = f"file://{tmp_path}/blob"
     config = ShardConfig(inline_max_bytes=0)  # every part in blob, so compaction retires blobs
+    now = [10_000_000]
     with (
-        serving(tmp_path, open_blob(blob_uri), gc_interval_s=0.05) as server,
+        serving(tmp_path, open_blob(blob_uri), gc_interval_s=0.05, clock=lambda: now[0]) as server,
         open_shard("g", blob=blob_uri, consensus=server.address, config=config) as shard,
     ):
         writer = shard.writer()
@@ -112,15 +116,24 @@ def test_a_reader_that_stops_heartbeating_stops_holding_back_gc(tmp_path) -> Non
         held = set(shard.blob.list("g/part/"))
         reader = shard.reader(lease_ms=1000)  # then never heartbeats again
         assert shard.compact().applied == 1
-        time.sleep(0.5)  # several GC runs inside the lease: the hold keeps the parts
+        runs = _gc_runs(server)
+        now[0] += 999  # the last moment of the lease
+        deadline = time.monotonic() + 30
+        while _gc_runs(server) < runs + 3:  # GC runs inside the lease: the hold keeps the parts
+            assert time.monotonic() < deadline, "GC did not run"
+            time.sleep(0.02)
         assert held <= set(shard.blob.list("g/part/"))
         assert reader.reader_id in shard.state(refresh=True).readers
-        deadline = time.monotonic() + 10
+        now[0] += 2
         while held & set(shard.blob.list("g/part/")):
             assert time.monotonic() < deadline, "an expired reader still holds back GC"
             time.sleep(0.05)
         assert reader.reader_id not in shard.state(refresh=True).readers
         assert shard.reader().snapshot().equals(WORKLOAD.expected(4))
+
+
+def _gc_runs(server) -> int:
+    return sum(counters.gc_runs for counters in server.stats().shards)
 
 
 def test_maintenance_advances_since_by_retain_held_back_by_live_readers(tmp_path) -> None:

@@ -84,3 +84,76 @@ def test_gc_deletes_do_not_stall_appends(tmp_path) -> None:
         finally:
             gated.release.set()
     server.close()  # idempotent
+
+
+class ReadGatedBlob(GatedBlob):
+    """A blob store whose reads of ``gated`` keys wait until ``release`` is set."""
+
+    def __init__(self, inner) -> None:
+        super().__init__(inner)
+        self.gated: set[str] = set()
+
+    def delete(self, key: str) -> None:
+        self.inner.delete(key)
+
+    def _wait(self, key: str) -> None:
+        if key in self.gated:
+            self.entered.set()
+            assert self.release.wait(60), "test never released the gate"
+
+    def get(self, key):
+        self._wait(key)
+        return self.inner.get(key)
+
+    def open_input(self, key):
+        self._wait(key)
+        return self.inner.open_input(key)
+
+
+def test_merge_lanes_run_at_once_and_lose_nothing(tmp_path, monkeypatch) -> None:
+    """A pass stuck on its inputs in one lane (a slow read) does not hold up
+    the merges of the batches appended meanwhile: another lane merges them
+    while it waits, and once it goes on both commit, every row exactly once."""
+    from shardsink.server import server as server_module
+
+    # lanes of 2 KB, 64 MiB and no cap: a run of a few small parts fills the first
+    monkeypatch.setattr(server_module, "LANE_CAPS", (2_000, 64 << 20, None))
+    blob_uri = f"file://{tmp_path}/blob"
+    gated = ReadGatedBlob(open_blob(blob_uri))
+    config = ShardConfig(inline_max_bytes=0)
+    with serving(tmp_path, gated, compact_interval_s=0.02, compact_slack=2) as server:
+        try:
+            with open_shard("g", blob=blob_uri, consensus=server.address, config=config) as shard:
+                writer = shard.writer()
+                first = [writer.batch(WORKLOAD.updates(i), i, i + 1) for i in range(4)]
+                gated.gated = {k for batch in first for k in batch.blob_keys()}
+                for i, batch in enumerate(first):
+                    writer.compare_and_append([batch], i, i + 1)
+                assert gated.entered.wait(30), "no pass read the first batches"
+                merged = _counters(server).compactions
+                _append(writer, 4, 12)
+                deadline = time.monotonic() + 30
+                while _counters(server).compactions == merged:  # while the first pass waits
+                    assert time.monotonic() < deadline, "no other lane merged meanwhile"
+                    time.sleep(0.02)
+                assert not gated.release.is_set()
+                gated.release.set()
+                ids = {batch.id for batch in first}
+                while ids & shard.state(refresh=True).batches.keys():
+                    assert time.monotonic() < deadline, "the waiting pass never committed"
+                    time.sleep(0.02)
+                assert shard.reader().snapshot().equals(WORKLOAD.expected(12))
+                assert shard.verify().ok
+                assert _counters(server).compactions_abandoned == 0
+        finally:
+            gated.release.set()
+
+
+def _append(writer, first: int, end: int) -> None:
+    for i in range(first, end):
+        writer.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
+
+
+def _counters(server):
+    (counters,) = server.stats().shards
+    return counters

@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -108,7 +109,7 @@ def measure(
 ) -> dict:
     """One run: ``n`` clients appending through ``consensus`` for ``seconds``
     (one blob part each with ``blob_parts``, else one inline part)."""
-    shard = f"bench-{via}-{n}-{uuid.uuid4().hex[:8]}"
+    shard = f"bench-{re.sub('[^A-Za-z0-9]+', '-', via)}-{n}-{uuid.uuid4().hex[:8]}"
     parts = "blob" if blob_parts else "inline"
     reports = racing.race(
         "shardsink.bench.appends:_client",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 import stat
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -51,6 +52,15 @@ def check_address(addr: str, *, for_bind: bool) -> str:
             raise ValueError(f"refusing to bind {addr!r}: only loopback addresses may be bound")
         return addr
     raise ValueError(f"invalid address {addr!r}: unsupported scheme {scheme!r}; {forms}")
+
+
+def free_port() -> int:
+    """A TCP port of ``127.0.0.1`` that nothing listened on when asked.
+    Another process may take it before the caller binds it: a caller that
+    binds it retries with another when the bind fails."""
+    with socket.socket(socket.AF_INET) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _is_loopback(host: str) -> bool:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import socket
 
 import pytest
 
-from shardsink._address import check_address
+from shardsink._address import check_address, free_port
 
 
 def test_addresses_are_checked(tmp_path) -> None:
@@ -35,3 +36,10 @@ def test_addresses_are_checked(tmp_path) -> None:
     assert check_address(later, for_bind=False) == later
     assert not (tmp_path / "later").exists()
     assert check_address("tcp://10.1.2.3:5555", for_bind=False) == "tcp://10.1.2.3:5555"
+
+
+def test_a_free_port_can_be_bound() -> None:
+    port = free_port()
+    assert 0 < port < 65536
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))

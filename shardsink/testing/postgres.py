@@ -22,7 +22,6 @@ during setup loses a cluster nobody needs again.
 
 from __future__ import annotations
 
-import ctypes
 import glob
 import itertools
 import os
@@ -30,11 +29,13 @@ import pwd
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+from .._address import free_port
+from ..process.parent import dies_with_this_process
 
 SUPERUSER = "postgres"
 # TCP only: the superuser is trusted, every other role needs its password.
@@ -42,7 +43,6 @@ _HBA = f"""\
 host all {SUPERUSER} 127.0.0.1/32 trust
 host all all 127.0.0.1/32 scram-sha-256
 """
-_PR_SET_PDEATHSIG = 1
 _BIND_RETRIES = 3
 
 
@@ -78,25 +78,6 @@ def find_bindir() -> Path:
         f"{[str(c) for c in candidates] or 'nothing'} from `pg_config --bindir`, "
         "/usr/lib/postgresql/*/bin and PATH; install e.g. `apt-get install postgresql`"
     )
-
-
-# Resolved here, not in the forked child: loading a library between fork and
-# exec can deadlock.
-_prctl = ctypes.CDLL(None, use_errno=True).prctl
-
-
-def _die_with_parent() -> None:
-    # Runs in the child between fork and exec, after subprocess dropped privileges:
-    # a credential change clears PDEATHSIG, so it must be set last. SIGQUIT is
-    # PostgreSQL's immediate shutdown, which also ends its backends.
-    if _prctl(_PR_SET_PDEATHSIG, signal.SIGQUIT, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class PostgresServer:
@@ -135,7 +116,8 @@ class PostgresServer:
 
     def _spawn_kwargs(self, user: pwd.struct_passwd | None) -> dict[str, object]:
         kwargs: dict[str, object] = {
-            "preexec_fn": _die_with_parent,
+            # SIGQUIT: PostgreSQL's immediate shutdown, which also ends its backends
+            "preexec_fn": dies_with_this_process(signal.SIGQUIT),
             "start_new_session": True,
             "stdin": subprocess.DEVNULL,
             "env": {**os.environ, "LC_ALL": "C", "LANG": "C"},
@@ -193,7 +175,7 @@ class PostgresServer:
         another); ``RuntimeError`` for any other failure or the timeout."""
         import psycopg
 
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/postgres"
         settings = {
             "listen_addresses": "127.0.0.1",

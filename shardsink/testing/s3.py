@@ -13,14 +13,11 @@ started it dies (``PR_SET_PDEATHSIG``), so a crashed test run does not leak it.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import re
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import sysconfig
 import time
@@ -29,7 +26,9 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urlencode
 
-_PR_SET_PDEATHSIG = 1
+from .._address import free_port
+from ..process.parent import dies_with_this_process
+
 # Flags of `weed mini` naming a listening port, each given a free one.
 _PORT_FLAGS = (
     "master.port",
@@ -63,32 +62,11 @@ def weed_binary() -> str:
 
 
 def _free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _die_with_parent_fn():
-    """A ``preexec_fn`` making the child get SIGKILL when this process dies.
-
-    The libc function is resolved here, before the fork, so the child only
-    makes two system calls."""
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    parent = os.getpid()
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return preexec
+    """``n`` distinct free ports (each may be taken before weed binds it)."""
+    ports: set[int] = set()
+    while len(ports) < n:
+        ports.add(free_port())
+    return sorted(ports)
 
 
 class S3Server:
@@ -175,7 +153,7 @@ class S3Server:
                 stderr=subprocess.STDOUT,
                 cwd=self.base_dir,
                 start_new_session=True,
-                preexec_fn=_die_with_parent_fn(),
+                preexec_fn=dies_with_this_process(),
             )
         self._wait_ready()
 

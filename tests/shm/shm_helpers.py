@@ -10,7 +10,6 @@ than :data:`HOLD` seconds for it.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import itertools
 import json
 import os
@@ -181,8 +180,9 @@ def _leak(args: argparse.Namespace) -> None:
 
 def main() -> None:
     """Entry of a child process; see the module doc."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the test process
+    from shardsink.process.parent import die_with_parent
+
+    die_with_parent(os.getppid())  # the test process
     parser = argparse.ArgumentParser()
     roles = parser.add_subparsers(dest="role", required=True)
     writer = roles.add_parser("writer")

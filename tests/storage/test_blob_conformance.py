@@ -11,7 +11,6 @@ import os
 import random
 import select
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -23,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from shardsink._address import free_port
 from shardsink.storage import Blob, DeterminateError, IndeterminateError, open_blob
 from shardsink.storage.contracts import LeavesTempFiles
 from shardsink.storage.file import FileBlob
@@ -497,9 +497,7 @@ def test_s3_missing_credentials(monkeypatch):
 
 def test_s3_refused_connection_is_determinate_and_fast():
     """Nothing listens on the port, so no request reached a server: determinate."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     started = time.monotonic()
     with pytest.raises(DeterminateError, match=endpoint):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -24,6 +23,7 @@ import psutil
 import psycopg
 import pytest
 
+from shardsink._address import free_port
 from shardsink.storage import (
     Committed,
     Consensus,
@@ -317,12 +317,6 @@ def test_postgres_server_dies_with_the_process_that_started_it(postgres_server, 
 # --- backend-specific errors --------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_unknown_scheme_names_the_accepted_forms():
     with pytest.raises(ValueError, match="mysql://x") as err:
         open_consensus("mysql://x")
@@ -372,7 +366,7 @@ def test_sqlite_write_lock_held_past_busy_timeout_is_determinate(tmp_path):
 
 
 def test_postgres_refused_connection_is_determinate_naming_host_port():
-    port = _free_port()
+    port = free_port()
     started = time.monotonic()
     with pytest.raises(DeterminateError, match=f"127.0.0.1:{port}"):
         open_consensus(f"postgresql://postgres@127.0.0.1:{port}/postgres?connect_timeout=3")

@@ -261,6 +261,17 @@ class ChildSpec(msgspec.Struct, **_OPTS):
     host_handoff: str = ""
 
 
+#: The roles of a cluster's children (:mod:`shardsink.process.roles` names,
+#: so the coordinator starts them without importing them), each given its
+#: :class:`ChildSpec` as its payload: a group's builder, the host builder
+#: (``coalesce`` host) and a worker.
+BUILDER_ROLE = "shardsink.worker.builder:main"
+HOST_BUILDER_ROLE = "shardsink.worker.builder:host_main"
+WORKER_ROLE = "shardsink.worker.worker:main"
+#: What a cluster's zygote imports before it forks any child.
+CHILD_ROLES = (BUILDER_ROLE, HOST_BUILDER_ROLE, WORKER_ROLE)
+
+
 _from_child = msgspec.msgpack.Decoder(FromChild)
 _to_child = msgspec.msgpack.Decoder(ToChild)
 _from_builder = msgspec.msgpack.Decoder(Welcome | Handoff)

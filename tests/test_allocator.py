@@ -24,6 +24,7 @@ from shardsink.persist import read
 from shardsink.persist.config import ShardConfig
 from shardsink.process.consensus import ConsensusProcess
 from shardsink.process.spawn import SpawnStarter
+from shardsink.server.config import ServeConfig
 from shardsink.workloads import Workload
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,7 +115,10 @@ def test_the_consensus_process_is_a_fresh_interpreter_with_the_server_environmen
     monkeypatch.setenv("SPT_NOENV", "1")
     monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)
     server = ConsensusProcess(
-        f"sqlite://{tmp_path}/c.db", f"file://{tmp_path}/blob", f"ipc://{tmp_path}/c", timeout_s=60
+        f"sqlite://{tmp_path}/c.db",
+        f"file://{tmp_path}/blob",
+        ServeConfig(bind=f"ipc://{tmp_path}/c"),
+        timeout_s=60,
     )
     with server:
         pid = server.child.pid

@@ -23,8 +23,8 @@ the consensus server as a fresh interpreter costs against forking it.
   RSS above it once the merge's data is dropped, and after
   :func:`~shardsink._allocator.release_freed_pages` (what the server runs
   after a pass); the most each pool held (which pool the memory came from).
-- ``start``: seconds from :meth:`ConsensusProcess.start` to its "listening
-  on" line, forked from a cluster's zygote (before) against a fresh
+- ``start``: seconds from :meth:`ConsensusProcess.start` to its word that
+  it is ready, forked from a cluster's zygote (before) against a fresh
   interpreter (now), alternating ``--starts`` times, and its RSS then.
 
 Writes ``DIR/allocators.json`` and prints the tables.
@@ -101,20 +101,23 @@ def starts(work: Path, count: int, progress=print) -> dict:
     """The ``start`` figures (see the module doc)."""
     import psutil
 
-    from ..cluster import roles
-    from ..process.consensus import ConsensusProcess
+    from .. import protocol
+    from ..process import consensus
     from ..process.zygote import Zygote
+    from ..server.config import ServeConfig
 
-    zygote = Zygote(roles.ENTRY, roles.ROLES, work, timeout_s=60).start()
+    # a cluster's zygote, which also imports the server's role
+    roles = (*protocol.CHILD_ROLES, consensus.ROLE)
+    zygote = Zygote(roles, work, timeout_s=60).start()
     seconds: dict[str, list[float]] = {"fork": [], "fresh": []}
     rss: dict[str, list[int]] = {"fork": [], "fresh": []}
     try:
         for i in range(count):
             for how in ("fork", "fresh") if i % 2 == 0 else ("fresh", "fork"):
-                server = ConsensusProcess(
+                server = consensus.ConsensusProcess(
                     f"sqlite://{work}/consensus.db",
                     f"file://{work}/blob",
-                    f"ipc://{work}/c{i}{how}",
+                    ServeConfig(bind=f"ipc://{work}/c{i}{how}"),
                     starter=zygote if how == "fork" else None,
                     run_dir=work,
                     timeout_s=60,

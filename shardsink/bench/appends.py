@@ -140,6 +140,7 @@ def _run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from ..process import ConsensusProcess
+    from ..server.config import ServeConfig
     from ..storage.uri import redact
 
     racing.check_stores(args.store, args.seconds)
@@ -152,12 +153,13 @@ def _run(args: argparse.Namespace) -> int:
             shown = redact(store)
             with contextlib.ExitStack() as servers:
                 via = {"local": store}
-                flags = {"server": ()}
+                checks = {"server": True}
                 if args.part_checks == "both":
-                    flags["server, no part checks"] = ("--no-check-parts",)
-                for i, (name, extra) in enumerate(flags.items()):
+                    checks["server, no part checks"] = False
+                for i, (name, check_parts) in enumerate(checks.items()):
                     bind = f"ipc://{scratch}/sock/consensus-{i}"
-                    server = servers.enter_context(ConsensusProcess(store, blob, bind, *extra))
+                    serving = ServeConfig(bind=bind, check_parts=check_parts)
+                    server = servers.enter_context(ConsensusProcess(store, blob, serving))
                     via[name] = server.address
                 for n in args.clients:
                     for name, consensus in via.items():

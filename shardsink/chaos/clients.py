@@ -8,7 +8,7 @@ import random
 
 from ..cluster.verify import difference
 from ..persist.errors import NotReadable, PartMissing, ShardNotFound
-from ..process import Child, Launch, SpawnStarter, module_payload
+from ..process import MODULE, Child, Launch, SpawnStarter, module_payload
 from ..server.client import ServerClient
 from ..storage.errors import StorageError
 from .config import INTERVAL_MS, MAINTENANCE_TIMEOUT_S, SHARD, SINCE_LAG
@@ -79,12 +79,12 @@ def maintenance_loop(run: RunContext, env: dict[str, str]) -> None:
         launch = Launch(
             kind="maintenance",
             name="gc",
-            role="module",
+            role=MODULE,
             payload=module_payload("shardsink.cli", gc_command(run)),
             env=env,
             stdout="null",
         )
-        child = Child(launch, SpawnStarter("shardsink.process"), run.logs).start()
+        child = Child(launch, SpawnStarter(), run.logs).start()
         code = child.wait(MAINTENANCE_TIMEOUT_S)
         if code is None:
             child.kill()

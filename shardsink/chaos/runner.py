@@ -42,7 +42,7 @@ from pathlib import Path
 from .. import faults
 from ..connect import open_shard
 from ..persist.errors import ShardNotFound
-from ..process import Child, Launch, SpawnStarter, module_payload
+from ..process import MODULE, Child, Launch, SpawnStarter, module_payload
 from ..storage.uri import redact
 from .checks import final_checks
 from .clients import maintenance_loop, read_loop
@@ -309,12 +309,12 @@ def _start_coordinator(run: RunContext, env: dict[str, str]) -> None:
     launch = Launch(
         kind="coordinator",
         name="up",
-        role="module",
+        role=MODULE,
         payload=module_payload("shardsink.cli", args),
         env=env,
         stdout=str(run.logs / "summaries.jsonl"),
     )
-    run.coordinator = Child(launch, SpawnStarter("shardsink.process"), run.logs).start()
+    run.coordinator = Child(launch, SpawnStarter(), run.logs).start()
     run.note(run.coordinator.pid, "coordinator")
 
 

@@ -46,7 +46,7 @@ import msgspec
 import numpy as np
 import psutil
 
-from .. import datadir, faults
+from .. import datadir, faults, protocol
 from .._curve import key_dir, keys_for
 from ..config import ClusterConfig
 from ..connect import open_shard
@@ -65,10 +65,10 @@ from ..process import (
     peak_rss,
     reset_own_peak_rss,
 )
+from ..server.config import ServeConfig
 from ..shm import sweep, unlink_cluster
 from ..storage.uri import redact
 from ..workloads import SCHEMA, Workload
-from . import roles
 from .control import ControlServer, ProcessStatus, Status
 from .dashboard import ControlSource, Dashboard
 from .metrics import Metrics, Supervised
@@ -229,16 +229,16 @@ class Cluster:
             starter = self._starter(self.run_dir)
             address = config.consensus_uri
             if not config.external_server:
+                serving = ServeConfig(
+                    bind=config.consensus_bind or f"ipc://{self.run_dir / 'consensus'}",
+                    keys=str(key_dir(config.data_path)),
+                    retain=config.retain,
+                    writer_lease_ms=config.writer_lease_ms,
+                )
                 self.consensus = ConsensusProcess(
                     config.consensus_uri,
                     config.blob_uri,
-                    config.consensus_bind or f"ipc://{self.run_dir / 'consensus'}",
-                    "--retain",
-                    str(config.retain),
-                    "--writer-lease-ms",
-                    str(config.writer_lease_ms),
-                    "--keys",
-                    str(key_dir(config.data_path)),
+                    serving,
                     # a fresh interpreter, never the zygote: only that takes the
                     # server's allocator environment (see ConsensusProcess)
                     run_dir=self.run_dir,
@@ -581,10 +581,8 @@ class Cluster:
         """How children start (``config.start``); the zygote is started here,
         before this process opens any ZeroMQ context."""
         if self.config.start == "spawn":
-            return SpawnStarter(roles.ENTRY)
-        self.zygote = Zygote(
-            roles.ENTRY, roles.ROLES, run_dir, timeout_s=self.config.start_timeout_s
-        )
+            return SpawnStarter()
+        self.zygote = Zygote(protocol.CHILD_ROLES, run_dir, timeout_s=self.config.start_timeout_s)
         return self.zygote.start()
 
     def _shard_config(self, retry_for_s: float) -> ShardConfig:

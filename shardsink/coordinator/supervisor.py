@@ -105,18 +105,19 @@ class LocalGroups:
         self.starter = starter
 
     def launch(self, index: int) -> Group:
-        builder = self._child(index, 0, "builder", f"g{index}/b", None).start()
+        builder = self._child(index, 0, protocol.BUILDER_ROLE, f"g{index}/b", None).start()
         workers: list[Child] = []
         try:
             for w in range(self.config.workers):
-                workers.append(self._child(index, w, "worker", f"g{index}/w{w}", builder).start())
+                worker = self._child(index, w, protocol.WORKER_ROLE, f"g{index}/w{w}", builder)
+                workers.append(worker.start())
         except BaseException:
             kill_all([builder, *workers])
             raise
         return Group(index, builder, workers)
 
     def launch_host(self) -> Child:
-        return self._child(0, 0, "host", "host", None, sockets="host").start()
+        return self._child(0, 0, protocol.HOST_BUILDER_ROLE, "host", None, sockets="host").start()
 
     def _child(
         self,
@@ -143,7 +144,7 @@ class LocalGroups:
             host_parts=f"ipc://{self.run_dir / 'host.parts'}" if host else "",
             host_handoff=f"ipc://{self.run_dir / 'host.handoff'}" if host else "",
         )
-        kind = "builder" if role == "host" else role
+        kind = "worker" if role == protocol.WORKER_ROLE else "builder"
         launch = Launch(kind=kind, name=name, role=role, payload=protocol.encode_spec(spec))
         return Child(launch, self.starter, self.run_dir, leader=leader)
 

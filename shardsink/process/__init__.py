@@ -1,5 +1,7 @@
 """Child processes, one lifecycle shape for all: started fresh or forked from
-a zygote, dying with their parent, stopped, killed and restarted alike."""
+a zygote, dying with their parent, stopped, killed and restarted alike. Every
+child runs ``python -m shardsink.process`` and a role named
+``package.module:function`` (:mod:`.roles`)."""
 
 from .child import (
     Child,
@@ -12,20 +14,23 @@ from .child import (
     reap,
     reset_own_peak_rss,
 )
-from .consensus import ConsensusProcess, ConsensusStartError
-from .parent import die_with_parent
-from .roles import Role, Roles, module_payload, run_module, run_role
+from .consensus import ConsensusProcess, ConsensusStartError, Ready
+from .parent import die_with_parent, dies_with_this_process
+from .ready import NotReady, ParentChannel, wait_ready
+from .roles import MODULE, enter_member, module_payload, resolve, run_module, run_role
 from .rundir import make_run_dir, remove_dead_run_dirs
 from .spawn import SpawnStarter, child_env
 from .zygote import Zygote, ZygoteError, fork_is_safe
 
 __all__ = [
+    "MODULE",
     "Child",
     "ConsensusProcess",
     "ConsensusStartError",
     "Launch",
-    "Role",
-    "Roles",
+    "NotReady",
+    "ParentChannel",
+    "Ready",
     "Running",
     "SpawnStarter",
     "Starter",
@@ -33,6 +38,8 @@ __all__ = [
     "ZygoteError",
     "child_env",
     "die_with_parent",
+    "dies_with_this_process",
+    "enter_member",
     "fork_is_safe",
     "kill_all",
     "make_run_dir",
@@ -42,6 +49,8 @@ __all__ = [
     "reap",
     "remove_dead_run_dirs",
     "reset_own_peak_rss",
+    "resolve",
     "run_module",
     "run_role",
+    "wait_ready",
 ]

@@ -1,10 +1,8 @@
-"""``python -m shardsink.process PARENT spawn module``: any ``python -m``
-command as a child that dies with its parent (payload:
-:func:`~shardsink.process.roles.module_payload`)."""
+"""``python -m shardsink.process PARENT spawn ROLE`` (or ``zygote FD ROLE...``):
+the entry of every child process (see :mod:`shardsink.process.entry`)."""
 
 import sys
 
 from .entry import main
-from .roles import run_module
 
-sys.exit(main({"module": run_module}, sys.argv[1:]))
+sys.exit(main(sys.argv[1:]))

@@ -1,10 +1,10 @@
 """One lifecycle shape for every child process: start, pid, alive, stop, kill, restart.
 
-A :class:`Child` is a :class:`Launch` (what to run: a role of an entry module
-and its payload) plus a :class:`Starter` (how: a fresh interpreter, or a fork
-of a zygote; see :mod:`.spawn` and :mod:`.zygote`). The running process is a
-:class:`Running` whatever the starter, so supervisors, tests and chaos treat
-both alike.
+A :class:`Child` is a :class:`Launch` (what to run: a role, named
+``package.module:function`` (:mod:`.roles`), and its payload) plus a
+:class:`Starter` (how: a fresh interpreter, or a fork of a zygote; see
+:mod:`.spawn` and :mod:`.zygote`). The running process is a :class:`Running`
+whatever the starter, so supervisors, tests and chaos treat both alike.
 
 Only processes this module started are signalled. A process group is killed
 with ``killpg`` only while one of its members is unreaped (so its id cannot
@@ -26,12 +26,14 @@ import psutil
 
 
 class Launch(msgspec.Struct, frozen=True):
-    """What a child runs: ``role`` of its entry module, given ``payload``
-    (never in argv: it may hold secrets). ``kind`` groups children in
-    summaries (consensus, builder, worker, ...); ``name`` is unique in a run
-    and names its log file; ``env`` is added to its environment. Its stdout
-    goes to its log (``"log"``), to a pipe the parent reads (``"pipe"``), to
-    ``/dev/null`` (``"null"``), or is appended to the file at that path."""
+    """What a child runs: ``role`` (``package.module:function``, see
+    :mod:`.roles`), given ``payload`` (never in argv: it may hold secrets).
+    ``kind`` groups children in summaries (consensus, builder, worker, ...);
+    ``name`` is unique in a run and names its log file; ``env`` is added to
+    its environment. Its stdout goes to its log (``"log"``), to a pipe the
+    parent reads (``"pipe"``: a role may take it over as its channel to the
+    parent, :mod:`.ready`), to ``/dev/null`` (``"null"``), or is appended to
+    the file at that path."""
 
     kind: str
     name: str

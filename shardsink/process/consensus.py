@@ -1,30 +1,29 @@
 """The consensus server as a child process: the one launcher for clusters,
 tests, benchmarks and kill tests.
 
-The child runs ``consensus serve`` (``shardsink consensus`` in ``ps``) in its
-own process group, so a Ctrl-C meant for its parent does not stop it before
-the last append. Its options travel in the launch's payload and its store and
+The child runs :data:`ROLE` (``shardsink consensus`` in ``ps``) in its own
+process group, so a Ctrl-C meant for its parent does not stop it before the
+last append. Its settings travel as its payload, a
+:class:`~shardsink.server.config.ServeConfig` (msgpack), and its store and
 blob URIs in its environment, never on a command line, which any user can
-read (``ps``) and which may hold a password. A restart binds the same
-address, so clients reconnect by themselves; every state it serves is durable
-in the store.
+read (``ps``), nor in the payload: they may hold a password. Once it accepts
+requests it sends :class:`Ready` on its channel (:mod:`.ready`), whatever it
+logs. A restart binds the same address, so clients reconnect by themselves;
+every state it serves is durable in the store.
 
-Its role is ``consensus`` of an entry module: by default
-``shardsink.server.serve`` started as a fresh interpreter (``python -m
-shardsink.server.serve PARENT spawn consensus``), with the server's
-allocator environment (:data:`shardsink._allocator.SERVER_ENV`), which only
-an interpreter that has not loaded pyarrow yet takes. So a cluster starts it
-that way too, not forked from its zygote (whose roles include it): that costs
-its start the imports a fork skips (``shardsink bench allocators``).
+By default it starts as a fresh interpreter, with the server's allocator
+environment (:data:`shardsink._allocator.SERVER_ENV`), which only an
+interpreter that has not loaded pyarrow yet takes. So a cluster starts it
+that way too, not forked from its zygote: that costs its start the imports a
+fork skips (``shardsink bench allocators``).
 """
 
 from __future__ import annotations
 
-import selectors
 import shutil
 import tempfile
-import time
 from pathlib import Path
+from typing import Protocol
 
 import msgspec
 
@@ -32,46 +31,83 @@ from .._address import check_address
 from .._allocator import missing_server_env
 from ..storage.uri import BLOB_ENV, STORE_ENV, redact
 from .child import Child, Launch, Starter
+from .ready import NotReady, wait_ready
 from .spawn import SpawnStarter
 
-#: The entry module whose ``consensus`` role serves (see the module doc).
-ENTRY = "shardsink.server.serve"
+#: The consensus child's main, :func:`shardsink.server.serve.main` (a floor
+#: above this one: named, not imported).
+ROLE = "shardsink.server.serve:main"
+
+
+class Ready(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The consensus child accepts requests at ``address``; it serves
+    Prometheus metrics at ``metrics_url`` (``None``: it does not)."""
+
+    address: str
+    metrics_url: str | None = None
+
+
+decode_ready = msgspec.msgpack.Decoder(Ready).decode
+
+
+class ServeSettings(Protocol):
+    """What the launcher reads of the
+    :class:`~shardsink.server.config.ServeConfig` it sends (a floor above
+    this one, so known here by its shape)."""
+
+    @property
+    def bind(self) -> str | None: ...
+
+    @property
+    def store(self) -> str | None: ...
+
+    @property
+    def blob(self) -> str | None: ...
 
 
 class ConsensusStartError(RuntimeError):
-    """The server did not say it was listening in time; carries its log tail."""
+    """The server did not say it was ready in time; carries why and its log tail."""
 
 
 class ConsensusProcess:
-    """A consensus server child on ``store`` and ``blob``, bound to ``bind``
-    (``ValueError`` naming it if the address policy refuses it), with more
-    ``flags`` of ``consensus serve``. ``starter`` starts it (a fresh
-    interpreter by default: only that takes
+    """A consensus server child on ``store`` and ``blob`` with the settings
+    of ``config``, a :class:`~shardsink.server.config.ServeConfig` whose
+    ``bind`` is set (``ValueError`` naming it if the address policy refuses
+    it) and whose ``store`` and ``blob`` are not (``ValueError``: the URIs
+    go in the environment, the payload holds no secret). ``starter`` starts
+    it (a fresh interpreter by default: only that takes
     :data:`~shardsink._allocator.SERVER_ENV`, which its environment carries
     where this process's or ``env`` does not set those variables); its log
     is ``run_dir/consensus.log`` (a private temporary directory by default,
     removed by :meth:`stop`).
 
     :meth:`start` and :meth:`restart` wait at most ``timeout_s`` for its
-    "listening on" line and set :attr:`address`; :meth:`kill` SIGKILLs it (a
-    crash); :meth:`stop` asks it to exit (SIGTERM, SIGKILL after a grace) and
-    is idempotent. :attr:`store` is the store URI as it may be shown
-    (redacted)."""
+    :class:`Ready` and set :attr:`address` and :attr:`metrics_url`;
+    :meth:`kill` SIGKILLs it (a crash); :meth:`stop` asks it to exit
+    (SIGTERM, SIGKILL after a grace) and is idempotent. :attr:`store` is the
+    store URI as it may be shown (redacted)."""
 
     def __init__(
         self,
         store: str,
         blob: str,
-        bind: str,
-        *flags: str,
+        config: ServeSettings,
+        *,
         starter: Starter | None = None,
         run_dir: Path | None = None,
         timeout_s: float = 30.0,
         env: dict[str, str] | None = None,
     ) -> None:
+        if config.bind is None:
+            raise ValueError("a consensus process needs the address to bind: config.bind")
+        if config.store is not None or config.blob is not None:
+            raise ValueError(
+                "give a consensus process its stores as store and blob, not in its config: "
+                "they go in its environment, its config in its payload"
+            )
         self.store = redact(store)
         # checked here, so a bad address is named before a child fails to bind it
-        self.bind = check_address(bind, for_bind=True)
+        self.bind = check_address(config.bind, for_bind=True)
         self._own_dir = run_dir is None
         self.run_dir = (
             Path(tempfile.mkdtemp(prefix="shardsink-consensus-")) if run_dir is None else run_dir
@@ -80,13 +116,14 @@ class ConsensusProcess:
         launch = Launch(
             kind="consensus",
             name="consensus",
-            role="consensus",
-            payload=msgspec.json.encode(["--bind", self.bind, *flags]),
+            role=ROLE,
+            payload=msgspec.msgpack.encode(config),
             env={**missing_server_env(), **(env or {}), STORE_ENV: store, BLOB_ENV: blob},
             stdout="pipe",
         )
-        self.child = Child(launch, starter or SpawnStarter(ENTRY), self.run_dir)
+        self.child = Child(launch, starter or SpawnStarter(), self.run_dir)
         self.address: str | None = None
+        self.metrics_url: str | None = None
         self.restarts = 0
 
     @property
@@ -94,17 +131,20 @@ class ConsensusProcess:
         return self.child.starts
 
     def start(self) -> ConsensusProcess:
-        """Start the server; :class:`ConsensusStartError` with its log if it
-        does not come up within the timeout."""
+        """Start the server and wait for its :class:`Ready`;
+        :class:`ConsensusStartError` saying why and with its log tail if it
+        exits first, says something else, or is silent for the timeout (it
+        is then killed)."""
         self.child.start()
-        line = self._first_line()
-        if not line.startswith("listening on "):
+        try:
+            ready = wait_ready(self.child, decode_ready, self.timeout_s)
+        except NotReady as exc:
             self.child.kill()
             raise ConsensusStartError(
-                f"the consensus server did not start on {self.store} ({line.strip()!r}):\n"
+                f"the consensus server did not start on {self.store} ({exc}):\n"
                 + self.child.log_tail()
-            )
-        self.address = line.removeprefix("listening on ").strip()
+            ) from None
+        self.address, self.metrics_url = ready.address, ready.metrics_url
         return self
 
     def alive(self) -> bool:
@@ -133,17 +173,6 @@ class ConsensusProcess:
         if self._own_dir:
             shutil.rmtree(self.run_dir, ignore_errors=True)
         return self.child.returncode
-
-    def _first_line(self) -> str:
-        assert self.child.proc is not None and self.child.proc.stdout is not None
-        stdout = self.child.proc.stdout
-        with selectors.DefaultSelector() as sel:
-            sel.register(stdout, selectors.EVENT_READ)
-            deadline = time.monotonic() + self.timeout_s
-            while (left := deadline - time.monotonic()) > 0:
-                if sel.select(left):
-                    return stdout.readline().decode(errors="replace")
-        return "<timed out>"
 
     def __enter__(self) -> ConsensusProcess:
         return self.start()

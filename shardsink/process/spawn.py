@@ -1,4 +1,5 @@
-"""Start a child as a fresh interpreter: ``python -m ENTRY PARENT spawn ROLE``.
+"""Start a child as a fresh interpreter: ``python -m shardsink.process PARENT
+spawn ROLE``.
 
 ``subprocess`` forks and execs at once (no Python code runs in between), so
 nothing of the parent's threads, sockets or locks reaches the child; the price
@@ -21,6 +22,8 @@ from typing import IO
 from .child import Launch, Running
 from .parent import parent_token
 
+#: The module every child runs (``python -m``; see :mod:`.entry`).
+ENTRY = "shardsink.process"
 #: Environment of every child: one BLAS thread (children do no linear algebra).
 CHILD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 #: Children import shardsink from where the parent did, whatever their cwd.
@@ -39,25 +42,22 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     }
 
 
-def entry_argv(entry: str, *args: str) -> list[str]:
-    """The argv that runs entry module ``entry`` as a child of this process."""
-    return [sys.executable, "-m", entry, parent_token(), *args]
+def entry_argv(*args: str) -> list[str]:
+    """The argv that runs :data:`ENTRY` with ``args`` as a child of this process."""
+    return [sys.executable, "-m", ENTRY, parent_token(), *args]
 
 
 class SpawnStarter:
-    """Starts launches as fresh interpreters running ``entry``'s roles (see
-    :func:`shardsink.process.entry.main`)."""
+    """Starts launches as fresh interpreters (see :mod:`.entry`), each
+    importing its role."""
 
     name = "spawn"
-
-    def __init__(self, entry: str) -> None:
-        self.entry = entry
 
     def run(self, launch: Launch, *, log_path: Path, pgid: int) -> Running:
         with open(log_path, "ab") as err, _stdout(launch.stdout, err) as out:
             os.fchmod(err.fileno(), 0o600)
             proc = subprocess.Popen(
-                entry_argv(self.entry, "spawn", launch.role),
+                entry_argv("spawn", launch.role),
                 stdin=subprocess.PIPE,
                 stdout=out,
                 stderr=err,

@@ -8,8 +8,9 @@ ZeroMQ context. Native threads of pyarrow's jemalloc and of OpenBLAS register
 ``pthread_atfork`` handlers and are fork-safe; a ZeroMQ context's I/O threads
 are not, so a cluster starts its zygote before it creates one. Where forking
 is not safe (a library user's process that runs threads), the zygote is a
-fresh interpreter (``python -m ENTRY PARENT zygote FD``), which costs one
-import of the libraries, once. Either way the zygote closes every
+fresh interpreter (``python -m shardsink.process PARENT zygote FD ROLE...``),
+which costs one import of the libraries, once. Either way the zygote imports
+the roles it serves (:mod:`.roles`) before it forks any, closes every
 inherited descriptor but its control socket, leads its own process group
 (a Ctrl-C for the terminal does not reach it), ignores SIGINT, and dies with
 its parent; ``gc.freeze()`` keeps the imported objects' pages shared.
@@ -64,7 +65,7 @@ import msgspec
 
 from .child import Launch, Running
 from .parent import die_with_parent
-from .roles import Roles, run_role
+from .roles import resolve, run_role
 from .spawn import child_env, entry_argv
 
 #: Largest control message (a launch with its payload).
@@ -156,7 +157,8 @@ def _thread_names() -> list[str]:
 
 
 class Zygote:
-    """A zygote serving ``entry``'s ``roles`` (see the module doc), a
+    """A zygote forking children of ``roles`` (role names: see :mod:`.roles`;
+    a launch of another role is forked too, its child importing it), a
     :class:`~shardsink.process.child.Starter` named ``fork``. Its own
     lifecycle has the children's shape: ``start``, ``pid``, ``alive``,
     ``stop``, ``kill``, ``restart``. A request (:meth:`run`, :meth:`reap`)
@@ -166,9 +168,8 @@ class Zygote:
 
     name = "fork"
 
-    def __init__(self, entry: str, roles: Roles, run_dir: Path, *, timeout_s: float = 10.0):
-        self.entry = entry
-        self.roles = roles
+    def __init__(self, roles: Sequence[str], run_dir: Path, *, timeout_s: float = 10.0):
+        self.roles = tuple(roles)
         self.log_path = run_dir / "zygote.log"
         self.timeout_s = timeout_s
         self.how: str | None = None
@@ -211,7 +212,7 @@ class Zygote:
         with open(self.log_path, "ab") as log:
             os.fchmod(log.fileno(), 0o600)
             return subprocess.Popen(
-                entry_argv(self.entry, "zygote", str(theirs.fileno())),
+                entry_argv("zygote", str(theirs.fileno()), *self.roles),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
@@ -513,13 +514,21 @@ class _ForkedZygote:
 # --- the zygote's side ---------------------------------------------------------------
 
 
-def serve(roles: Roles, control: socket.socket) -> None:
-    """Serve forks on ``control`` until it closes (see the module doc)."""
+def serve(roles: Sequence[str], control: socket.socket) -> None:
+    """Import ``roles``, then serve forks on ``control`` until it closes (see
+    the module doc)."""
     from setproctitle import setproctitle
 
     setproctitle("shardsink zygote")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    for role in roles:  # before the freeze: their modules' pages are then shared
+        try:
+            resolve(role)
+        except (ValueError, ImportError, AttributeError) as exc:
+            # it exits: its parent's next request finds it gone, and its log says why
+            print(f"zygote: no role {role!r}: {exc}", file=sys.stderr, flush=True)
+            return
     gc.freeze()
     while True:
         try:
@@ -541,7 +550,7 @@ def serve(roles: Roles, control: socket.socket) -> None:
             socket.send_fds(control, [encode(reaped)], [])
             continue
         try:
-            pid = _fork(roles, request, fds, control)
+            pid = _fork(request, fds, control)
         except OSError as exc:
             refused = Refused(reason=f"fork failed: {exc}", id=request.id)
             socket.send_fds(control, [encode(refused)], [])
@@ -579,7 +588,7 @@ def _reap(pid: int) -> int | None:
     return os.waitstatus_to_exitcode(status) if got else None
 
 
-def _fork(roles: Roles, request: Fork, fds: list[int], control: socket.socket) -> int:
+def _fork(request: Fork, fds: list[int], control: socket.socket) -> int:
     log = os.open(request.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     where = request.launch.stdout
     if request.stdout_fd and fds:
@@ -604,7 +613,7 @@ def _fork(roles: Roles, request: Fork, fds: list[int], control: socket.socket) -
             logging.root.handlers.clear()
             os.environ.update(request.launch.env)
             random.seed()
-            status = run_role(roles, request.launch.role, request.launch.payload)
+            status = run_role(request.launch.role, request.launch.payload)
         finally:
             os._exit(status)
     os.close(log)

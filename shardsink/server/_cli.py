@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import logging
 import os
-import signal
 import sys
-import threading
 
 import msgspec
 
-from .. import datadir
 from .._curve import KEYS_ENV
 from ..datadir import DATA_DIR_ENV
 from ..persist.config import SERVED_FIELDS, ShardConfig
@@ -137,12 +132,9 @@ DEFAULT_TEXT = {
     "retain": f"{ShardConfig().retain}, an hour of up's milliseconds",
     "metrics_port": "none",
 }
-#: Where each environment variable goes when its flag is not given: for the
-#: command, and for a cluster's consensus child, whose data dir is its parent's
-#: (the coordinator holds that lock; an inherited ``$SHARDSINK_DATA_DIR`` is
-#: not the child's to take).
+#: Where each environment variable goes when its flag is not given (a
+#: consensus child's are :data:`shardsink.server.serve.ROLE_ENV`).
 COMMAND_ENV = {DATA_DIR_ENV: "data_dir", STORE_ENV: "store", BLOB_ENV: "blob", KEYS_ENV: "keys"}
-ROLE_ENV = {STORE_ENV: "store", BLOB_ENV: "blob", KEYS_ENV: "keys"}
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -185,28 +177,18 @@ def serve_config(args: argparse.Namespace, environment: dict[str, str]):
     return config
 
 
-def serve_role(payload: bytes) -> int:
-    """``consensus serve`` as a child's role (see :mod:`shardsink.process.consensus`):
-    ``payload`` is its options as a JSON list; the store URIs come in the
-    environment. Bad options or stores: a line naming them, exit status 2."""
-    from .. import faults
-    from ..storage.errors import StorageError
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # its parent stops it, not a Ctrl-C
-    parser = argparse.ArgumentParser(prog="shardsink consensus serve")
-    add_serve_arguments(parser)
-    args = parser.parse_args(msgspec.json.decode(payload, type=list[str]))
-    faults.arm_from_env(role="consensus")
-    try:
-        return _serve(serve_config(args, ROLE_ENV))
-    except (ValueError, StorageError) as exc:
-        print(f"shardsink consensus serve: error: {exc}", file=sys.stderr, flush=True)
-        return 2
-
-
 def _serve_command(args: argparse.Namespace) -> int:
+    from .serve import serve
+
     _exec_with_server_env()
-    return _serve(serve_config(args, COMMAND_ENV))
+    return serve(serve_config(args, COMMAND_ENV), _print_ready)
+
+
+def _print_ready(address: str, metrics_url: str | None) -> None:
+    """The lines ``consensus serve`` prints for whoever runs it."""
+    if metrics_url is not None:
+        print(f"metrics at {metrics_url}", flush=True)
+    print(f"listening on {address}", flush=True)
 
 
 def _exec_with_server_env() -> None:
@@ -222,55 +204,6 @@ def _exec_with_server_env() -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os.execve(sys.executable, sys.orig_argv, {**os.environ, **missing})
-
-
-def _serve(config) -> int:
-    from setproctitle import setproctitle
-
-    from ..storage import open_blob, open_consensus
-    from .metrics import ServerMetrics
-    from .server import ConsensusServer
-
-    setproctitle("shardsink consensus")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    with contextlib.ExitStack() as held:
-        store_uri, blob_uri, lock = config.store, config.blob, None
-        if config.data_dir is not None:
-            data_dir = datadir.create(config.data_dir)
-            lock = held.enter_context(datadir.acquire(data_dir, datadir.CONSENSUS_SERVER))
-            store_uri = store_uri or datadir.consensus_uri(data_dir)
-            blob_uri = blob_uri or datadir.blob_uri(data_dir)
-        store = open_consensus(store_uri)
-        try:
-            blob = open_blob(blob_uri)
-        except BaseException:
-            store.close()
-            raise
-        server = ConsensusServer(
-            store,
-            blob,
-            config.bind,
-            keys=config.server_keys(),
-            check_parts=config.check_parts,
-            gc_interval_s=config.gc_interval_s,
-            compact_interval_s=config.compact_interval_s,
-            compact_slack=config.compact_slack,
-            sweep_interval_s=config.sweep_interval_s,
-            config=config.shard_config(),
-        )
-        held.callback(server.close)
-        if config.metrics_port is not None:
-            metrics = ServerMetrics(server, config.metrics_port)
-            held.callback(metrics.close)
-            print(f"metrics at {metrics.url}", flush=True)
-        if lock is not None:
-            lock.update(address=server.address)
-        print(f"listening on {server.address}", flush=True)
-        server.serve(stop)
-    return 0
 
 
 def _stats(args: argparse.Namespace) -> int:

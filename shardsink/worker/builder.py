@@ -48,6 +48,7 @@ from .._address import check_address
 from ..persist.batches import BatchBuilder
 from ..persist.errors import PersistError
 from ..persist.stats import ShardStats
+from ..process.roles import enter_member
 from ..shm import DEFAULT_CAPACITY, PartReceiver, Received
 from ..storage.contracts import Blob
 from ..storage.errors import StorageError
@@ -448,6 +449,22 @@ class GroupBuilder:
                 self._ack(*gen.held)
                 if keys:
                     log.info("%s: deleted the %d parts of %s", self.label, len(keys), o)
+
+
+def main(payload: bytes) -> int:
+    """A group builder's process main (:data:`~shardsink.protocol.BUILDER_ROLE`):
+    ``payload`` is its :class:`~shardsink.protocol.ChildSpec`; its exit status."""
+    spec = protocol.decode_spec(payload)
+    enter_member("builder", f"g{spec.group}")
+    return run_builder(spec)
+
+
+def host_main(payload: bytes) -> int:
+    """The host builder's process main (:data:`~shardsink.protocol.HOST_BUILDER_ROLE`,
+    ``coalesce`` host): ``payload`` is its :class:`~shardsink.protocol.ChildSpec`."""
+    spec = protocol.decode_spec(payload)
+    enter_member("builder", "host")
+    return run_builder(spec, host=True)
 
 
 def run_builder(spec: protocol.ChildSpec, *, host: bool = False) -> int:

@@ -36,6 +36,7 @@ from ..persist import parts as P
 from ..persist.batches import build_batch
 from ..persist.errors import PersistError
 from ..persist.stats import ShardStats
+from ..process.roles import enter_member
 from ..shm import PartSender
 from ..storage.contracts import Blob
 from ..storage.errors import StorageError
@@ -260,6 +261,14 @@ class Worker:
         except msgspec.DecodeError as exc:
             log.warning("worker g%d/w%d: malformed message: %s", self.group, self.index, exc)
             return None
+
+
+def main(payload: bytes) -> int:
+    """The worker's process main (:data:`~shardsink.protocol.WORKER_ROLE`):
+    ``payload`` is its :class:`~shardsink.protocol.ChildSpec`; its exit status."""
+    spec = protocol.decode_spec(payload)
+    enter_member("worker", f"g{spec.group}/w{spec.index}")
+    return run_worker(spec)
 
 
 def run_worker(spec: protocol.ChildSpec) -> int:

@@ -16,7 +16,7 @@ import pyarrow as pa
 import zmq
 
 from shardsink import open_shard, protocol
-from shardsink.cluster import Cluster, ClusterStats, IntervalRecord, Workload, roles
+from shardsink.cluster import Cluster, ClusterStats, IntervalRecord, Workload
 from shardsink.config import ClusterConfig
 from shardsink.persist.config import OFFLINE
 from shardsink.process import Child, Launch, SpawnStarter, kill_all
@@ -127,8 +127,8 @@ class BuilderHarness:
             inline_max_bytes=4096,
             config=self.config,
         )
-        launch = Launch("builder", "g0/b", "builder", payload=protocol.encode_spec(spec))
-        self.builder: Child = Child(launch, SpawnStarter(roles.ENTRY), self.dir).start()
+        launch = Launch("builder", "g0/b", protocol.BUILDER_ROLE, protocol.encode_spec(spec))
+        self.builder: Child = Child(launch, SpawnStarter(), self.dir).start()
         self.workers: list[FakeWorker] = []
         try:
             assert self.coord.poll(int(TIMEOUT * 1000)), self.builder.log_tail()

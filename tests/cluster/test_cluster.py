@@ -11,6 +11,7 @@ from shardsink._curve import KEYS_ENV
 from shardsink.cluster import Cluster, ClusterConfig, Workload
 from shardsink.coordinator.threshold import MAX_BYTES, MIN_BYTES, START_BYTES
 from shardsink.process import ConsensusProcess
+from shardsink.server.config import ServeConfig
 from shardsink.shm import INLINE_MAX_BYTES
 from shardsink.worker.builder import HELD_PER_SENDER_MAX
 
@@ -231,7 +232,7 @@ def test_a_running_consensus_server_is_used_and_left_running(tmp_path, monkeypat
     blob = f"file://{tmp_path / 'blob'}"
     store = f"sqlite://{tmp_path / 'consensus.db'}"
     monkeypatch.setenv(KEYS_ENV, str(tmp_path / "keys"))  # the server's CURVE keys
-    with ConsensusProcess(store, blob, "tcp://127.0.0.1:0") as server:
+    with ConsensusProcess(store, blob, ServeConfig(bind="tcp://127.0.0.1:0")) as server:
         run = run_cluster(
             tmp_path / "d", 3, groups=1, workers=2, consensus=server.address, blob=blob
         )

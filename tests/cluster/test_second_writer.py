@@ -17,6 +17,7 @@ from shardsink._curve import KEYS_ENV
 from shardsink.cluster import Workload
 from shardsink.cluster.verify import verify
 from shardsink.process import ConsensusProcess
+from shardsink.server.config import ServeConfig
 from shardsink.workloads import SCHEMA
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +32,7 @@ def test_two_clusters_on_one_shard_end_together_and_append_each_interval_once(
     blob = f"file://{tmp_path / 'blob'}"
     store = f"sqlite://{tmp_path / 'consensus.db'}"
     monkeypatch.setenv(KEYS_ENV, str(tmp_path / "keys"))  # the server's CURVE keys, for all
-    with ConsensusProcess(store, blob, "tcp://127.0.0.1:0") as server:
+    with ConsensusProcess(store, blob, ServeConfig(bind="tcp://127.0.0.1:0")) as server:
         argv = [
             sys.executable, "-m", "shardsink.cli", "up", "--json",
             "--consensus", server.address, "--blob", blob,

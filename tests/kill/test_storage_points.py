@@ -14,6 +14,7 @@ from shardsink import faults, open_shard
 from shardsink.persist import ShardConfig
 from shardsink.persist.state import BlobPart
 from shardsink.process import ConsensusProcess
+from shardsink.server.config import ServeConfig
 from shardsink.storage import open_blob
 from shardsink.workloads import Workload
 
@@ -75,7 +76,8 @@ def test_consensus_killed_after_store_before_reply(tmp_path) -> None:
     fault_env = faults.environ(
         ["consensus.after_store:kill:0.2:3"], seed=3, fault_dir=tmp_path / "f"
     )
-    server = ConsensusProcess(store, blob, f"ipc://{tmp_path}/sock/c", env=fault_env)
+    bind = f"ipc://{tmp_path}/sock/c"
+    server = ConsensusProcess(store, blob, ServeConfig(bind=bind), env=fault_env)
     stop = threading.Event()
 
     def restarter() -> None:

@@ -1,4 +1,5 @@
-"""An entry module with trivial roles, for tests of the process layer."""
+"""Trivial roles, for tests of the process layer: each constant names its
+function as a role (``module:function``)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,20 @@ import sys
 import threading
 import time
 
-from shardsink.process import entry
+SLEEP = "tests.process.roles_for_tests:sleep"
+REPORT = "tests.process.roles_for_tests:report"
+EXIT = "tests.process.roles_for_tests:exit_with"
+TELL = "tests.process.roles_for_tests:tell"
+#: What the tests' zygotes import before they fork.
+ROLES = (SLEEP, REPORT, EXIT, TELL)
 
 
-def _sleep(payload: bytes) -> int:
+def sleep(payload: bytes) -> int:
     time.sleep(float(payload or b"30"))
     return 0
 
 
-def _report(payload: bytes) -> int:
+def report(payload: bytes) -> int:
     """Print what this process holds: its pid, pgid, open fds, threads, env mark."""
     fds = sorted(int(fd) for fd in os.listdir("/proc/self/fd"))
     threads = len(os.listdir("/proc/self/task"))
@@ -30,11 +36,17 @@ def _report(payload: bytes) -> int:
     return 0
 
 
-def _exit(payload: bytes) -> int:
+def exit_with(payload: bytes) -> int:
     return int(payload)
 
 
-ROLES = {"sleep": _sleep, "report": _report, "exit": _exit}
+def tell(payload: bytes) -> int:
+    """Take the channel to the parent, print on stdout (which now goes to
+    the log), then tell the parent it is ready at ``payload``."""
+    from shardsink.process import ParentChannel, Ready
 
-if __name__ == "__main__":
-    sys.exit(entry.main(ROLES, sys.argv[1:]))
+    channel = ParentChannel()
+    print("listening on nothing: this line is for the log", flush=True)
+    channel.tell(Ready(address=payload.decode()))
+    time.sleep(30)
+    return 0

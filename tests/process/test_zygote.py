@@ -14,16 +14,14 @@ import psutil
 import pytest
 
 from shardsink.process import Child, Launch, SpawnStarter, Zygote, ZygoteError, kill_all
+from tests.process.roles_for_tests import EXIT, ROLES, SLEEP
 
-ENTRY = "tests.process.roles_for_tests"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture
 def zygote(tmp_path):
-    from tests.process.roles_for_tests import ROLES
-
-    z = Zygote(ENTRY, ROLES, tmp_path, timeout_s=10).start()
+    z = Zygote(ROLES, tmp_path, timeout_s=10).start()
     yield z
     z.stop()
 
@@ -36,9 +34,9 @@ def _report(child: Child) -> dict[str, str]:
 
 def test_a_group_forks_with_its_leader_as_group_and_dies_whole(zygote, tmp_path):
     assert zygote.how == "fork"  # the test process runs no thread
-    leader = Child(Launch("builder", "g0/b", "sleep"), zygote, tmp_path).start()
+    leader = Child(Launch("builder", "g0/b", SLEEP), zygote, tmp_path).start()
     members = [
-        Child(Launch("worker", f"g0/w{i}", "sleep"), zygote, tmp_path, leader=leader).start()
+        Child(Launch("worker", f"g0/w{i}", SLEEP), zygote, tmp_path, leader=leader).start()
         for i in range(4)
     ]
     group = [leader, *members]
@@ -54,10 +52,10 @@ def test_a_group_forks_with_its_leader_as_group_and_dies_whole(zygote, tmp_path)
 
 
 def test_exit_statuses_logs_and_restart(zygote, tmp_path):
-    child = Child(Launch("worker", "w", "exit", b"7"), zygote, tmp_path).start()
+    child = Child(Launch("worker", "w", EXIT, b"7"), zygote, tmp_path).start()
     assert child.proc is not None and child.proc.wait(10) == 7
     assert not child.alive() and child.returncode == 7
-    crash = Child(Launch("worker", "c", "exit", b"not a number"), zygote, tmp_path).start()
+    crash = Child(Launch("worker", "c", EXIT, b"not a number"), zygote, tmp_path).start()
     assert crash.proc is not None and crash.proc.wait(10) == 1
     assert "ValueError" in crash.log_tail()  # the traceback went to its log
     assert oct(crash.log_path.stat().st_mode & 0o777) == "0o600"
@@ -68,19 +66,19 @@ def test_exit_statuses_logs_and_restart(zygote, tmp_path):
 
 
 def test_stop_asks_first_then_kills(zygote, tmp_path):
-    child = Child(Launch("worker", "w", "sleep"), zygote, tmp_path).start()
+    child = Child(Launch("worker", "w", SLEEP), zygote, tmp_path).start()
     assert child.stop(5) is True  # SIGTERM ends a sleeper
     assert child.returncode == -signal.SIGTERM
     assert child.stop(5) is True  # idempotent
 
 
 def test_children_die_with_a_killed_zygote_and_it_comes_back(zygote, tmp_path):
-    child = Child(Launch("worker", "w", "sleep"), zygote, tmp_path).start()
+    child = Child(Launch("worker", "w", SLEEP), zygote, tmp_path).start()
     old = zygote.pid
     os.kill(old, signal.SIGKILL)
     assert child.proc is not None
     assert child.proc.wait(10) == -signal.SIGKILL  # PR_SET_PDEATHSIG from the zygote
-    again = Child(Launch("worker", "w2", "exit", b"0"), zygote, tmp_path).start()
+    again = Child(Launch("worker", "w2", EXIT, b"0"), zygote, tmp_path).start()
     assert zygote.pid != old and again.proc is not None and again.proc.wait(10) == 0
 
 
@@ -91,20 +89,20 @@ def test_a_malformed_request_is_refused_and_the_zygote_serves_on(zygote, tmp_pat
     socket.send_fds(zygote._sock, [b"\xc1 not msgpack"], [])
     data, _, _, _ = socket.recv_fds(zygote._sock, 4096, 1)
     assert b"malformed" in data
-    child = Child(Launch("worker", "w", "exit", b"3"), zygote, tmp_path).start()
+    child = Child(Launch("worker", "w", EXIT, b"3"), zygote, tmp_path).start()
     assert child.proc is not None and child.proc.wait(10) == 3
 
 
 def test_a_stopped_zygote_is_an_error_naming_it(zygote, tmp_path):
-    child = Child(Launch("worker", "w", "sleep"), zygote, tmp_path).start()
+    child = Child(Launch("worker", "w", SLEEP), zygote, tmp_path).start()
     zygote.stop()
     assert child.proc is not None and child.proc.wait(10) == -signal.SIGKILL
     with pytest.raises(ZygoteError, match="stopped"):
-        Child(Launch("worker", "late", "sleep"), zygote, tmp_path).start()
+        Child(Launch("worker", "late", SLEEP), zygote, tmp_path).start()
 
 
 def test_spawn_and_fork_children_have_one_shape(tmp_path):
-    spawned = Child(Launch("worker", "s", "exit", b"5"), SpawnStarter(ENTRY), tmp_path).start()
+    spawned = Child(Launch("worker", "s", EXIT, b"5"), SpawnStarter(), tmp_path).start()
     assert spawned.proc is not None and spawned.proc.wait(60) == 5
     assert spawned.returncode == 5 and not spawned.alive()
 
@@ -116,7 +114,7 @@ _COORDINATOR = textwrap.dedent(
     import json, os, sys, tempfile, threading, pathlib
     import zmq
     from shardsink.process import Child, Launch, Zygote, kill_all
-    from tests.process.roles_for_tests import ROLES
+    from tests.process.roles_for_tests import REPORT, ROLES
 
     before = sys.argv[1] == "before"
     run = pathlib.Path(tempfile.mkdtemp())
@@ -135,9 +133,9 @@ _COORDINATOR = textwrap.dedent(
 
     if before:
         open_things()
-    zygote = Zygote("tests.process.roles_for_tests", ROLES, run).start()
+    zygote = Zygote(ROLES, run).start()
     open_things()
-    child = Child(Launch("worker", "w", "report", b"x", stdout="pipe"), zygote, run).start()
+    child = Child(Launch("worker", "w", REPORT, b"x", stdout="pipe"), zygote, run).start()
     line = child.proc.stdout.readline().decode()
     mine = sorted(int(fd) for fd in os.listdir("/proc/self/fd"))
     print(json.dumps({"how": zygote.how, "child": line, "mine": mine}), flush=True)
@@ -180,10 +178,10 @@ def test_a_coordinator_killed_takes_its_zygote_and_children_along(popen, tmp_pat
         f"""
         import pathlib, sys, time
         from shardsink.process import Child, Launch, Zygote
-        from tests.process.roles_for_tests import ROLES
+        from tests.process.roles_for_tests import ROLES, SLEEP
         run = pathlib.Path({str(tmp_path)!r})
-        zygote = Zygote("tests.process.roles_for_tests", ROLES, run).start()
-        kids = [Child(Launch("worker", f"w{{i}}", "sleep"), zygote, run).start() for i in range(3)]
+        zygote = Zygote(ROLES, run).start()
+        kids = [Child(Launch("worker", f"w{{i}}", SLEEP), zygote, run).start() for i in range(3)]
         print(zygote.pid, *[k.pid for k in kids], flush=True)
         time.sleep(60)
         """

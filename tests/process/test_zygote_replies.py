@@ -18,8 +18,8 @@ import psutil
 import pytest
 
 from shardsink.process import Child, Launch, Zygote, ZygoteError, kill_all
+from tests.process.roles_for_tests import EXIT, ROLES, SLEEP
 
-ENTRY = "tests.process.roles_for_tests"
 #: Short enough that a stalled request gives up soon, long enough for a fork
 #: on a busy machine.
 TIMEOUT_S = 2.0
@@ -27,9 +27,7 @@ TIMEOUT_S = 2.0
 
 @pytest.fixture
 def zygote(tmp_path):
-    from tests.process.roles_for_tests import ROLES
-
-    z = Zygote(ENTRY, ROLES, tmp_path, timeout_s=TIMEOUT_S).start()
+    z = Zygote(ROLES, tmp_path, timeout_s=TIMEOUT_S).start()
     yield z
     z.stop()
 
@@ -56,13 +54,13 @@ def _open_fds() -> dict[int, str]:
 
 
 def test_a_late_reply_is_nobodys_and_does_not_shift_the_next(zygote, tmp_path):
-    sleeper = Child(Launch("worker", "s", "sleep"), zygote, tmp_path).start()
+    sleeper = Child(Launch("worker", "s", SLEEP), zygote, tmp_path).start()
     with _stalled(zygote), pytest.raises(ZygoteError, match="did not answer"):
-        Child(Launch("worker", "late", "sleep"), zygote, tmp_path).start()
+        Child(Launch("worker", "late", SLEEP), zygote, tmp_path).start()
     # The zygote now forks "late" and answers that fork; the answer reaches the
     # client while it waits for this reap's, and must not be taken for it.
     assert zygote.reap(sleeper.pid) is None
-    child = Child(Launch("worker", "w", "exit", b"7"), zygote, tmp_path).start()
+    child = Child(Launch("worker", "w", EXIT, b"7"), zygote, tmp_path).start()
     assert child.proc is not None and child.proc.wait(10) == 7
     # Nobody tracks the late fork's child: it is killed, and reaped on a later request.
     deadline = time.monotonic() + 10
@@ -77,7 +75,7 @@ def test_a_late_reply_is_nobodys_and_does_not_shift_the_next(zygote, tmp_path):
 
 def test_fork_and_reap_cycles_leave_no_descriptor_open(zygote, tmp_path):
     def cycle(i: int) -> None:
-        child = Child(Launch("worker", f"w{i}", "exit", b"0"), zygote, tmp_path).start()
+        child = Child(Launch("worker", f"w{i}", EXIT, b"0"), zygote, tmp_path).start()
         assert child.proc is not None and child.proc.wait(10) == 0
 
     cycle(0)  # anything opened once, lazily, is open before the count
@@ -86,7 +84,7 @@ def test_fork_and_reap_cycles_leave_no_descriptor_open(zygote, tmp_path):
     for i in range(1, 61):
         if i in (10, 30):  # a fork answered late: its pidfd comes with nobody's reply
             with _stalled(zygote), pytest.raises(ZygoteError, match="did not answer"):
-                Child(Launch("worker", f"late{i}", "exit", b"0"), zygote, tmp_path).start()
+                Child(Launch("worker", f"late{i}", EXIT, b"0"), zygote, tmp_path).start()
         try:
             cycle(i)
         except ZygoteError as exc:  # counted below, after the descriptors
@@ -114,7 +112,7 @@ def test_a_child_whose_pidfd_is_above_1023_is_polled_and_waited_on(zygote, tmp_p
         # every descriptor up to 1023 taken, so the kernel gives the pidfd one above
         while fillers[-1] < 1023:
             fillers.append(os.dup(fillers[0]))
-        child = Child(Launch("worker", "s", "sleep"), zygote, tmp_path).start()
+        child = Child(Launch("worker", "s", SLEEP), zygote, tmp_path).start()
         proc = child.proc
         assert proc is not None and proc._pidfd is not None and proc._pidfd >= 1024
         assert proc.poll() is None and child.alive()
@@ -123,7 +121,7 @@ def test_a_child_whose_pidfd_is_above_1023_is_polled_and_waited_on(zygote, tmp_p
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == -signal.SIGTERM
         assert proc.poll() == -signal.SIGTERM and not child.alive()
-        exiting = Child(Launch("worker", "e", "exit", b"4"), zygote, tmp_path).start()
+        exiting = Child(Launch("worker", "e", EXIT, b"4"), zygote, tmp_path).start()
         assert exiting.wait(10) == 4
     finally:
         for fd in fillers:
@@ -146,5 +144,5 @@ def test_a_refusal_names_the_request_it_refuses(zygote, tmp_path):
     assert isinstance(reply, Refused) and reply.id == 12345 and "malformed" in reply.reason
     # a refusal of a request without a readable id, left unread, is nobody's either
     socket.send_fds(zygote._sock, [b"\xc1 not msgpack"], [])
-    child = Child(Launch("worker", "w", "exit", b"3"), zygote, tmp_path).start()
+    child = Child(Launch("worker", "w", EXIT, b"3"), zygote, tmp_path).start()
     assert child.proc is not None and child.proc.wait(10) == 3

@@ -23,6 +23,7 @@ from shardsink.persist.config import ShardConfig
 from shardsink.persist.errors import NotReadable
 from shardsink.process import ConsensusProcess
 from shardsink.server import ServerClient
+from shardsink.server.config import ServeConfig
 from shardsink.storage import open_blob
 from shardsink.workloads import Workload
 
@@ -57,9 +58,7 @@ def test_a_killed_coordinators_writer_leaves_state_within_its_lease(tmp_path, po
     server = ConsensusProcess(
         f"sqlite://{tmp_path}/c.db",
         blob,
-        f"ipc://{tmp_path}/sock/c",
-        "--writer-lease-ms",
-        str(LEASE_MS),
+        ServeConfig(bind=f"ipc://{tmp_path}/sock/c", writer_lease_ms=LEASE_MS),
     )
     with server:
         # intervals of 4 s: the coordinator appends less often than its lease,

@@ -26,6 +26,7 @@ from shardsink.persist.config import ShardConfig
 from shardsink.persist.state import Batch
 from shardsink.process import ConsensusProcess
 from shardsink.server import ServerClient
+from shardsink.server.config import ServeConfig
 from shardsink.server.wire import REPLY_DECODER, ErrorReply
 from shardsink.storage.errors import DeterminateError, IndeterminateError
 from shardsink.workloads import Workload
@@ -38,7 +39,7 @@ def server(tmp_path):
     proc = ConsensusProcess(
         f"sqlite://{tmp_path}/consensus.db",
         f"file://{tmp_path}/blob",
-        f"ipc://{tmp_path}/sock/consensus",
+        ServeConfig(bind=f"ipc://{tmp_path}/sock/consensus"),
     )
     with proc:
         yield proc
@@ -260,7 +261,9 @@ def test_kills_and_restarts_lose_and_double_nothing(tmp_path) -> None:
     as already appended)."""
     blob = f"file://{tmp_path}/blob"
     proc = ConsensusProcess(
-        f"sqlite://{tmp_path}/consensus.db", blob, f"ipc://{tmp_path}/sock/consensus"
+        f"sqlite://{tmp_path}/consensus.db",
+        blob,
+        ServeConfig(bind=f"ipc://{tmp_path}/sock/consensus"),
     )
     rng = random.Random(20)
     kills = 20

@@ -14,7 +14,8 @@ import pytest
 
 from shardsink import open_shard
 from shardsink.persist.config import ShardConfig
-from shardsink.process import ConsensusProcess, ConsensusStartError
+from shardsink.process import ConsensusProcess
+from shardsink.server.config import ServeConfig
 from shardsink.workloads import Workload
 
 WORKLOAD = Workload("trickle", rows_per_interval=4, interval_ms=1)
@@ -23,12 +24,11 @@ LEASE_MS = 60_000
 SERVED = ShardConfig(rollup_threshold=4, leaked_blob_grace_ms=LEASE_MS, max_attempts=8)
 
 
-def _server(tmp_path: Path, *flags: str) -> ConsensusProcess:
+def _server(tmp_path: Path, **settings) -> ConsensusProcess:
     return ConsensusProcess(
         f"sqlite://{tmp_path}/consensus.db",
         f"file://{tmp_path}/blob",
-        f"ipc://{tmp_path}/sock/consensus",
-        *flags,
+        ServeConfig(bind=f"ipc://{tmp_path}/sock/consensus", **settings),
     )
 
 
@@ -52,9 +52,14 @@ def test_a_second_client_asking_for_other_settings_is_refused(tmp_path, name, va
 
 def test_the_servers_settings_hold_for_every_shard_and_after_a_restart(tmp_path) -> None:
     blob = f"file://{tmp_path}/blob"
-    flags = ("--rollup-threshold", "4", "--leaked-blob-grace-ms", str(LEASE_MS))
-    flags += ("--max-attempts", "8", "--writer-lease-ms", str(LEASE_MS))
-    server = _server(tmp_path, *flags, "--sweep-interval", "0.1")
+    server = _server(
+        tmp_path,
+        rollup_threshold=4,
+        leaked_blob_grace_ms=LEASE_MS,
+        max_attempts=8,
+        writer_lease_ms=LEASE_MS,
+        sweep_interval_s=0.1,
+    )
     with server:
         with pytest.raises(ValueError, match=r"rollup_threshold=5, max_attempts=9"):
             other = ShardConfig(rollup_threshold=5, max_attempts=9)
@@ -92,24 +97,20 @@ def test_the_servers_settings_hold_for_every_shard_and_after_a_restart(tmp_path)
 
 def test_a_server_refuses_a_sweep_grace_below_its_writer_lease(tmp_path) -> None:
     """A grace shorter than the lease could sweep a live writer's parts
-    before their append: such a server does not start, naming both."""
-    flags = ("--writer-lease-ms", str(LEASE_MS), "--leaked-blob-grace-ms", str(LEASE_MS - 1))
-    server = _server(tmp_path, *flags)
-    try:
-        with pytest.raises(ConsensusStartError) as refused:
-            server.start()
-    finally:
-        server.stop()
+    before their append: such a server's settings are refused, naming both,
+    before any process starts."""
+    with pytest.raises(ValueError) as refused:
+        _server(tmp_path, writer_lease_ms=LEASE_MS, leaked_blob_grace_ms=LEASE_MS - 1)
     message = str(refused.value)
     assert f"grace ({LEASE_MS - 1} ms) is shorter than the writer lease ({LEASE_MS} ms)" in message
-    assert f"give a grace of at least {LEASE_MS} ms" in message and not server.alive()
+    assert f"give a grace of at least {LEASE_MS} ms" in message
 
 
 def test_a_client_with_the_defaults_takes_the_servers_settings(tmp_path) -> None:
     """A client that asks for nothing (a plain ``shardsink read``) is served
     with the server's values, not refused; one that asks for others is."""
     blob = f"file://{tmp_path}/blob"
-    with _server(tmp_path, "--rollup-threshold", "4") as server:
+    with _server(tmp_path, rollup_threshold=4) as server:
         with open_shard("s", blob=blob, consensus=server.address) as shard:
             for i in range(6):
                 shard.writer().compare_and_append_table(WORKLOAD.updates(i), i, i + 1)

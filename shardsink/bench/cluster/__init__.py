@@ -1,0 +1,97 @@
+"""``shardsink bench cluster``: the scale-out matrix, against a Delta Lake peer.
+
+Every run gets a fresh data directory, runs a cluster (or the Delta peer) on
+the embedded default stores, reads the shard back and verifies it. A run that
+fails or does not verify is kept in the results with ``verified: false`` and
+its ``error``, never dropped. Output, in ``--out DIR``:
+
+- ``results.json``: ``{"runs": [...]}`` in the schema of docs/architecture.md
+  (metrics and benchmark output), plus ``section``, ``repeat``, ``compaction``,
+  ``error``, ``peak_rss``, where the CPU went (``machine_busy``, ``cpu_cores``
+  by process kind, ``busiest`` and ``busiest_core``: see
+  :func:`shardsink.bench.scale.cpu_use`) and the peer's ``commits`` /
+  ``files_per_interval`` / ``commit_bytes_per_interval``;
+- ``report.md``: the exact command, the machine, one table per section, the
+  checks the design promises (pass or fail) and side-by-side ratios, and for
+  the scale sweeps where scaling stops and why;
+- PNG plots: parts, blob PUTs and diff bytes per append by mode and shape;
+  hydration wall time by threshold; append latency; the scale curves.
+
+Ratios are measured side by side in one run: runs that are compared are
+interleaved (repeat 0 of each, then repeat 1, ...) and compared by median.
+
+One module per job: :mod:`.matrices` (the run specs of every ``--matrix``),
+:mod:`.running` (a run, a matrix, ``results.json``), :mod:`.checks` (the
+report's checks), :mod:`.report` (``report.md``), :mod:`.plots` (the PNGs).
+"""
+
+from __future__ import annotations
+
+from .checks import checks
+from .matrices import (
+    CLUSTER_MODES,
+    HYDRATE_THRESHOLDS,
+    LATENCY_BOUNDS_MS,
+    LATENCY_INTERVALS,
+    LATENCY_REPEATS,
+    MATRICES,
+    MIB,
+    RUN_FIELDS,
+    SCALE_GROUP_WORKERS,
+    SCALE_GROUPS,
+    SCALE_INTERVALS,
+    SCALE_MODES,
+    SCALE_REPEATS,
+    SCALE_ROWS_PER_WORKER,
+    SCALE_WORKERS,
+    SECTIONS,
+    TRICKLE_SHAPES,
+    UNLIMITED,
+    VARIANTS,
+    BenchClusterConfig,
+    RunSpec,
+    bench_config,
+    describe,
+    matrix,
+    scale_matrix,
+)
+from .plots import plot
+from .report import COLUMNS, table_rows, write_report
+from .running import COMPACT_EVERY, command_line, run, run_one
+
+__all__ = [
+    "CLUSTER_MODES",
+    "COLUMNS",
+    "COMPACT_EVERY",
+    "HYDRATE_THRESHOLDS",
+    "LATENCY_BOUNDS_MS",
+    "LATENCY_INTERVALS",
+    "LATENCY_REPEATS",
+    "MATRICES",
+    "MIB",
+    "RUN_FIELDS",
+    "SCALE_GROUPS",
+    "SCALE_GROUP_WORKERS",
+    "SCALE_INTERVALS",
+    "SCALE_MODES",
+    "SCALE_REPEATS",
+    "SCALE_ROWS_PER_WORKER",
+    "SCALE_WORKERS",
+    "SECTIONS",
+    "TRICKLE_SHAPES",
+    "UNLIMITED",
+    "VARIANTS",
+    "BenchClusterConfig",
+    "RunSpec",
+    "bench_config",
+    "checks",
+    "command_line",
+    "describe",
+    "matrix",
+    "plot",
+    "run",
+    "run_one",
+    "scale_matrix",
+    "table_rows",
+    "write_report",
+]

@@ -1,0 +1,339 @@
+"""The run specs of every ``bench cluster --matrix``: what each run sets, how
+the runs of a matrix are built and interleaved, and how a run's shape is named
+in tables and progress lines."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+import msgspec
+
+from ...config import AUTO, ClusterConfig
+from .. import scale
+
+MIB = 1 << 20
+UNLIMITED = 1 << 50  # "everything through the builder"
+CLUSTER_MODES = ("off", "best-effort", "barrier")
+#: What the trickle and scale sections compare side by side: ``(mode,
+#: coalesce)``, shown as :func:`~shardsink.bench.scale.variant` names them.
+VARIANTS = (
+    ("off", "group"),
+    ("best-effort", "group"),
+    ("barrier", "group"),
+    ("best-effort", "host"),
+    ("barrier", "host"),
+)
+#: ClusterConfig fields each run of a matrix sets itself (a config's
+#: ``[cluster]`` table may set any other).
+RUN_FIELDS = (
+    "groups",
+    "workers",
+    "mode",
+    "coalesce",
+    "shared_max_bytes",
+    "workload",
+    "rows_per_interval",
+    "snapshot_rows",
+    "intervals",
+    "pace",
+    "data_dir",
+    "blob",
+    "consensus",
+    "verify",
+)
+
+
+class BenchClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What ``bench cluster`` runs: ``matrix`` (one of :data:`MATRICES`) into
+    ``out`` (required to run; a file may leave it to ``--out``), each cluster
+    run from ``cluster``: ClusterConfig fields every run starts from
+    (``start``, ``best_effort_linger_ms``,
+    ``blob_target_bytes``, ...), all but :data:`RUN_FIELDS`, which each run
+    sets itself (``ValueError`` naming such a key)."""
+
+    out: str | None = None
+    matrix: Literal["default", "quick", "trickle", "scale", "auto", "latency"] = "default"
+    cluster: ClusterConfig = msgspec.field(default_factory=ClusterConfig)
+
+
+def bench_config(fields: dict, source: str) -> BenchClusterConfig:
+    """A :class:`BenchClusterConfig` of ``fields`` (:func:`~shardsink.config.build`),
+    refusing a ``cluster`` key of :data:`RUN_FIELDS` by name."""
+    from ...config import build
+
+    taken = sorted(set(fields.get("cluster") or {}) & set(RUN_FIELDS))
+    if taken:
+        raise ValueError(
+            f"{source}: cluster.{taken[0]} is set by each run of the matrix; the cluster "
+            f"table may set any ClusterConfig field but {', '.join(RUN_FIELDS)}"
+        )
+    return build(BenchClusterConfig, fields, source=source)
+
+
+SECTIONS = ("small-writes", "trickle", "latency", "compaction", "peer", "hydrate", *scale.SECTIONS)
+
+
+class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """One run of the matrix."""
+
+    section: str
+    mode: str
+    groups: int
+    workers: int
+    workload: str
+    rows_per_interval: int
+    intervals: int
+    snapshot_rows: int = 0
+    shared_max_bytes: int | str = MIB
+    compaction: bool = False
+    repeat: int = 0
+    coalesce: str = "group"
+
+    @property
+    def label(self) -> str:
+        row = msgspec.structs.asdict(self)
+        return f"{scale.variant(row)} {self.workload} {describe(row)}"
+
+
+def bytes_label(n: int | str) -> str:
+    """A ``shared_max_bytes`` as tables show it: ``auto``, ``unlimited``, whole
+    MiB, or bytes."""
+    if n == AUTO:
+        return AUTO
+    if n >= UNLIMITED:
+        return "unlimited"
+    return f"{n // MIB} MiB" if n >= MIB and n % MIB == 0 else str(n)
+
+
+def shape_of(row: dict) -> str:
+    """A run's groups x workers and rows per interval, e.g. ``4x8 R=128``."""
+    return f"{row['groups']}x{row['workers']} R={row['rows_per_interval']}"
+
+
+def describe(row: dict) -> str:
+    """A run's shape for tables and progress: groups x workers, rows, and the
+    snapshot, threshold, compaction and repeat where they matter."""
+    text = shape_of(row)
+    if row.get("snapshot_rows"):
+        text += f" S={row['snapshot_rows']:,}"
+    if row.get("snapshot_rows") or row.get("shared_max_bytes", MIB) != MIB:
+        text += f" B={bytes_label(row['shared_max_bytes'])}"
+    if row.get("compaction"):
+        text += " +compaction"
+    return text + (f" #{row['repeat']}" if row.get("repeat") else "")
+
+
+def matrix(name: str) -> list[RunSpec]:
+    """The runs of matrix ``name`` (see :data:`MATRICES`), interleaved by repeat:
+    ``default``; ``quick``, its cut-down version; ``trickle``, only its trickle
+    section (every variant of :data:`VARIANTS`, host coalescing included, at
+    4x8 with 128 and 32 rows per interval); ``scale``,
+    the scale-out sweeps (:func:`scale_matrix`); ``auto``, small writes and
+    hydration with ``--shared-max-bytes auto`` against 1 MiB and ``off``."""
+    if name not in MATRICES:
+        raise ValueError(f"unknown matrix {name!r}; choose one of {', '.join(MATRICES)}")
+    return MATRICES[name]()
+
+
+def _build(
+    n: int,
+    shapes: list[tuple[int, int, int]],
+    hydrate: tuple[int, int],
+    repeats: int,
+) -> list[RunSpec]:
+    """A matrix: ``n`` intervals per run; small writes at 1x8 with 1000 rows;
+    every mode at each ``(groups, workers, rows)`` of ``shapes``; compaction on
+    and off and the Delta peer at the first of them; hydration of
+    ``hydrate = (snapshot rows, workers)`` by threshold, ``repeats`` times."""
+    runs = _small_writes(n)
+    runs += _trickles(shapes, n)
+    g, w, r = shapes[0]
+    runs += [_trickle("compaction", "best-effort", g, w, r, n, compaction=c) for c in (False, True)]
+    runs += [
+        _trickle("peer", mode, g, w, r, n) for mode in ("delta-per-worker", "delta-per-interval")
+    ]
+    snapshot, workers = hydrate
+    for repeat in range(repeats):
+        runs += _hydrate(snapshot, 1000, 4, workers=workers, repeat=repeat)
+    return runs
+
+
+def _small_writes(n: int) -> list[RunSpec]:
+    """1x8, 1000 rows an interval: every mode, and best-effort with ``auto``."""
+    runs = [_trickle("small-writes", mode, 1, 8, 1000, n) for mode in CLUSTER_MODES]
+    return [*runs, _trickle("small-writes", "best-effort", 1, 8, 1000, n, shared_max_bytes=AUTO)]
+
+
+def _trickle(section: str, mode: str, g: int, w: int, r: int, n: int, **extra) -> RunSpec:
+    return RunSpec(
+        section=section,
+        mode=mode,
+        groups=g,
+        workers=w,
+        workload="trickle",
+        rows_per_interval=r,
+        intervals=n,
+        **extra,
+    )
+
+
+def _trickles(shapes: list[tuple[int, int, int]], n: int) -> list[RunSpec]:
+    """Every variant (:data:`VARIANTS`) at each ``(groups, workers, rows)`` of
+    ``shapes``, ``n`` intervals."""
+    return [
+        _trickle("trickle", mode, *shape, n, coalesce=coalesce)
+        for shape in shapes
+        for mode, coalesce in VARIANTS
+    ]
+
+
+#: The trickle shapes of the default matrix.
+TRICKLE_SHAPES = [(4, 8, 128), (4, 8, 32)]
+
+
+def _default() -> list[RunSpec]:
+    return _build(40, TRICKLE_SHAPES, (2_000_000, 8), repeats=3)
+
+
+def _trickle_only() -> list[RunSpec]:
+    return _trickles(TRICKLE_SHAPES, 40)
+
+
+def _quick() -> list[RunSpec]:
+    return _build(10, [(2, 4, 128)], (200_000, 4), repeats=3)
+
+
+def _auto() -> list[RunSpec]:
+    """What ``--shared-max-bytes auto`` must show: small writes, then hydration
+    of 2M rows at 1x8 against ``off`` and 1 MiB, three times interleaved."""
+    runs = _small_writes(40)
+    thresholds = [("off", MIB), ("best-effort", MIB), ("best-effort", AUTO)]
+    for repeat in range(3):
+        runs += _hydrate(2_000_000, 1000, 4, workers=8, repeat=repeat, thresholds=thresholds)
+    return runs
+
+
+#: Hydration's modes and thresholds: ``off``, best-effort sharing nothing, at
+#: 1 MiB, everything, and ``auto``.
+HYDRATE_THRESHOLDS = [
+    ("off", MIB),
+    ("best-effort", 0),
+    ("best-effort", MIB),
+    ("best-effort", UNLIMITED),
+    ("best-effort", AUTO),
+]
+
+
+def _hydrate(
+    snapshot: int,
+    r: int,
+    n: int,
+    *,
+    workers: int,
+    repeat: int,
+    thresholds: list[tuple[str, int | str]] = HYDRATE_THRESHOLDS,
+) -> list[RunSpec]:
+    """Hydration by threshold: one run of each ``(mode, shared_max_bytes)``."""
+    return [
+        RunSpec(
+            section="hydrate",
+            mode=mode,
+            groups=1,
+            workers=workers,
+            workload="hydrate",
+            rows_per_interval=r,
+            snapshot_rows=snapshot,
+            intervals=n,
+            shared_max_bytes=smb,
+            repeat=repeat,
+        )
+        for mode, smb in thresholds
+    ]
+
+
+#: The ``(mode, coalesce)`` pairs the scale sweeps compare.
+SCALE_MODES = VARIANTS
+#: Workers at one group, then groups of :data:`SCALE_GROUP_WORKERS` workers.
+SCALE_WORKERS = (1, 2, 4, 8, 16, 32)
+SCALE_GROUPS = (1, 2, 4, 8)
+SCALE_GROUP_WORKERS = 4
+#: Trickle rows per worker per interval: every worker has the same work
+#: whatever the shape, so ideal scaling is linear.
+SCALE_ROWS_PER_WORKER = 5000
+SCALE_INTERVALS = 20
+#: Runs of each point; the report and plots take the median (a shared
+#: 2-core machine is noisy).
+SCALE_REPEATS = 3
+
+
+def scale_matrix(
+    workers: tuple[int, ...],
+    groups: tuple[int, ...],
+    *,
+    group_workers: int,
+    rows_per_worker: int,
+    intervals: int,
+    repeats: int,
+) -> list[RunSpec]:
+    """The scale sweeps (see :mod:`shardsink.bench.scale`): every mode of
+    :data:`SCALE_MODES` at one group of each of ``workers``, then at each of
+    ``groups`` groups of ``group_workers``; ``rows_per_worker`` trickle rows
+    per worker per interval, ``intervals`` intervals a run; all of it
+    ``repeats`` times, interleaved."""
+    shapes = [("scale-workers", 1, w) for w in workers]
+    shapes += [("scale-groups", g, group_workers) for g in groups]
+    return [
+        _trickle(
+            section,
+            mode,
+            g,
+            w,
+            rows_per_worker * g * w,
+            intervals,
+            repeat=repeat,
+            coalesce=coalesce,
+        )
+        for repeat in range(repeats)
+        for section, g, w in shapes
+        for mode, coalesce in SCALE_MODES
+    ]
+
+
+def _scale() -> list[RunSpec]:
+    return scale_matrix(
+        SCALE_WORKERS,
+        SCALE_GROUPS,
+        group_workers=SCALE_GROUP_WORKERS,
+        rows_per_worker=SCALE_ROWS_PER_WORKER,
+        intervals=SCALE_INTERVALS,
+        repeats=SCALE_REPEATS,
+    )
+
+
+#: What sharing may add to ``off``'s p50 append latency, by ``(groups,
+#: workers)`` at 128 rows per interval (issue 17's bound).
+LATENCY_BOUNDS_MS = {(1, 8): 2.0, (4, 8): 5.0}
+LATENCY_INTERVALS = 200
+LATENCY_REPEATS = 3
+
+
+def _latency() -> list[RunSpec]:
+    """Every variant at 1x8 and 4x8 with 128 rows per interval,
+    :data:`LATENCY_REPEATS` times interleaved, for the p50 each adds to off's."""
+    return [
+        _trickle("latency", mode, g, w, 128, LATENCY_INTERVALS, coalesce=coalesce, repeat=repeat)
+        for repeat in range(LATENCY_REPEATS)
+        for g, w in LATENCY_BOUNDS_MS
+        for mode, coalesce in VARIANTS
+    ]
+
+
+MATRICES: dict[str, Callable[[], list[RunSpec]]] = {
+    "default": _default,
+    "quick": _quick,
+    "trickle": _trickle_only,
+    "scale": _scale,
+    "auto": _auto,
+    "latency": _latency,
+}

@@ -1,0 +1,215 @@
+"""Running ``bench cluster``: one run in a fresh directory (:func:`run_one`),
+and a whole matrix (:func:`run`), which keeps ``results.json`` current after
+every run and writes the plots and ``report.md`` at the end.
+
+A run never raises: one that fails or does not verify is a row with
+``verified: false`` and its ``error`` (and ``traceback``), never dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from ...config import ClusterConfig
+from ...workloads import Workload
+from .. import scale
+from .checks import checks
+from .matrices import RunSpec
+from .plots import plot
+from .report import COLUMNS, table_rows, write_report
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+    from ...cluster.cluster import Cluster
+
+COMPACT_EVERY = 10  # intervals between compactions when compaction is on
+
+
+def run_one(spec: RunSpec, work_dir: Path, base: ClusterConfig | None = None) -> dict:
+    """Run ``spec`` in a fresh ``work_dir``, a cluster run from ``base``'s
+    settings (see :class:`~.matrices.BenchClusterConfig`); never raises: a failure is a
+    row with ``verified: false`` and the ``error``."""
+    row = {**msgspec.structs.asdict(spec), "verified": False, "error": ""}
+    try:
+        if spec.mode.startswith("delta"):
+            from ..delta_peer import run_delta
+
+            workload = Workload(spec.workload, spec.rows_per_interval, spec.snapshot_rows)
+            row.update(
+                run_delta(
+                    spec.mode,
+                    spec.groups,
+                    spec.workers,
+                    workload,
+                    spec.intervals,
+                    work_dir / "delta",
+                )
+            )
+        else:
+            row.update(_run_cluster(spec, work_dir, base or ClusterConfig()))
+    except Exception as exc:
+        row["error"] = f"{type(exc).__name__}: {exc}"
+        row["traceback"] = traceback.format_exc(limit=5)
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    return row
+
+
+def _run_cluster(spec: RunSpec, work_dir: Path, base: ClusterConfig) -> dict:
+    """One cluster run of ``spec`` at full pace: its stats, where the CPU went,
+    what is left in the shard's state, and its verification."""
+    from ...cluster.cluster import Cluster
+
+    config = msgspec.structs.replace(
+        base,
+        groups=spec.groups,
+        workers=spec.workers,
+        mode=spec.mode,
+        coalesce=spec.coalesce,
+        shared_max_bytes=spec.shared_max_bytes,
+        workload=spec.workload,
+        rows_per_interval=spec.rows_per_interval,
+        snapshot_rows=spec.snapshot_rows,
+        intervals=spec.intervals,
+        pace="max",
+        data_dir=str(work_dir / "data"),
+        verify=False,
+    )
+    with Cluster(config) as cluster:
+        cpu_before = _cpu_times(cluster)
+        machine_before = scale.cpu_sample()
+        started = time.monotonic()
+        extra = _run_intervals(cluster, spec)
+        extra["machine_busy"] = scale.machine_busy(machine_before, scale.cpu_sample())
+        extra.update(scale.cpu_use(cpu_before, _cpu_times(cluster), time.monotonic() - started))
+        state = cluster.shard.state(refresh=True)
+        extra["batches_in_state"] = len(state.batches)
+        extra["thresholds"] = [r.shared_max_bytes for r in cluster.records]
+        extra["parts_in_state"] = sum(len(b.parts) for b in state.batches.values())
+        cluster.verify()
+        stats = cluster.stats()
+    row = msgspec.structs.asdict(stats)
+    row["verified"] = bool(stats.verified)
+    if not stats.verified:
+        row["error"] = stats.verify_detail or "the shard does not match the workload"
+    row.update(extra)
+    return row
+
+
+def _run_intervals(cluster: Cluster, spec: RunSpec) -> dict:
+    """Run ``spec``'s intervals; with compaction, compact every
+    :data:`COMPACT_EVERY` of them and return the ``compactions`` applied."""
+    if not spec.compaction:
+        cluster.run(spec.intervals)
+        return {}
+    compacted = 0
+    done = 0
+    while done < spec.intervals:
+        step = min(COMPACT_EVERY, spec.intervals - done)
+        cluster.run(step)
+        done += step
+        compacted += cluster.shard.compact().applied
+    return {"compactions": compacted}
+
+
+def _cpu_times(cluster: Cluster) -> scale.CpuTimes:
+    return scale.cpu_times((p.kind, p.name, p.pid) for p in cluster.processes())
+
+
+def run(
+    specs: list[RunSpec],
+    out: Path,
+    command: str,
+    *,
+    title: str,
+    quiet: bool = False,
+    base: ClusterConfig | None = None,
+) -> list[dict]:
+    """Run ``specs`` (a matrix, named ``title``), their clusters from ``base``
+    (:func:`run_one`), and write ``results.json``, plots and ``report.md``
+    into ``out``."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    out.mkdir(parents=True, exist_ok=True)
+    scratch = out / "scratch"
+    console = Console(stderr=True, quiet=quiet)
+    started = time.monotonic()
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
+        rows = _run_specs(specs, out, scratch, base, progress)
+    shutil.rmtree(scratch, ignore_errors=True)
+    plot(rows, out)
+    write_report(rows, out, command, time.monotonic() - started)
+    _print_summary(rows, out, title, quiet)
+    return rows
+
+
+def _run_specs(
+    specs: list[RunSpec],
+    out: Path,
+    scratch: Path,
+    base: ClusterConfig | None,
+    progress: Progress,
+) -> list[dict]:
+    """Run each spec in its own directory under ``scratch``, showing it on
+    ``progress``; ``results.json`` is rewritten after every run."""
+    rows: list[dict] = []
+    task = progress.add_task("bench cluster", total=len(specs))
+
+    def done(spec: RunSpec, row: dict) -> None:
+        rows.append(row)
+        mark = "ok" if row.get("verified") else f"FAILED: {row.get('error', '')[:100]}"
+        progress.console.print(f"{spec.label}: {mark}")
+        progress.update(task, advance=1)
+        # keep what is measured even if a later run crashes the driver
+        _write_results(out, rows)
+
+    for i, spec in enumerate(specs):
+        progress.update(task, description=spec.label)
+        done(spec, run_one(spec, scratch / f"run-{i:03d}", base))
+    return rows
+
+
+def _print_summary(rows: list[dict], out: Path, title: str, quiet: bool) -> None:
+    """The table of every run and the checks' verdicts, on stdout."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"bench cluster ({title}): {out / 'results.json'}")
+    for name, _, _ in COLUMNS:
+        table.add_column(name, justify="left" if name in ("mode", "shape") else "right")
+    for cells in table_rows(rows):
+        table.add_row(*cells)
+    # piped output (CI logs, tee) gets room for the whole table, not 80 columns
+    console = Console(quiet=quiet, width=None if sys.stdout.isatty() else 200)
+    console.print(table)
+    for claim, passed, figures in checks(rows):
+        verdict = "not measured" if passed is None else ("pass" if passed else "FAIL")
+        console.print(f"{verdict:>12}  {claim}: {figures}")
+
+
+def _write_results(out: Path, rows: list[dict]) -> None:
+    # temp and rename: a crash mid-write never leaves a truncated results.json
+    tmp = out / "results.json.tmp"
+    tmp.write_text(json.dumps({"runs": rows}, indent=2, default=str) + "\n")
+    tmp.replace(out / "results.json")
+
+
+def command_line() -> str:
+    """The command as the user typed it, for the report: ``shardsink`` and argv."""
+    return " ".join(["shardsink", *sys.argv[1:]])

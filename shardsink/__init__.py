@@ -4,11 +4,15 @@ durable, Arrow-native shard.
 The public API is what ``__all__`` lists; everything else may change. The
 subpackages (``shardsink.storage``, ``shardsink.persist``, ``shardsink.server``,
 ``shardsink.shm``, ``shardsink.cluster``, ``shardsink.chaos``) export their own,
-more detailed APIs; ``shardsink.faults`` holds the named fault points.
+more detailed APIs; ``shardsink.faults`` holds the named fault points and
+the store wrappers. ``open_blob`` and ``open_consensus`` here are
+``shardsink.faults``' (a store opened while ``blob.call`` or
+``consensus.call`` is armed injects faults); ``shardsink.storage``'s never wrap.
 """
 
 from .cluster import Cluster, ClusterConfig, ClusterError, ClusterStats, Workload
 from .connect import open_shard
+from .faults import open_blob, open_consensus
 from .persist import (
     ListenEvent,
     NotReadable,
@@ -33,8 +37,6 @@ from .storage import (
     Mismatch,
     StorageError,
     VersionedData,
-    open_blob,
-    open_consensus,
 )
 
 __version__ = "0.1.0"

@@ -24,8 +24,3 @@ def process_start(pid: int) -> int | None:
     if fields[0] in (b"Z", b"X"):
         return None
     return int(fields[19])
-
-
-def same_process(pid: int, start: int | None) -> bool:
-    """Whether ``pid`` still names the process that had start time ``start``."""
-    return start is not None and process_start(pid) == start

@@ -24,7 +24,7 @@ from ._bounds import at_least, port, positive
 from ._http import parse_listen
 from .persist.config import ShardConfig
 from .persist.state import check_shard_name
-from .shm.channel import INLINE_MAX_BYTES
+from .shm.channel import MESSAGE_PART_MAX_BYTES
 from .storage.uri import redact
 
 MIB = 1 << 20
@@ -45,7 +45,7 @@ SIZE_UNITS: dict[str, int] = {
 }
 _SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*", re.IGNORECASE)
 #: ClusterConfig fields that hold a byte count (a TOML file may write them as "1MiB").
-SIZE_FIELDS = ("shared_max_bytes", "blob_target_bytes", "transport_inline_max_bytes")
+SIZE_FIELDS = ("shared_max_bytes", "blob_target_bytes", "message_part_max_bytes")
 #: The ``shared_max_bytes`` that tunes itself.
 AUTO = "auto"
 T = TypeVar("T", bound=msgspec.Struct)
@@ -92,7 +92,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
       the linger only costs time when a worker joins more than the linger late
       or not at all. 10 ms took a 1x8 trickle from ~1.6-1.9 to ~1.0 parts per
       append on 2 cores, where 5 ms still left up to ~1.3.
-    - ``transport_inline_max_bytes``: a part a worker hands its builder
+    - ``message_part_max_bytes``: a part a worker hands its builder
       travels inside the ZeroMQ message if its Arrow IPC size is at most this,
       through the worker's shared-memory arena otherwise; 0 sends every part
       through the arena. The default, 32 KiB, is the largest size at which
@@ -155,7 +155,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     shared_max_bytes: int | Literal["auto"] = MIB
     blob_target_bytes: int = 128 * MIB
     best_effort_linger_ms: int = 10
-    transport_inline_max_bytes: int = INLINE_MAX_BYTES
+    message_part_max_bytes: int = MESSAGE_PART_MAX_BYTES
     workload: WorkloadName = "trickle"
     rows_per_interval: int = 1000
     snapshot_rows: int = 0
@@ -186,7 +186,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             self,
             0,
             "best_effort_linger_ms",
-            "transport_inline_max_bytes",
+            "message_part_max_bytes",
             "rows_per_interval",
             "snapshot_rows",
             "intervals",

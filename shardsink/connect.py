@@ -11,12 +11,11 @@ from ._curve import ClientKeys, keys_for
 from .persist.config import ShardConfig
 from .persist.machine import ShardMachine
 from .persist.shard import Shard
-from .persist.shard import open_shard as open_local_or_remote
 from .server.client import RemoteMachine
 
 
 def open_shard(name: str = "default", *, keys: ClientKeys | None = None, **kwargs: Any) -> Shard:
-    """:func:`shardsink.persist.shard.open_shard` (same arguments and errors)
+    """:meth:`shardsink.persist.Shard.open` (same arguments and errors)
     that also reaches a consensus server named by ``consensus``; a
     ``tcp://`` one with the CURVE ``keys`` (default:
     :func:`~shardsink._curve.keys_for` the address, from ``SHARDSINK_KEYS``)."""
@@ -35,4 +34,4 @@ def open_shard(name: str = "default", *, keys: ClientKeys | None = None, **kwarg
             keys=keys if keys is not None else keys_for(address),
         )
 
-    return open_local_or_remote(name, remote=remote, **kwargs)
+    return Shard.open(name, remote=remote, **kwargs)

@@ -187,14 +187,6 @@ def acquire_or_server(
     return _take(Path(data_dir), SHARD_COMMAND, wait_s, lambda h: h.address is not None)
 
 
-def current_holder(data_dir: str | os.PathLike) -> Holder | None:
-    """The holder the lock file of ``data_dir`` names, if its process still
-    runs; ``None`` if it names none (free, stale or not yet written). Takes no
-    lock, so it never gets in a taker's way."""
-    holder = recorded_holder(data_dir)
-    return holder if holder is not None and holder.alive() else None
-
-
 def recorded_holder(data_dir: str | os.PathLike) -> Holder | None:
     """The record in the lock file of ``data_dir``, stale or not (``None`` if
     there is none); :meth:`Holder.alive` tells which. Takes no lock."""

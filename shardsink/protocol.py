@@ -34,9 +34,11 @@ from collections.abc import Callable, Iterator
 from typing import Annotated, Literal, TypeVar
 
 import msgspec
+import pyarrow as pa
 import zmq
 
 from .config import ClusterConfig, Mode
+from .persist import parts as P
 from .persist.state import Batch
 
 log = logging.getLogger(__name__)
@@ -207,6 +209,21 @@ class Contribute(msgspec.Struct, **_OPTS):
     writer: str
 
 
+#: A sender's rows are sent in parts of at most this many Arrow bytes, so the
+#: builder can cut Parquet parts while the rest is still arriving.
+PART_BYTES = 4 << 20
+_SCHEMA = P.full_schema()
+#: The part of no rows: a best-effort join, or the finish of a sender with nothing to share.
+EMPTY = pa.RecordBatch.from_arrays([pa.array([], f.type) for f in _SCHEMA], schema=_SCHEMA)
+
+
+def parts_of(table: pa.Table) -> list[pa.RecordBatch]:
+    """``table`` as the record batches a sender hands its builder: consecutive
+    slices of about :data:`PART_BYTES`, at least one (empty for an empty table)."""
+    pieces = [b for piece in P.split(table, PART_BYTES) for b in piece.to_batches()]
+    return pieces or [EMPTY]
+
+
 # --- builder <-> worker -------------------------------------------------------------
 
 
@@ -265,8 +282,8 @@ class ChildSpec(msgspec.Struct, **_OPTS):
 #: so the coordinator starts them without importing them), each given its
 #: :class:`ChildSpec` as its payload: a group's builder, the host builder
 #: (``coalesce`` host) and a worker.
-BUILDER_ROLE = "shardsink.worker.builder:main"
-HOST_BUILDER_ROLE = "shardsink.worker.builder:host_main"
+BUILDER_ROLE = "shardsink.builder.builder:main"
+HOST_BUILDER_ROLE = "shardsink.builder.builder:host_main"
 WORKER_ROLE = "shardsink.worker.worker:main"
 #: What a cluster's zygote imports before it forks any child.
 CHILD_ROLES = (BUILDER_ROLE, HOST_BUILDER_ROLE, WORKER_ROLE)

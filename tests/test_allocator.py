@@ -20,7 +20,7 @@ import pytest
 from shardsink import open_shard
 from shardsink._allocator import SERVER_ENV
 from shardsink.cluster.verify import verify
-from shardsink.persist import read
+from shardsink.persist import windows
 from shardsink.persist.config import ShardConfig
 from shardsink.process.consensus import ConsensusProcess
 from shardsink.process.spawn import SpawnStarter
@@ -175,7 +175,7 @@ def test_reading_compacting_and_verifying_leave_the_processs_allocators_alone(
 
     workload = Workload("churn", rows_per_interval=3000, interval_ms=1)
     config = ShardConfig(inline_max_bytes=0, blob_target_bytes=1 << 20)
-    monkeypatch.setattr(read, "WHOLE_GET_BYTES", 0)  # every part through open_input
+    monkeypatch.setattr(windows, "WHOLE_GET_BYTES", 0)  # every part through open_input
     blob, consensus = f"file://{tmp_path}/blob", f"sqlite://{tmp_path}/c.db"
     with open_shard("s", blob=blob, consensus=consensus, config=config) as shard:
         for name in (

@@ -13,7 +13,7 @@ from shardsink.config import MIB, ClusterConfig, format_size, parse_size
 
 FLAGS = [
     *("--groups", "1", "--workers", "3", "--mode", "barrier", "--shared-max-bytes", "2MiB"),
-    *("--linger-ms", "0", "--inline-max-bytes", "0", "--workload", "churn"),
+    *("--linger-ms", "0", "--message-part-max-bytes", "0", "--workload", "churn"),
     *("--rows-per-interval", "50", "--intervals", "3", "--interval-ms", "200"),
     *("--pace", "realtime", "--shard", "s1", "--interval-timeout", "9.5", "--max-restarts", "4"),
     *("--start", "spawn", "--seed", "7", "--no-verify"),
@@ -24,7 +24,7 @@ workers = 3
 mode = "barrier"
 shared_max_bytes = "2MiB"
 best_effort_linger_ms = 0
-transport_inline_max_bytes = 0
+message_part_max_bytes = 0
 workload = "churn"
 rows_per_interval = 50
 intervals = 3

@@ -32,6 +32,13 @@ def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
+def _live_holder(data_dir: Path) -> datadir.Holder | None:
+    """The holder the lock file names, if its process still runs (``None``:
+    free, stale or not yet written); read without taking the lock."""
+    holder = datadir.recorded_holder(data_dir)
+    return holder if holder is not None and holder.alive() else None
+
+
 def test_the_record_reads_with_fields_it_does_not_know(tmp_path):
     """A later version may add fields to the record (a metrics URL): this one still reads it."""
     record = {"pid": 1, "start": 2, "kind": "coordinator", "control": "ipc://x", "metrics": "h"}
@@ -44,7 +51,7 @@ def test_a_second_taker_is_refused_naming_the_holder(tmp_path):
     with datadir.acquire(tmp_path, datadir.COORDINATOR) as lock:
         assert _mode(tmp_path / datadir.LOCK_NAME) == 0o600
         lock.update(address="tcp://127.0.0.1:7")
-        holder = datadir.current_holder(tmp_path)
+        holder = _live_holder(tmp_path)
         assert holder is not None and holder.alive()
         assert (holder.pid, holder.kind) == (os.getpid(), "coordinator")
         with pytest.raises(datadir.DataDirBusy) as busy:
@@ -54,7 +61,7 @@ def test_a_second_taker_is_refused_naming_the_holder(tmp_path):
             "at tcp://127.0.0.1:7); go through its consensus server: --consensus tcp://127.0.0.1:7"
         )
         assert datadir.acquire_or_server(tmp_path) == lock.holder
-    assert datadir.current_holder(tmp_path) is None
+    assert _live_holder(tmp_path) is None
     assert (tmp_path / datadir.LOCK_NAME).read_bytes() == b""  # let go cleanly: nothing stale
     datadir.acquire(tmp_path, datadir.SHARD_COMMAND).close()
 
@@ -90,9 +97,9 @@ def test_a_stale_lock_is_reported_and_replaced(tmp_path, popen, caplog):
         datadir.acquire(tmp_path, datadir.COORDINATOR)
     holder.kill()
     holder.wait(10)
-    assert datadir.current_holder(tmp_path) is None  # the record names a dead process
+    assert _live_holder(tmp_path) is None  # the record names a dead process
     with caplog.at_level(logging.WARNING), datadir.acquire(tmp_path, datadir.COORDINATOR):
-        assert datadir.current_holder(tmp_path).pid == os.getpid()
+        assert _live_holder(tmp_path).pid == os.getpid()
     assert f"replacing the stale lock of coordinator pid {holder.pid}, gone" in caplog.text
 
 
@@ -103,13 +110,13 @@ def test_a_shard_command_without_a_server_holds_the_lock(tmp_path, capsys, monke
     compact = Shard.compact
 
     def watched(shard):
-        during.append(datadir.current_holder(tmp_path))
+        during.append(_live_holder(tmp_path))
         return compact(shard)
 
     monkeypatch.setattr(Shard, "compact", watched)
     assert main(["shard", "compact", "--data-dir", str(tmp_path)]) == 0, capsys.readouterr().err
     assert [(h.pid, h.kind) for h in during] == [(os.getpid(), "shard-command")]
-    assert datadir.current_holder(tmp_path) is None
+    assert _live_holder(tmp_path) is None
 
 
 def test_shard_commands_go_through_the_cluster_consensus_server(tmp_path, capsys):
@@ -122,7 +129,7 @@ def test_shard_commands_go_through_the_cluster_consensus_server(tmp_path, capsys
     with Cluster(config) as cluster:
         assert _mode(data) == 0o700
         assert cluster.run().verified is True
-        holder = datadir.current_holder(data)
+        holder = _live_holder(data)
         assert (holder.pid, holder.kind) == (os.getpid(), "coordinator")
         assert holder.address == cluster.consensus.address
         assert main(["shard", "compact", "--data-dir", str(data)]) == 0
@@ -154,7 +161,7 @@ def test_up_on_a_data_dir_a_consensus_server_serves(tmp_path, popen, capsys):
     assert line.startswith("listening on "), line
     address = line.removeprefix("listening on ").strip()
     assert _mode(data) == 0o700
-    holder = datadir.current_holder(data)
+    holder = _live_holder(data)
     assert (holder.pid, holder.kind, holder.address) == (server.pid, "consensus-server", address)
 
     assert main(["up", "--data-dir", str(data)]) == 2
@@ -175,6 +182,6 @@ def test_up_on_a_data_dir_a_consensus_server_serves(tmp_path, popen, capsys):
         client.close()
     server.terminate()
     assert server.wait(30) == 0
-    assert datadir.current_holder(data) is None
+    assert _live_holder(data) is None
     assert main(["shard", "inspect", "--data-dir", str(data), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["upper"] == 2000

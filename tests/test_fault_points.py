@@ -147,10 +147,13 @@ def test_a_point_armed_twice_for_one_process_is_refused_up_front() -> None:
 
 
 def test_stores_opened_by_uri_fail_as_armed(tmp_path) -> None:
-    """``blob.call`` and ``consensus.call`` wrap stores opened while armed:
+    """``blob.call`` and ``consensus.call`` wrap stores opened while armed
+    (through ``faults.open_blob`` / ``faults.open_consensus``; storage's own
+    openers never wrap):
     a determinate fault does not perform the call, an indeterminate one does
     and loses the answer; each firing is recorded; disarmed, nothing is wrapped."""
-    from shardsink.storage import open_blob, open_consensus
+    from shardsink import storage
+    from shardsink.faults import open_blob, open_consensus
     from shardsink.storage.contracts import VersionedData
 
     uri = f"file://{tmp_path}/blob"
@@ -162,6 +165,9 @@ def test_stores_opened_by_uri_fail_as_armed(tmp_path) -> None:
         role="builder g0",
     )
     blob = open_blob(uri)
+    unwrapped = storage.open_blob(uri)  # storage knows nothing of faults
+    assert type(unwrapped).__name__ == "FileBlob"
+    unwrapped.close()
     with pytest.raises(DeterminateError, match="set on file://"):
         blob.set("a", b"1")
     assert plain.get("a") is None  # not performed

@@ -132,7 +132,7 @@ def check_stores(stores: list[str], seconds: float) -> None:
     """``ValueError`` for a non-positive duration or a store client processes
     cannot share; opens each store once, so a bad URI fails before anything
     starts (and its tables exist before clients race to create them)."""
-    from ..storage import open_consensus
+    from ..faults import open_consensus
 
     if seconds <= 0:
         raise ValueError(f"--seconds must be positive, got {seconds}")

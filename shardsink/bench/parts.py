@@ -12,8 +12,8 @@ save a reader, side by side in one run.
   part spans every key, as a group's builders' parts of one interval do),
   in a ``file://`` blob store, written sorted (as now) and unsorted (as
   earlier versions' builders wrote them, pyarrow's defaults). Each is read
-  (:func:`~shardsink.persist.read.windows`, what ``Reader.batches`` runs,
-  128Ki-row windows) and merged (:func:`~shardsink.persist.read.key_windows`
+  (:func:`~shardsink.persist.windows.windows`, what ``Reader.batches`` runs,
+  128Ki-row windows) and merged (:func:`~shardsink.persist.windows.key_windows`
   in compaction's 32Ki-row windows, consolidated into key-sorted parts cut
   at 4 MiB, as a merge pass writes them), each in a fresh interpreter in the
   default environment, one after another: peak RSS above the process's RSS
@@ -69,7 +69,7 @@ _CHILD = textwrap.dedent(
         ctypes.CDLL("libc.so.6").mallopt(-3, 128 * 1024)
     from functools import partial
     from shardsink._allocator import release_freed_pages
-    from shardsink.persist import parts as P, read
+    from shardsink.persist import parts as P, windows as W
     from shardsink.persist.compaction import WINDOW_ROWS
     from shardsink.persist.config import COMPACT_PART_BYTES
     from shardsink.persist.state import BlobPart
@@ -78,7 +78,7 @@ _CHILD = textwrap.dedent(
     blob = open_blob(blob_uri)
     parts = msgspec.convert(json.load(open(listing)), list[BlobPart])
     schema = P.full_schema()
-    load = partial(read.part_chunks, blob, "bench", schema=schema, rows=read.CHUNK_ROWS)
+    load = partial(W.part_chunks, blob, "bench", schema=schema, rows=W.CHUNK_ROWS)
     as_of = max(p.ts_hi for p in parts)
     # Arrow's first group-by and Parquet round trip load code and start thread
     # pools whatever their size: warm them up on a few rows (the pool's peak,
@@ -94,12 +94,12 @@ _CHILD = textwrap.dedent(
     started = time.perf_counter()
     rows = written = 0
     if mode == "read":
-        for window, _ in read.windows(parts, load, as_of, schema):
+        for window, _ in W.windows(parts, load, as_of, schema):
             rows += window.num_rows
         window = None
     else:
         writer = P.SortedPartWriter(schema)
-        for table, _ in read.key_windows(parts, load, as_of, schema, window_rows=WINDOW_ROWS):
+        for table, _ in W.key_windows(parts, load, as_of, schema, window_rows=WINDOW_ROWS):
             merged = P.consolidate(table)
             rows += merged.num_rows
             writer.write(merged)
@@ -212,7 +212,7 @@ def stage(work: Path, parts: int, rows: int, layouts=("sorted", "legacy")) -> tu
     """Write :func:`overlapping` parts in each of ``layouts`` to a ``file://``
     store in ``work``: its URI, and per layout the JSON file listing them
     (``layout``) and their encoded bytes (``layout_bytes``)."""
-    from ..storage import open_blob
+    from ..faults import open_blob
 
     blob_uri = f"file://{work}/blob"
     blob = open_blob(blob_uri)

@@ -44,7 +44,7 @@ shared with other work, the transport and its limit are then measured under
 the same load, not minutes apart.
 
 ``--inline-sweep`` adds small sizes sent always inline and always through
-shared memory, the measurement behind ``shardsink.shm.INLINE_MAX_BYTES``.
+shared memory, the measurement behind ``shardsink.shm.MESSAGE_PART_MAX_BYTES``.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ ACK_WINDOW = 2 << 20
 TIMEOUT = 60.0
 _COLUMNS = ("shm", "zmq", "queue", "memcpy", "memcpy_cached")
 _ROW_BYTES = 60  # int64 key, 32-char string value (+ int32 offset), uint64 ts, int64 diff
-# transport -> (kind, inline_max_bytes); None keeps the default cut-off
+# transport -> (kind, message_part_max_bytes); None keeps the default cut-off
 _TRANSPORTS = {
     "shm": ("shm", None),
     "zmq": ("zmq", None),
@@ -227,7 +227,7 @@ def _worker(
                 sock.send(sink.getvalue(), copy=False)
 
         else:
-            options = {} if inline_max is None else {"inline_max_bytes": inline_max}
+            options = {} if inline_max is None else {"message_part_max_bytes": inline_max}
             sender = stack.enter_context(PartSender(endpoint, cluster, timeout=TIMEOUT, **options))
             send, settle = sender.send, sender.wait_acked
         # Timed in the same minute as the transport, one repetition each before
@@ -430,12 +430,12 @@ def run(
     ``{"parts": [{"size", "batch_bytes", "parts_per_rep", "shm_gbps", "zmq_gbps",
     "queue_gbps", "memcpy_gbps", "memcpy_cached_gbps", "bytes_read": {column:
     bytes}}, ...], "reps",
-    "inline_max_bytes"}`` plus ``"inline_sweep": [{"size", "inline_gbps",
+    "message_part_max_bytes"}`` plus ``"inline_sweep": [{"size", "inline_gbps",
     "shm_gbps"}, ...]`` if asked. ``sizes``, ``sweep_sizes`` and ``reps``
     default to the published configuration. Raises ``RuntimeError`` if a
     worker or builder process fails (a part read wrong, say) or exceeds its
     timeout."""
-    from shardsink.shm import INLINE_MAX_BYTES, unlink_cluster
+    from shardsink.shm import MESSAGE_PART_MAX_BYTES, unlink_cluster
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -471,7 +471,7 @@ def run(
             for size in sizes
         ],
         "reps": reps,
-        "inline_max_bytes": INLINE_MAX_BYTES,
+        "message_part_max_bytes": MESSAGE_PART_MAX_BYTES,
     }
     if inline_sweep:
         result["inline_sweep"] = [
@@ -504,7 +504,8 @@ def print_table(result: dict) -> None:
     console = Console()
     console.print(table)
     if "inline_sweep" in result:
-        sweep = Table(title=f"inline vs shm GB/s (cut-off {_size(result['inline_max_bytes'])})")
+        cut_off = _size(result["message_part_max_bytes"])
+        sweep = Table(title=f"inline vs shm GB/s (cut-off {cut_off})")
         for column in ("size", "inline", "shm"):
             sweep.add_column(column, justify="right")
         for row in result["inline_sweep"]:

@@ -83,13 +83,13 @@ def register(commands, bench) -> None:
         f"{format_size(d.blob_target_bytes)})",
     )
     up.add_argument(
-        "--inline-max-bytes",
-        dest="transport_inline_max_bytes",
+        "--message-part-max-bytes",
+        dest="message_part_max_bytes",
         type=_size,
         metavar="SIZE",
         help="a part up to this size travels inside the worker's message, a larger one "
         f"through shared memory; 0: always shared memory (default "
-        f"{format_size(d.transport_inline_max_bytes)})",
+        f"{format_size(d.message_part_max_bytes)})",
     )
     up.add_argument("--workload", help=f"{' | '.join(WORKLOADS)} (default {d.workload})")
     up.add_argument(

@@ -61,7 +61,8 @@ from .. import faults, protocol
 from .._address import check_address
 from ..config import ClusterConfig, check_lease
 from ..persist.errors import PartsNotFound, PersistError, UpperMismatch, WriterExpired
-from ..persist.shard import Shard, Writer
+from ..persist.shard import Shard
+from ..persist.writer import Writer
 from ..process import Child, ConsensusProcess, Starter
 from ..storage.errors import StorageError
 from .accounting import Accepted, AccountingError, batches_of, check
@@ -325,7 +326,7 @@ class Coordinator:
         self, reports: Iterable[protocol.Report], why: str, *, tried: bool = False
     ) -> None:
         """Delete the blobs of batches that will never be appended (``tried``:
-        as :meth:`~shardsink.persist.shard.Writer.discard`)."""
+        as :meth:`~shardsink.persist.writer.Writer.discard`)."""
         batches = batches_of(reports)
         if any(b.blob_keys() for b in batches):
             log.info("deleting the blobs of %s", why)

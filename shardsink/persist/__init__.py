@@ -1,7 +1,9 @@
 """The durable shard: state versions, compare-and-append, leased readers,
 garbage collection and compaction.
 
-``open_shard`` is the entry point; see ``shard.py``. The state machine
+``Shard.open`` is the entry point (``shard.py``; writers in ``writer.py``,
+readers in ``reader.py``); ``shardsink.open_shard`` also reaches a consensus
+server. The state machine
 (``commands``, ``transitions``, ``machine``) is public for the consensus
 server that applies the same commands remotely.
 """
@@ -22,9 +24,11 @@ from .errors import (
 from .gc import GcReport
 from .machine import LocalMachine, ShardMachine
 from .parts import DEFAULT_SCHEMA
-from .shard import ListenEvent, Reader, Shard, Writer, open_shard
+from .reader import ListenEvent, Reader
+from .shard import Shard
 from .state import Batch, BlobPart, InlinePart, ShardState
 from .stats import MachineStats, ShardStats
+from .writer import Writer
 
 __all__ = [
     "DEFAULT_SCHEMA",
@@ -53,5 +57,4 @@ __all__ = [
     "ShardStats",
     "UpperMismatch",
     "Writer",
-    "open_shard",
 ]

@@ -17,14 +17,14 @@ import pyarrow as pa
 from .. import faults
 from ..storage.contracts import Blob
 from . import parts as P
-from . import read
+from . import windows
 from .batches import SortedBatchBuilder, discard, flush_inline
 from .commands import ApplyCompaction, Done, InlineCapExceeded
 from .machine import ShardMachine
 from .state import Batch, Part, ShardState
 from .stats import ShardStats
 
-#: Rows a merge consolidates at a time (see :func:`~.read.key_windows`). A
+#: Rows a merge consolidates at a time (see :func:`~.windows.key_windows`). A
 #: consensus server runs merges beside its requests for days, so they keep
 #: small: merging 4M rows into 8 MiB parts peaked 104 MiB above the process's
 #: size with the reader's 128Ki-row windows, 52 MiB with these.
@@ -140,7 +140,7 @@ def _merge(
     writer_id: str,
 ) -> Batch | None:
     """The merged batch of ``run``, or ``None`` if an input part is gone
-    (what it wrote is deleted). Streams by key range (:func:`~.read.key_windows`)
+    (what it wrote is deleted). Streams by key range (:func:`~.windows.key_windows`)
     into parts cut at ``target_bytes`` of Parquet (:class:`~.batches.SortedBatchBuilder`),
     so memory holds a window and one output part's encoding, not the run."""
     builder = SortedBatchBuilder(
@@ -159,13 +159,13 @@ def _merge(
     # an earlier since
     every = max(builder.upper - 1, state.since)
     try:
-        for table, _ in read.key_windows(
+        for table, _ in windows.key_windows(
             parts, partial(_chunks, blob, shard, schema), every, schema, window_rows=WINDOW_ROWS
         ):
             for batch in P.consolidate(P.forward(table, state.since)).to_batches():
                 builder.add(batch)
             del table
-    except read.Missing:
+    except windows.Missing:
         builder.abort()
         return None
     except BaseException:
@@ -175,4 +175,4 @@ def _merge(
 
 
 def _chunks(blob: Blob, shard: str, schema: pa.Schema, part: Part):
-    return read.part_chunks(blob, shard, part, schema, read.CHUNK_ROWS)
+    return windows.part_chunks(blob, shard, part, schema, windows.CHUNK_ROWS)

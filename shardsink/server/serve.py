@@ -60,7 +60,7 @@ def serve(config: ServeConfig, ready: Callable[[str, str | None], None]) -> int:
     Exit status 0."""
     from setproctitle import setproctitle
 
-    from ..storage import open_blob, open_consensus
+    from ..faults import open_blob, open_consensus
     from .metrics import ServerMetrics
     from .server import ConsensusServer
 

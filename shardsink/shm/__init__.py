@@ -9,7 +9,7 @@ those of dead processes and :func:`unlink_cluster` all of a cluster at exit.
 """
 
 from .arena import DEFAULT_CAPACITY, DEFAULT_SEGMENT_SIZE, Arena, size_bound
-from .channel import INLINE_MAX_BYTES, PartReceiver, PartSender, Received
+from .channel import MESSAGE_PART_MAX_BYTES, PartReceiver, PartSender, Received
 from .errors import (
     CorruptPart,
     PartOutOfBounds,
@@ -26,7 +26,7 @@ from .sweep import SegmentName, creator_alive, list_segments, sweep, unlink_clus
 __all__ = [
     "DEFAULT_CAPACITY",
     "DEFAULT_SEGMENT_SIZE",
-    "INLINE_MAX_BYTES",
+    "MESSAGE_PART_MAX_BYTES",
     "Arena",
     "CorruptPart",
     "PartOutOfBounds",

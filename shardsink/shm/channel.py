@@ -69,7 +69,7 @@ def _endpoint(endpoint: str, *, for_bind: bool) -> str:
 # and the arena wins by 1.5-4x from 128 KiB. The cut-off sits in the even band
 # because an inline part also spares the builder an acknowledgement and the
 # worker arena space.
-INLINE_MAX_BYTES = 32 << 10
+MESSAGE_PART_MAX_BYTES = 32 << 10
 DEFAULT_TIMEOUT = 30.0
 # Plain ints: pyzmq's constants are enum members, and combining them costs more
 # than the call they are passed to (2.4 us of 4.8 us per state check here).
@@ -108,12 +108,12 @@ class PartSender:
         *,
         segment_size: int = DEFAULT_SEGMENT_SIZE,
         capacity: int = DEFAULT_CAPACITY,
-        inline_max_bytes: int = INLINE_MAX_BYTES,
+        message_part_max_bytes: int = MESSAGE_PART_MAX_BYTES,
         timeout: float = DEFAULT_TIMEOUT,
         identity: bytes | None = None,
     ) -> None:
         self.endpoint = _endpoint(endpoint, for_bind=False)
-        self.inline_max_bytes = inline_max_bytes
+        self.message_part_max_bytes = message_part_max_bytes
         self.timeout = timeout
         self.arena = Arena(cluster, segment_size=segment_size, capacity=capacity)
         self._ctx = zmq.Context()
@@ -142,7 +142,7 @@ class PartSender:
         bound = size_bound(batch)
         seq = self._seq
         msg: Part | InlinePart
-        if bound <= self.inline_max_bytes:
+        if bound <= self.message_part_max_bytes:
             sink = pa.BufferOutputStream()
             write_stream(sink, batch)
             msg = InlinePart(seq, memoryview(sink.getvalue()), meta or {})

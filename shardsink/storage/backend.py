@@ -15,15 +15,10 @@ def _scheme(uri: str, kind: str) -> str:
 
 
 def open_blob(uri: str) -> Blob:
-    """Open the ``Blob`` backend ``uri`` names (wrapped to inject faults when
-    the ``blob.call`` fault point is armed). Raises ``ValueError`` for a bad
-    URI and a storage error if the backend cannot be reached."""
-    from .. import faults
-
-    return faults.wrap_store("blob.call", _open_blob(uri))
-
-
-def _open_blob(uri: str) -> Blob:
+    """Open the ``Blob`` backend ``uri`` names. Raises ``ValueError`` for a
+    bad URI and a storage error if the backend cannot be reached. (Opened
+    through :func:`shardsink.faults.open_blob`, it is wrapped to inject faults
+    when the ``blob.call`` fault point is armed.)"""
     scheme = _scheme(uri, "blob")
     if scheme == "file":
         from .file import FileBlob
@@ -41,15 +36,10 @@ def _open_blob(uri: str) -> Blob:
 
 
 def open_consensus(uri: str) -> Consensus:
-    """Open the ``Consensus`` backend ``uri`` names (wrapped to inject faults
-    when the ``consensus.call`` fault point is armed). Raises ``ValueError``
-    for a bad URI and a storage error if the backend cannot be reached."""
-    from .. import faults
-
-    return faults.wrap_store("consensus.call", _open_consensus(uri))
-
-
-def _open_consensus(uri: str) -> Consensus:
+    """Open the ``Consensus`` backend ``uri`` names. Raises ``ValueError`` for
+    a bad URI and a storage error if the backend cannot be reached. (Opened
+    through :func:`shardsink.faults.open_consensus`, it is wrapped to inject
+    faults when the ``consensus.call`` fault point is armed.)"""
     scheme = _scheme(uri, "consensus")
     if scheme == "sqlite":
         from .sqlite import SqliteConsensus

@@ -1,2 +1,2 @@
-"""The worker side of a group: the worker process, the builder process, and
-the pure state machine that decides who receives a shared batch."""
+"""The worker process: its slice of every minted interval, shared through its
+group's builder (:mod:`shardsink.builder`) or written as its own batch."""

@@ -96,7 +96,7 @@ class Worker:
         self.sender = PartSender(
             self.spec.parts,
             self.spec.cluster_id,
-            inline_max_bytes=self.config.transport_inline_max_bytes,
+            message_part_max_bytes=self.config.message_part_max_bytes,
             timeout=self.config.interval_timeout_s,
             identity=protocol.worker_identity(self.index),
         )
@@ -273,7 +273,7 @@ def main(payload: bytes) -> int:
 
 def run_worker(spec: protocol.ChildSpec) -> int:
     """The worker process's main; returns the exit code."""
-    from ..storage.backend import open_blob
+    from ..faults import open_blob
 
     ctx = zmq.Context()
     blob = open_blob(spec.config.blob_uri)

@@ -53,7 +53,7 @@ class FakeWorker:
         self.sender = PartSender(
             harness.parts,
             harness.cluster_id,
-            inline_max_bytes=-1,
+            message_part_max_bytes=-1,
             timeout=TIMEOUT,
             identity=protocol.worker_identity(index),
         )

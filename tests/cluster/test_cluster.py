@@ -8,12 +8,12 @@ import pytest
 from cluster_helpers import run_cluster, workers_with_rows
 
 from shardsink._curve import KEYS_ENV
+from shardsink.builder.builder import HELD_PER_SENDER_MAX
 from shardsink.cluster import Cluster, ClusterConfig, Workload
 from shardsink.coordinator.threshold import MAX_BYTES, MIN_BYTES, START_BYTES
 from shardsink.process import ConsensusProcess
 from shardsink.server.config import ServeConfig
-from shardsink.shm import INLINE_MAX_BYTES
-from shardsink.worker.builder import HELD_PER_SENDER_MAX
+from shardsink.shm import MESSAGE_PART_MAX_BYTES
 
 #: Small but with every feature: churn retracts from interval 2 on; hydrate's
 #: interval 0 (1,500 rows per worker, ~90 KB) exceeds the 64 KiB threshold, so
@@ -29,7 +29,7 @@ INTERVALS = 4
 #: 32 KiB up to which a part travels inline in the ZeroMQ message, so the
 #: sharing modes run once more with that limit at 0: every part through a
 #: worker's shared-memory arena.
-TRANSPORTS = {"inline": INLINE_MAX_BYTES, "segments": 0}
+TRANSPORTS = {"inline": MESSAGE_PART_MAX_BYTES, "segments": 0}
 #: Best-effort lands near one shared batch per group and interval, not at it:
 #: a worker that joins later than the linger starts a second one.
 BEST_EFFORT_BATCHES_PER_GROUP_MAX = 1.5
@@ -81,7 +81,7 @@ def test_shard_equals_the_expected_collection(tmp_path, mode, transport, groups,
         mode,
         groups,
         workload,
-        transport_inline_max_bytes=TRANSPORTS[transport],
+        message_part_max_bytes=TRANSPORTS[transport],
         best_effort_linger_ms=TEST_LINGER_MS,
     )
     n = groups * 4
@@ -152,7 +152,7 @@ def test_host_coalescing_through_shared_memory_counts_both_hops(tmp_path):
         mode="barrier",
         coalesce="host",
         rows_per_interval=200,
-        transport_inline_max_bytes=0,
+        message_part_max_bytes=0,
     )
     assert run.stats.verified is True, run.stats.verify_detail
     assert [r.segment_parts for r in run.records] == [8 + 2, 8 + 2]

@@ -9,9 +9,9 @@ import uuid
 from cluster_helpers import WRITER, BuilderHarness, rows_batch
 
 from shardsink import protocol
+from shardsink.builder.builder import GroupBuilder
 from shardsink.shm import Received
 from shardsink.storage.memory import MemoryBlob
-from shardsink.worker.builder import GroupBuilder
 
 
 def _part(sender: bytes, claimed: int, keys: list[int]) -> Received:

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardsink.worker.shared_batch import (
+from shardsink.builder.shared_batch import (
     ConflictingDescription,
     Deferred,
     Description,

@@ -1,5 +1,5 @@
 """Streaming reads: ``Reader.batches``, ``Shard.batches``, DuckDB and Polars,
-and the key-range sweep of ``persist.read``."""
+and the key-range sweep of ``persist.windows``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from persist_helpers import SCHEMA, spine_pass, updates
 
 from shardsink import open_shard
 from shardsink.persist import parts as P
-from shardsink.persist import read
+from shardsink.persist import windows as W
 from shardsink.persist.config import ShardConfig
 from shardsink.persist.errors import NotReadable
 from shardsink.persist.state import BlobPart
@@ -208,7 +208,7 @@ def test_windows_equal_consolidating_everything(seed):
     after = rng.choice((None, rng.randint(0, 60)))
     window_rows = rng.choice((1, 3, 1000))
     got = list(
-        read.windows(parts, chunked(data, rng.randint(1, 9)), as_of, SCHEMA, after, window_rows)
+        W.windows(parts, chunked(data, rng.randint(1, 9)), as_of, SCHEMA, after, window_rows)
     )
     whole = P.at_time(P.concat(tables, SCHEMA), as_of)
     if after is not None:
@@ -225,14 +225,14 @@ def test_windows_hold_only_the_parts_that_overlap():
     """Disjoint key ranges: one window per part, each loaded alone."""
     tables = [updates([(k, "v", 0, 1) for k in range(i * 10, i * 10 + 10)]) for i in range(5)]
     parts, data = _parts(reversed(tables))
-    got = list(read.windows(parts, chunked(data, 4), 0, SCHEMA))
+    got = list(W.windows(parts, chunked(data, 4), 0, SCHEMA))
     assert [c for _, c in got] == [9, 19, 29, 39, 49]
     assert [t.num_rows for t, _ in got] == [10] * 5
 
 
 def test_a_large_part_is_consolidated_a_slice_at_a_time():
     parts, data = _parts([updates([(k, "v", 0, 1) for k in range(100)])])
-    got = list(read.windows(parts, chunked(data, 4), 0, SCHEMA, window_rows=30))
+    got = list(W.windows(parts, chunked(data, 4), 0, SCHEMA, window_rows=30))
     assert [c for _, c in got] == [29, 59, 89, 99]
     assert [t.num_rows for t, _ in got] == [30, 30, 30, 10]
 
@@ -241,13 +241,13 @@ def test_a_part_out_of_key_order_is_named():
     parts, data = _parts([updates([(k, "v", 0, 1) for k in range(10)])])
     data[parts[0].key] = data[parts[0].key].take([0, 1, 2, 3, 4, 9, 5, 6, 7, 8])
     with pytest.raises(ValueError, match=f"part {parts[0].key} is not sorted by key"):
-        list(read.windows(parts, chunked(data, 3), 0, SCHEMA))
+        list(W.windows(parts, chunked(data, 3), 0, SCHEMA))
 
 
 def test_windows_name_a_missing_part():
     parts, _ = _parts([updates([(1, "v", 0, 1)])])
-    with pytest.raises(read.Missing) as missing:
-        list(read.windows(parts, lambda p: None, 0, SCHEMA))
+    with pytest.raises(W.Missing) as missing:
+        list(W.windows(parts, lambda p: None, 0, SCHEMA))
     assert missing.value.key == parts[0].key
     assert isinstance(parts[0], BlobPart)
 
@@ -311,9 +311,7 @@ def test_a_part_not_sorted_by_key_is_read_whole_and_sorted():
     for name, data in (("legacy", legacy.getvalue().to_pybytes()), ("now", now)):
         blob.set(name, data)
         assert P.sorted_by_key(pq.ParquetFile(pa.BufferReader(data))) == (name == "now")
-        chunks = list(
-            read.part_chunks(blob, "u", msgspec.structs.replace(part, key=name), SCHEMA, 7)
-        )
+        chunks = list(W.part_chunks(blob, "u", msgspec.structs.replace(part, key=name), SCHEMA, 7))
         assert max(c.num_rows for c in chunks) <= 7
         loaded[name] = pa.concat_tables(chunks)
     assert loaded["legacy"]["key"].to_pylist() == list(range(40))

@@ -19,7 +19,7 @@ import pytest
 from persist_helpers import SCHEMA, updates
 
 from shardsink.persist import parts as P
-from shardsink.persist import read
+from shardsink.persist import windows as W
 from shardsink.persist.batches import BatchBuilder, build_batch, flush_inline
 from shardsink.persist.errors import CorruptState
 from shardsink.persist.state import Batch, BlobPart, InlinePart
@@ -86,12 +86,12 @@ def _legacy_parts(blob: MemoryBlob) -> list[BlobPart]:
 
 
 class Counting:
-    """A loader around :func:`~.read.part_chunks` counting, for every chunk
+    """A loader around :func:`~.W.part_chunks` counting, for every chunk
     it hands out, the rows decoded behind it (its key buffer's rows: a slice
     of a part loaded whole shows the whole part), and the rows handed out."""
 
     def __init__(self, blob) -> None:
-        self.load = partial(read.part_chunks, blob, "s", schema=SCHEMA, rows=CHUNK)
+        self.load = partial(W.part_chunks, blob, "s", schema=SCHEMA, rows=CHUNK)
         self.behind: list[int] = []
         self.handed = 0
 
@@ -112,7 +112,7 @@ def _sweep(parts, loader: Counting) -> tuple[pa.Table, int]:
     """The merged windows' rows, and the most rows the sweep held (handed
     out by the loader, not yet in a window) when it yielded a window."""
     taken, emitted, held = [], 0, 0
-    for table, _ in read.key_windows(parts, loader, 100, SCHEMA, window_rows=WINDOW):
+    for table, _ in W.key_windows(parts, loader, 100, SCHEMA, window_rows=WINDOW):
         emitted += table.num_rows
         held = max(held, loader.handed - emitted)
         taken.append(table)
@@ -219,7 +219,7 @@ def test_overlapping_sorted_parts_hold_a_window_and_a_chunk_of_each(monkeypatch,
     holds at most a window plus a chunk of each part at any window; the
     parts are read through ``open_input`` (large ones) or one ``get``
     (small ones), never both, and the merge equals consolidating all."""
-    monkeypatch.setattr(read, "WHOLE_GET_BYTES", 0 if through == "open_input" else 1 << 30)
+    monkeypatch.setattr(W, "WHOLE_GET_BYTES", 0 if through == "open_input" else 1 << 30)
     blob = _Calls(store)
     parts = _builder_parts(store)
     loader = Counting(blob)
@@ -248,31 +248,31 @@ def test_unsorted_parts_of_earlier_versions_are_read_whole_and_sorted():
 
 def test_a_part_deleted_while_it_is_read_is_missing_and_a_failing_one_is_corrupt(monkeypatch):
     """A store whose reads fail once the key is gone (S3): the sweep raises
-    :class:`~.read.Missing`, so a reader re-reads from refreshed state; a
+    :class:`~.W.Missing`, so a reader re-reads from refreshed state; a
     read failing while the key is there is an error naming the part."""
-    monkeypatch.setattr(read, "WHOLE_GET_BYTES", 0)
-    monkeypatch.setattr(read, "READ_BUFFER_BYTES", 4096)  # so reads go on after the first window
+    monkeypatch.setattr(W, "WHOLE_GET_BYTES", 0)
+    monkeypatch.setattr(W, "READ_BUFFER_BYTES", 4096)  # so reads go on after the first window
     inner = MemoryBlob(uuid.uuid4().hex)
     parts = _builder_parts(inner)
     blob = _FailingReads(inner)
-    loader = partial(read.part_chunks, blob, "s", schema=SCHEMA, rows=CHUNK)
-    windows = read.key_windows(parts, loader, 100, SCHEMA, window_rows=WINDOW)
+    loader = partial(W.part_chunks, blob, "s", schema=SCHEMA, rows=CHUNK)
+    windows = W.key_windows(parts, loader, 100, SCHEMA, window_rows=WINDOW)
     next(windows)
     inner.delete(parts[3].key)
-    with pytest.raises(read.Missing) as missing:
+    with pytest.raises(W.Missing) as missing:
         list(windows)
     assert missing.value.key == parts[3].key
     inner.set(parts[3].key, blob.deleted[parts[3].key])
     blob.failing = {parts[5].key}
     with pytest.raises(CorruptState, match=f"{parts[5].key}: connection reset"):
-        list(read.key_windows(parts, loader, 100, SCHEMA, window_rows=WINDOW))
+        list(W.key_windows(parts, loader, 100, SCHEMA, window_rows=WINDOW))
 
 
 def test_an_inline_part_out_of_order_from_an_earlier_version_is_sorted():
     table = pa.concat_tables([_worker_rows(0, w).slice(0, 5) for w in range(WORKERS)])
     message = table.combine_chunks().to_batches()[0].serialize()
     part = InlinePart(data=message.to_pybytes(), codec="none", **P._bounds(table))
-    chunks = read.part_chunks(MemoryBlob(uuid.uuid4().hex), "s", part, SCHEMA, 7)
+    chunks = W.part_chunks(MemoryBlob(uuid.uuid4().hex), "s", part, SCHEMA, 7)
     keys = pa.concat_tables(chunks)["key"].to_pylist()
     assert keys == sorted(table["key"].to_pylist())
 

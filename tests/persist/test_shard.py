@@ -10,10 +10,10 @@ from persist_helpers import interval_rows, memory_stores, rows_of, updates
 from shardsink.persist import (
     NotReadable,
     SchemaMismatch,
+    Shard,
     ShardConfig,
     ShardNotFound,
     UpperMismatch,
-    open_shard,
 )
 from shardsink.persist import parts as P
 from shardsink.persist.state import BlobPart, InlinePart
@@ -21,7 +21,7 @@ from shardsink.persist.state import BlobPart, InlinePart
 
 def open_(stores, **kw):
     blob, consensus = stores
-    return open_shard("s", blob=blob, consensus=consensus, **kw)
+    return Shard.open("s", blob=blob, consensus=consensus, **kw)
 
 
 def test_append_and_snapshot_with_retractions(stores):
@@ -125,11 +125,11 @@ def test_custom_schema_and_schema_mismatch(stores):
 def test_missing_shard_and_bad_arguments():
     blob, consensus = memory_stores()
     with pytest.raises(ShardNotFound, match="does not exist"):
-        open_shard("nope", blob=blob, consensus=consensus, create=False)
+        Shard.open("nope", blob=blob, consensus=consensus, create=False)
     with pytest.raises(ValueError, match=r"invalid address 'tcp://127\.0\.0\.1'"):
-        open_shard("s", blob=blob, consensus="tcp://127.0.0.1")
+        Shard.open("s", blob=blob, consensus="tcp://127.0.0.1")
     with pytest.raises(ValueError, match="invalid shard name"):
-        open_shard("../x", blob=blob, consensus=consensus)
+        Shard.open("../x", blob=blob, consensus=consensus)
 
 
 def test_snapshot_bounds(stores):
@@ -183,7 +183,7 @@ def test_listen_sees_another_handles_appends(stores):
 def test_expired_reader_reregisters_on_its_next_read():
     now = [0]
     blob, consensus = memory_stores()
-    with open_shard("s", blob=blob, consensus=consensus, clock=lambda: now[0]) as shard:
+    with Shard.open("s", blob=blob, consensus=consensus, clock=lambda: now[0]) as shard:
         r = shard.reader(lease_ms=10)
         now[0] = 100
         report = shard.collect_garbage()
@@ -194,13 +194,13 @@ def test_expired_reader_reregisters_on_its_next_read():
 
 def test_close_is_idempotent_and_releases_handles():
     blob, consensus = memory_stores()
-    shard = open_shard("s", blob=blob, consensus=consensus)
+    shard = Shard.open("s", blob=blob, consensus=consensus)
     r, w = shard.reader(), shard.writer()
     r.close()
     r.close()
     shard.close()
     shard.close()
     w.close()
-    with open_shard("s", blob=blob, consensus=consensus) as again:
+    with Shard.open("s", blob=blob, consensus=consensus) as again:
         state = again.state()
         assert state.readers == {} and state.writers == {}

@@ -10,9 +10,9 @@ import pytest
 from persist_helpers import interval_rows, memory_stores, rows_of
 
 from shardsink import open_shard
+from shardsink.faults import FaultyBlob, FaultyConsensus
 from shardsink.persist import ShardConfig
 from shardsink.storage import StorageError, open_blob, open_consensus
-from shardsink.storage.faults import FaultyBlob, FaultyConsensus
 
 N = 60
 

@@ -12,7 +12,7 @@ from persist_helpers import memory_stores, rows_of, s0, spine_pass, updates
 from shardsink.persist import parts as P
 from shardsink.persist import spine
 from shardsink.persist.batches import load_part
-from shardsink.persist.shard import open_shard
+from shardsink.persist.shard import Shard
 from shardsink.persist.state import Batch, InlinePart
 
 
@@ -93,7 +93,7 @@ def test_every_merge_output_is_its_consolidated_input(intervals):
     the consolidated (forwarded to since) updates of their inputs, and the
     snapshot at the upper never changes."""
     blob_uri, consensus_uri = memory_stores()
-    with open_shard("s", blob=blob_uri, consensus=consensus_uri) as shard:
+    with Shard.open("s", blob=blob_uri, consensus=consensus_uri) as shard:
         writer = shard.writer()
         for i, (rows, lag) in enumerate(intervals):
             table = updates([(k, v, i, d) for k, v, d in rows if d != 0])

@@ -136,7 +136,7 @@ def _writer(args: argparse.Namespace) -> None:
         args.cluster,
         segment_size=args.segment,
         capacity=args.capacity,
-        inline_max_bytes=args.inline,
+        message_part_max_bytes=args.inline,
         timeout=args.timeout,
     )
     try:

@@ -119,7 +119,7 @@ def test_the_stalled_builder_is_named_on_timeout(cluster, endpoint):
             cluster,
             segment_size=64 << 10,
             capacity=128 << 10,
-            inline_max_bytes=-1,
+            message_part_max_bytes=-1,
             timeout=0.3,
         ) as sender,
     ):
@@ -207,7 +207,7 @@ def test_the_sender_raises_the_builders_rejection(cluster, endpoint):
     other = pa.schema([("key", pa.int32())])
     with (
         PartReceiver(endpoint, cluster, schema=other) as receiver,
-        PartSender(endpoint, cluster, inline_max_bytes=-1, timeout=5) as sender,
+        PartSender(endpoint, cluster, message_part_max_bytes=-1, timeout=5) as sender,
     ):
         sender.send(make_part(0, 100))
         with pytest.raises(SchemaMismatch):
@@ -221,7 +221,7 @@ def test_the_sender_raises_the_builders_rejection(cluster, endpoint):
 def test_retired_segments_are_unmapped_by_the_builder(cluster, endpoint):
     with PartReceiver(endpoint, cluster) as receiver:
         sender = PartSender(
-            endpoint, cluster, segment_size=64 << 10, capacity=128 << 10, inline_max_bytes=-1
+            endpoint, cluster, segment_size=64 << 10, capacity=128 << 10, message_part_max_bytes=-1
         )
         with sender:
             for rows in (500, 500, 3000):  # the big part displaces the idle small segment

@@ -6,6 +6,7 @@ import uuid
 
 import pytest
 
+from shardsink.faults import FaultyBlob, FaultyConsensus
 from shardsink.storage import (
     Blob,
     Committed,
@@ -15,7 +16,6 @@ from shardsink.storage import (
     StorageError,
     VersionedData,
 )
-from shardsink.storage.faults import FaultyBlob, FaultyConsensus
 from shardsink.storage.memory import MemoryBlob, MemoryConsensus
 
 

@@ -33,9 +33,11 @@ inherit armed points through the environment (:func:`environ`, then
 
 Two points mark stores rather than code: ``blob.call`` and ``consensus.call``
 stand for every call of a blob or consensus store opened by URI in an armed
-process (:func:`wrap_store`). They take ``determinate`` (the call is not made)
-and ``indeterminate`` (the call is made, then its result is lost) and may be
-armed with both at once.
+process. Stores are wrapped explicitly where they are opened:
+:func:`open_blob` and :func:`open_consensus` open one (``shardsink.storage``)
+and wrap it (:func:`wrap_store`, with the wrappers of :mod:`.stores`). They
+take ``determinate`` (the call is not made) and ``indeterminate`` (the call is
+made, then its result is lost) and may be armed with both at once.
 
 Disarmed, ``point`` is one dictionary truth test and stores are not wrapped:
 nothing measurable.
@@ -55,7 +57,10 @@ from typing import TypeVar
 
 import msgspec
 
-from .storage.errors import DeterminateError, IndeterminateError
+from ..storage import backend
+from ..storage.contracts import Blob, Consensus
+from ..storage.errors import DeterminateError, IndeterminateError
+from .stores import FaultyBlob, FaultyConsensus
 
 #: Every fault point, with the moment it marks.
 POINTS: dict[str, str] = {
@@ -258,15 +263,13 @@ def point(name: str) -> None:
 def wrap_store(name: str, store: S) -> S:
     """``store`` itself unless ``name`` (``blob.call`` for a ``Blob``,
     ``consensus.call`` for a ``Consensus``) is armed; then a seeded
-    :class:`~shardsink.storage.faults.FaultyBlob` or ``FaultyConsensus``
+    :class:`~.stores.FaultyBlob` or ``FaultyConsensus``
     injecting the armed actions at their probabilities, within their budgets,
     each firing recorded like any other."""
     if name not in STORE_POINTS:
         raise ValueError(f"{name!r} is not a store point; known: {', '.join(STORE_POINTS)}")
     if not _ARMED or name not in _ARMED:
         return store
-    from .storage.faults import FaultyBlob, FaultyConsensus
-
     by_action = {armed.spec.action: armed for armed in _ARMED[name]}
     rates = {action: armed.spec.prob for action, armed in by_action.items()}
 
@@ -285,6 +288,24 @@ def wrap_store(name: str, store: S) -> S:
         indeterminate_rate=rates.get("indeterminate", 0.0),
         admit=admit,
     )
+
+
+def open_blob(uri: str) -> Blob:
+    """Open the ``Blob`` backend ``uri`` names
+    (:func:`shardsink.storage.open_blob`), wrapped to inject faults when the
+    ``blob.call`` fault point is armed (:func:`wrap_store`). Raises
+    ``ValueError`` for a bad URI and a storage error if the backend cannot be
+    reached."""
+    return wrap_store("blob.call", backend.open_blob(uri))
+
+
+def open_consensus(uri: str) -> Consensus:
+    """Open the ``Consensus`` backend ``uri`` names
+    (:func:`shardsink.storage.open_consensus`), wrapped to inject faults when
+    the ``consensus.call`` fault point is armed (:func:`wrap_store`). Raises
+    ``ValueError`` for a bad URI and a storage error if the backend cannot be
+    reached."""
+    return wrap_store("consensus.call", backend.open_consensus(uri))
 
 
 def _checked(specs: list[str] | list[FaultSpec]) -> list[FaultSpec]:

@@ -25,7 +25,6 @@ from .. import faults, protocol
 from ..shm import PartSender
 from ..workloads import SCHEMA
 from .shared_batch import BatchId, Description
-from .worker import EMPTY, parts_of
 
 
 class HostLink:
@@ -53,7 +52,7 @@ class HostLink:
         self.sender = PartSender(
             self.spec.host_parts,
             self.spec.cluster_id,
-            inline_max_bytes=config.transport_inline_max_bytes,
+            message_part_max_bytes=config.message_part_max_bytes,
             timeout=config.interval_timeout_s,
             identity=self.identity,
         )
@@ -72,7 +71,7 @@ class HostLink:
         if description.barrier or bid in self._open:
             return
         self._open.add(bid)
-        self._send(bid, EMPTY, last=False)
+        self._send(bid, protocol.EMPTY, last=False)
 
     def forward(self, bid: BatchId, batches: list[pa.RecordBatch], *, finish: bool) -> None:
         """Pass a finished generation of ``bid`` (its rows: ``batches``) to the
@@ -81,11 +80,11 @@ class HostLink:
         while the arena is full (up to the interval timeout, then
         ``TransportTimeout``)."""
         faults.point("builder.before_forward")
-        # one part per PART_BYTES, not one per worker part held
+        # one part per protocol.PART_BYTES, not one per worker part held
         table = pa.Table.from_batches(batches, schema=SCHEMA).combine_chunks()
         if not finish and not table.num_rows:
             return
-        *pieces, final = parts_of(table)
+        *pieces, final = protocol.parts_of(table)
         for piece in pieces:
             self._send(bid, piece, last=False)
         self._send(bid, final, last=finish)

@@ -1,4 +1,6 @@
-"""Seeded fault injection around any ``Blob`` or ``Consensus``.
+"""Seeded fault injection around any ``Blob`` or ``Consensus``: the store
+wrappers behind the ``blob.call`` and ``consensus.call`` fault points
+(:func:`~.points.wrap_store`).
 
 Each call of a wrapped store draws one number from a ``random.Random(seed)``:
 
@@ -25,7 +27,7 @@ from typing import Generic, TypeVar
 
 import pyarrow as pa
 
-from .contracts import (
+from ..storage.contracts import (
     Blob,
     BlobMeta,
     CasResult,
@@ -35,7 +37,7 @@ from .contracts import (
     VersionedData,
     temp_files,
 )
-from .errors import DeterminateError, IndeterminateError
+from ..storage.errors import DeterminateError, IndeterminateError
 
 T = TypeVar("T")
 S = TypeVar("S", Blob, Consensus)

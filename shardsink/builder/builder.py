@@ -8,7 +8,7 @@ the rows of each shared batch generation into a
 target, or inline when tiny) and answers every finish with a
 :class:`~shardsink.protocol.Handoff`: the finished batch for the last
 finisher, nothing for the others. Who is last is decided by the pure
-:class:`~shardsink.worker.shared_batch.SharedBatches`.
+:class:`~shardsink.builder.shared_batch.SharedBatches`.
 
 Finishes that arrive in one burst are decided after every part of the burst
 has joined, so workers whose parts overlap in time share one batch in
@@ -21,7 +21,7 @@ plus one part in progress.
 
 With ``coalesce`` host the same code runs twice over: each group builder
 passes its finished generations to the host builder
-(:class:`~shardsink.worker.host_link.HostLink`) instead of writing them, and
+(:class:`~shardsink.builder.host_link.HostLink`) instead of writing them, and
 the host builder (:func:`run_builder` with ``host``) builds one batch per
 host from the groups' parts, its "workers" being the group builders. The
 host builder answers the group builder that finished last with the host
@@ -472,7 +472,7 @@ def run_builder(spec: protocol.ChildSpec, *, host: bool = False) -> int:
     host builder (``coalesce`` host), whose workers are the group builders;
     otherwise group ``spec.group``'s builder, connected to the host builder
     when ``spec.host_parts`` names one."""
-    from ..storage.backend import open_blob
+    from ..faults import open_blob
     from ..workloads import SCHEMA
 
     config = spec.config

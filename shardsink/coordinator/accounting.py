@@ -17,6 +17,7 @@ doubled data. Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 import msgspec
 
@@ -57,15 +58,69 @@ def check(
     :class:`AccountingError`. ``host``: the shared batches were coalesced by
     a host builder (``coalesce`` host), so every group generation must be in
     exactly one host batch that exactly one worker received."""
+    # Two checks, in this order: every report alone (who, which attempt, its
+    # own batch), then the shared batches against what the reports say went
+    # into them; the first error of either rejects the attempt.
+    ledger = _check_reports(reports, groups, workers, interval, attempt, lower, upper, host)
+    shared_batches, segment_parts = _check_shared(ledger, lower, upper, host)
+    batch_rows = sum(b.rows for b in ledger.batches)
+    if batch_rows != ledger.reported_rows:
+        raise AccountingError(
+            f"the batches hold {batch_rows} rows, the reports {ledger.reported_rows}"
+        )
+    return Accepted(
+        batches=tuple(ledger.batches),
+        rows=batch_rows,
+        own_batches=ledger.own_batches,
+        shared_batches=shared_batches,
+        blob_puts=ledger.blob_puts,
+        blob_put_bytes=ledger.blob_put_bytes,
+        segment_parts=segment_parts,
+    )
+
+
+@dataclass
+class _Ledger:
+    """What the reports of one attempt say, gathered by
+    :func:`_check_reports` and matched by :func:`_check_shared`.
+
+    ``claimed``: (group, generation) -> worker -> the rows it says it put in
+    that shared batch; ``received``: shared (or host) batch key -> the batch a
+    worker says it received; ``delivered``: (group, generation) -> the group
+    generation its last finisher says reached the host builder; ``batches``:
+    the batches to append so far (own batches, then shared ones)."""
+
+    claimed: dict[tuple[int, int], dict[int, int]] = field(default_factory=dict)
+    received: dict[tuple[int, int], SharedBatch] = field(default_factory=dict)
+    delivered: dict[tuple[int, int], GroupShare] = field(default_factory=dict)
+    batches: list[Batch] = field(default_factory=list)
+    reported_rows: int = 0
+    own_batches: int = 0
+    blob_puts: int = 0
+    blob_put_bytes: int = 0
+
+
+def _check_reports(
+    reports: Mapping[tuple[int, int], Report],
+    groups: int,
+    workers: int,
+    interval: int,
+    attempt: int,
+    lower: int,
+    upper: int,
+    host: bool,
+) -> _Ledger:
+    """The first check: every worker of the cluster reported, each report is
+    the one filed under its key, without an error, its rows split exactly
+    between its own batch and its shared contribution, its own batch covers
+    ``[lower, upper)``, and no shared batch was received nor group generation
+    delivered twice. Returns what the reports say, for :func:`_check_shared`;
+    raises :class:`AccountingError` at the first report (in (group, worker)
+    order) that fails."""
     missing = [f"g{g}/w{w}" for g in range(groups) for w in range(workers) if (g, w) not in reports]
     if missing:
         raise AccountingError(f"no report from {', '.join(missing)}")
-    claimed: dict[tuple[int, int], dict[int, int]] = {}
-    received: dict[tuple[int, int], SharedBatch] = {}
-    delivered: dict[tuple[int, int], GroupShare] = {}
-    batches: list[Batch] = []
-    reported_rows = 0
-    blob_puts = blob_put_bytes = own_batches = 0
+    ledger = _Ledger()
     for (g, w), r in sorted(reports.items()):
         who = f"g{g}/w{w}"
         if (r.interval, r.attempt, r.group, r.worker) != (interval, attempt, g, w):
@@ -75,7 +130,7 @@ def check(
             )
         if r.error is not None:
             raise AccountingError(f"{who} failed: {r.error}")
-        reported_rows += r.rows
+        ledger.reported_rows += r.rows
         own_rows = r.own.rows if r.own is not None else 0
         shared_rows = r.shared.rows if r.shared is not None else 0
         if own_rows + shared_rows != r.rows:
@@ -85,36 +140,63 @@ def check(
             )
         if r.own is not None:
             _check_description(r.own, lower, upper, who)
-            batches.append(r.own)
-            own_batches += 1
+            ledger.batches.append(r.own)
+            ledger.own_batches += 1
         if r.shared is not None and r.shared.rows:
-            claimed.setdefault((g, r.shared.generation), {})[w] = r.shared.rows
+            ledger.claimed.setdefault((g, r.shared.generation), {})[w] = r.shared.rows
         if r.received is not None:
-            # a group's batch is keyed by its generation; a host batch by the host's
-            key = (0 if host else r.received.group, r.received.generation)
-            if r.received.group != g:
-                raise AccountingError(f"{who} received a shared batch of group {r.received.group}")
-            if key in received:
-                raise AccountingError(f"{_name(key, host)} was received twice")
-            received[key] = r.received
+            _note_received(ledger, r.received, g, who, host)
         if r.delivered is not None:
-            if not host:
-                raise AccountingError(f"{who} reports a group generation passed to a host builder")
-            share = r.delivered
-            if share.group != g:
-                raise AccountingError(f"{who} delivered a generation of group {share.group}")
-            key = (g, share.generation)
-            if key in delivered:
-                raise AccountingError(f"group generation {key} was delivered twice")
-            delivered[key] = share
-        blob_puts += r.blob_puts
-        blob_put_bytes += r.blob_put_bytes
+            _note_delivered(ledger, r.delivered, g, who, host)
+        ledger.blob_puts += r.blob_puts
+        ledger.blob_put_bytes += r.blob_put_bytes
+    return ledger
+
+
+def _note_received(ledger: _Ledger, shared: SharedBatch, g: int, who: str, host: bool) -> None:
+    """Record the shared batch worker ``who`` of group ``g`` received;
+    :class:`AccountingError` if it is another group's or was already
+    received."""
+    # a group's batch is keyed by its generation; a host batch by the host's
+    key = (0 if host else shared.group, shared.generation)
+    if shared.group != g:
+        raise AccountingError(f"{who} received a shared batch of group {shared.group}")
+    if key in ledger.received:
+        raise AccountingError(f"{_name(key, host)} was received twice")
+    ledger.received[key] = shared
+
+
+def _note_delivered(ledger: _Ledger, share: GroupShare, g: int, who: str, host: bool) -> None:
+    """Record the group generation worker ``who`` of group ``g`` passed to the
+    host builder; :class:`AccountingError` without a host builder, for another
+    group's generation, or one already delivered."""
+    if not host:
+        raise AccountingError(f"{who} reports a group generation passed to a host builder")
+    if share.group != g:
+        raise AccountingError(f"{who} delivered a generation of group {share.group}")
+    key = (g, share.generation)
+    if key in ledger.delivered:
+        raise AccountingError(f"group generation {key} was delivered twice")
+    ledger.delivered[key] = share
+
+
+def _check_shared(
+    ledger: _Ledger, lower: int, upper: int, host: bool
+) -> tuple[dict[int, int], int]:
+    """The second check: every shared batch (with ``host``, every host batch,
+    after :func:`_host_level` matched the group generations) that holds rows
+    was received by a worker, lists exactly the contributions the reports
+    claim, holds their rows and covers ``[lower, upper)``. Appends each to
+    ``ledger.batches`` and adds its blob puts; returns group -> shared batches
+    appended and the segment parts of all levels. :class:`AccountingError` at
+    the first (in key order) that fails."""
+    claimed = ledger.claimed
     segment_parts = 0
     if host:
-        claimed, segment_parts = _host_level(claimed, delivered)
+        claimed, segment_parts = _host_level(claimed, ledger.delivered)
     shared_batches: dict[int, int] = {}
-    for key in sorted(claimed.keys() | received.keys()):
-        shared = received.get(key)
+    for key in sorted(claimed.keys() | ledger.received.keys()):
+        shared = ledger.received.get(key)
         contributions = claimed.get(key, {})
         name = _name(key, host)
         if shared is None:
@@ -131,23 +213,12 @@ def check(
                 f"{sum(contributions.values())}"
             )
         _check_description(shared.batch, lower, upper, name)
-        batches.append(shared.batch)
+        ledger.batches.append(shared.batch)
         shared_batches[shared.group] = shared_batches.get(shared.group, 0) + 1
-        blob_puts += shared.blob_puts
-        blob_put_bytes += shared.blob_put_bytes
+        ledger.blob_puts += shared.blob_puts
+        ledger.blob_put_bytes += shared.blob_put_bytes
         segment_parts += shared.segment_parts
-    batch_rows = sum(b.rows for b in batches)
-    if batch_rows != reported_rows:
-        raise AccountingError(f"the batches hold {batch_rows} rows, the reports {reported_rows}")
-    return Accepted(
-        batches=tuple(batches),
-        rows=batch_rows,
-        own_batches=own_batches,
-        shared_batches=shared_batches,
-        blob_puts=blob_puts,
-        blob_put_bytes=blob_put_bytes,
-        segment_parts=segment_parts,
-    )
+    return shared_batches, segment_parts
 
 
 def _host_level(

@@ -24,7 +24,7 @@ from ._bounds import at_least, port, positive
 from ._http import parse_listen
 from .persist.config import ShardConfig
 from .persist.state import check_shard_name
-from .shm.channel import MESSAGE_PART_MAX_BYTES
+from .shm.link import MESSAGE_PART_MAX_BYTES
 from .storage.uri import redact
 
 MIB = 1 << 20

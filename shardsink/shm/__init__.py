@@ -9,7 +9,6 @@ those of dead processes and :func:`unlink_cluster` all of a cluster at exit.
 """
 
 from .arena import DEFAULT_CAPACITY, DEFAULT_SEGMENT_SIZE, Arena, size_bound
-from .channel import MESSAGE_PART_MAX_BYTES, PartReceiver, PartSender, Received
 from .errors import (
     CorruptPart,
     PartOutOfBounds,
@@ -19,8 +18,9 @@ from .errors import (
     TransportTimeout,
     UnknownSegment,
 )
+from .link import MESSAGE_PART_MAX_BYTES, PartReceiver, PartSender, Received
 from .messages import PartRef
-from .reader import SegmentReader, decode_part
+from .segments import SegmentReader, decode_part
 from .sweep import SegmentName, creator_alive, list_segments, sweep, unlink_cluster
 
 __all__ = [

@@ -1,7 +1,7 @@
 """Control messages between a worker and its builder (MessagePack, msgspec).
 
 Worker to builder: :class:`Part` (a reference into the worker's arena),
-:class:`InlinePart` (a small part's Arrow IPC bytes in the message itself) and
+:class:`MessagePart` (a small part's Arrow IPC bytes in the message itself) and
 :class:`Retire` (segments the worker has unlinked). Builder to worker:
 :class:`Ack` (parts the builder is done with) and :class:`Error`.
 
@@ -42,7 +42,7 @@ class Part(_Message, tag="part"):
     meta: Metadata = {}
 
 
-class InlinePart(_Message, tag="inline"):
+class MessagePart(_Message, tag="inline"):
     """The ``seq``-th message of a sender: a small part's Arrow IPC stream bytes."""
 
     seq: _Count
@@ -69,7 +69,7 @@ class Error(_Message, tag="error"):
     reason: str
 
 
-ToBuilder = Part | InlinePart | Retire
+ToBuilder = Part | MessagePart | Retire
 ToWorker = Ack | Error
 
 encode = msgspec.msgpack.Encoder().encode

@@ -1,5 +1,5 @@
 """The arena: segments, allocation, bounds, and the reader's zero-copy reads in
-one process (the cross-process paths are in test_shm_channel and test_shm_kill)."""
+one process (the cross-process paths are in test_shm_link and test_shm_kill)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from shardsink.shm import (
     UnknownSegment,
     decode_part,
 )
-from shardsink.shm import reader as shm_reader
+from shardsink.shm import segments as shm_segments
 from shardsink.shm.arena import write_stream
 
 
@@ -178,13 +178,13 @@ def test_random_damage_never_crashes(written):
 def test_not_exactly_one_batch(monkeypatch, schema_known):
     """Refused by the stream reader, and by the usual path once the schema is known."""
     batch = make_part(1, 10)
-    monkeypatch.setattr(shm_reader, "_schemas", {})
+    monkeypatch.setattr(shm_segments, "_schemas", {})
     if schema_known:
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, batch.schema) as writer:
             writer.write_batch(batch)
         decode_part(sink.getvalue(), "one")
-        assert shm_reader._schemas
+        assert shm_segments._schemas
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as writer:
         writer.write_batch(batch)
@@ -235,7 +235,7 @@ def test_the_usual_path_checks_what_the_stream_reader_checks(cluster, monkeypatc
         assert part_number(reader.read(first)) == 1  # the schema is known from here on
         second = arena.try_write(make_part(2, 300))
         with monkeypatch.context() as patch:
-            patch.setattr(shm_reader, "_read_any", None)  # not called: the usual path
+            patch.setattr(shm_segments, "_read_any", None)  # not called: the usual path
             batch = reader.read(second)
         assert part_number(batch) == 2
         mapping = reader.mapping(second.segment)  # zero-copy on this path too

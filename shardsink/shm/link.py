@@ -1,4 +1,4 @@
-"""The ZeroMQ channel between the workers of a group and their builder.
+"""The ZeroMQ link between the workers of a group and their builder.
 
 The builder binds a ROUTER socket (:class:`PartReceiver`); each worker connects
 a DEALER (:class:`PartSender`) and owns an :class:`~shardsink.shm.arena.Arena`.
@@ -32,7 +32,7 @@ from .errors import ShmError, TransportError, TransportTimeout
 from .messages import (
     Ack,
     Error,
-    InlinePart,
+    MessagePart,
     Metadata,
     Part,
     PartRef,
@@ -41,7 +41,7 @@ from .messages import (
     decode_to_worker,
     encode,
 )
-from .reader import SegmentReader, decode_part
+from .segments import SegmentReader, decode_part
 
 _log = logging.getLogger(__name__)
 
@@ -59,16 +59,11 @@ def _endpoint(endpoint: str, *, for_bind: bool) -> str:
 
 # Parts up to this many bytes (arena.size_bound of the batch) travel inline.
 # Measured with `shardsink bench transport --inline-sweep` (worker and builder
-# processes, GB/s, medians of 5; two runs on 2 cores shared with other jobs):
-#     size      1 KiB  4 KiB  16 KiB  32 KiB  64 KiB  128 KiB  256 KiB
-#     inline    0.022  0.078   0.24    0.46    0.63    0.66     0.79
-#     shm       0.014  0.055   0.28    0.52    0.87    1.56     3.37
-#     inline    0.029  0.122   0.36    0.70    0.98    1.13     2.15
-#     shm       0.018  0.072   0.29    0.46    0.94    2.04     3.25
-# Inline wins up to 4 KiB by 1.4-1.7x, the two are about even from 16 to 64 KiB,
-# and the arena wins by 1.5-4x from 128 KiB. The cut-off sits in the even band
-# because an inline part also spares the builder an acknowledgement and the
-# worker arena space.
+# processes, the reader touching every byte; the figures are in
+# docs/benchmarks.md, "Transport"): inline was as fast or faster up to 32 KiB
+# in both runs, the arena faster from 128 KiB. The cut-off is the largest size
+# inline won in both runs; an inline part also spares the builder an
+# acknowledgement and the worker arena space.
 MESSAGE_PART_MAX_BYTES = 32 << 10
 DEFAULT_TIMEOUT = 30.0
 # Plain ints: pyzmq's constants are enum members, and combining them costs more
@@ -141,11 +136,11 @@ class PartSender:
         self._drain(0)
         bound = size_bound(batch)
         seq = self._seq
-        msg: Part | InlinePart
+        msg: Part | MessagePart
         if bound <= self.message_part_max_bytes:
             sink = pa.BufferOutputStream()
             write_stream(sink, batch)
-            msg = InlinePart(seq, memoryview(sink.getvalue()), meta or {})
+            msg = MessagePart(seq, memoryview(sink.getvalue()), meta or {})
         else:
             msg = Part(seq, self._write(batch, bound), meta or {})
         self._post(msg)
@@ -211,7 +206,7 @@ class PartSender:
             f"within {waited:g}s"
         )
 
-    def _post(self, msg: Part | InlinePart | Retire) -> None:
+    def _post(self, msg: Part | MessagePart | Retire) -> None:
         try:
             self._sock.send(encode(msg))
         except zmq.Again:
@@ -260,7 +255,7 @@ class PartSender:
                 return  # cheaper than a receive that raises zmq.Again
 
 
-def _where(msg: Part | InlinePart, sender: bytes) -> str:
+def _where(msg: Part | MessagePart, sender: bytes) -> str:
     return f"message {msg.seq} from sender {sender.hex()}"
 
 
@@ -281,7 +276,7 @@ class PartReceiver:
     """Builder side: binds ``endpoint`` and receives the parts of its workers.
 
     ``creators`` (worker pids) and ``schema``, if given, restrict what is
-    accepted; see :class:`~shardsink.shm.reader.SegmentReader`. A message that
+    accepted; see :class:`~shardsink.shm.segments.SegmentReader`. A message that
     cannot be decoded gets an error reply and a log line and is skipped. A part
     that cannot be read, or that arrives out of order, gets an error reply and
     raises (:class:`~shardsink.shm.errors.ShmError`): the interval cannot be

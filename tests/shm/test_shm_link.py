@@ -1,4 +1,4 @@
-"""The worker-to-builder channel: parts across processes, zero-copy, in order,
+"""The worker-to-builder link: parts across processes, zero-copy, in order,
 bounded by the arena; and every protocol failure a clear error."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from shardsink.shm import (
     list_segments,
 )
 from shardsink.shm.arena import write_stream
-from shardsink.shm.messages import Error, InlinePart, Part, decode_to_worker, encode
+from shardsink.shm.messages import Error, MessagePart, Part, decode_to_worker, encode
 
 
 def test_parts_arrive_intact_and_in_order(cluster, endpoint):
@@ -145,11 +145,11 @@ def _raw(endpoint: str):
 def _inline(seq: int, batch: pa.RecordBatch) -> bytes:
     sink = pa.BufferOutputStream()
     write_stream(sink, batch)
-    return encode(InlinePart(seq, sink.getvalue().to_pybytes()))
+    return encode(MessagePart(seq, sink.getvalue().to_pybytes()))
 
 
 def test_malformed_messages_are_rejected_not_fatal(cluster, endpoint, caplog):
-    caplog.set_level(logging.WARNING, logger="shardsink.shm.channel")
+    caplog.set_level(logging.WARNING, logger="shardsink.shm.link")
     with PartReceiver(endpoint, cluster) as receiver:
         ctx, sock = _raw(endpoint)
         try:

@@ -37,13 +37,13 @@ import msgspec
 import pyarrow as pa
 import zmq
 
+from ._wire import Message
 from .config import ClusterConfig, Mode
 from .persist import parts as P
 from .persist.state import Batch
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-_OPTS = {"frozen": True, "forbid_unknown_fields": True}
 Count = Annotated[int, msgspec.Meta(ge=0)]
 Seconds = Annotated[float, msgspec.Meta(ge=0)]
 Flag = Annotated[int, msgspec.Meta(ge=0, le=1)]
@@ -53,7 +53,7 @@ Role = Literal["builder", "worker"]
 # --- coordinator <-> builders and workers ---------------------------------------
 
 
-class Hello(msgspec.Struct, tag="hello", **_OPTS):
+class Hello(Message, tag="hello"):
     """A child is up and connected (a builder: its part and handoff sockets are bound)."""
 
     role: Role
@@ -62,14 +62,14 @@ class Hello(msgspec.Struct, tag="hello", **_OPTS):
     pid: Count
 
 
-class Members(msgspec.Struct, tag="members", **_OPTS):
+class Members(Message, tag="members"):
     """To a builder: the pids of its group's workers, the only creators of
     shared-memory segments it will read."""
 
     worker_pids: tuple[Count, ...]
 
 
-class Mint(msgspec.Struct, tag="mint", **_OPTS):
+class Mint(Message, tag="mint"):
     """To a worker: write interval ``interval`` (times ``[lower, upper)``) as
     attempt ``attempt``, in ``mode`` with threshold ``shared_max_bytes``, its
     blob parts (and its builder's) as the coordinator's writer ``writer``
@@ -84,7 +84,7 @@ class Mint(msgspec.Struct, tag="mint", **_OPTS):
     writer: str
 
 
-class Abandon(msgspec.Struct, tag="abandon", **_OPTS):
+class Abandon(Message, tag="abandon"):
     """Attempt ``attempt`` of ``interval`` will not be appended: stop waiting
     for it (a worker) or abort its shared batches (a builder)."""
 
@@ -92,11 +92,11 @@ class Abandon(msgspec.Struct, tag="abandon", **_OPTS):
     attempt: Count
 
 
-class Shutdown(msgspec.Struct, tag="shutdown", **_OPTS):
+class Shutdown(Message, tag="shutdown"):
     """Close everything and exit 0."""
 
 
-class SharedBatch(msgspec.Struct, **_OPTS):
+class SharedBatch(Message):
     """A finished shared batch as the builder hands it to the last finisher:
     ``contributors`` maps each worker (index in the group) to the rows it
     added; ``blob_puts``/``blob_put_bytes`` are the builder's writes for it;
@@ -116,7 +116,7 @@ class SharedBatch(msgspec.Struct, **_OPTS):
     lag_s: Seconds = 0.0
 
 
-class GroupShare(msgspec.Struct, **_OPTS):
+class GroupShare(Message):
     """``coalesce`` host: generation ``generation`` of ``group``'s shared
     batch, whose rows (``contributors``: worker index in the group -> rows)
     its builder passed to the host builder, in host batch generation
@@ -131,14 +131,14 @@ class GroupShare(msgspec.Struct, **_OPTS):
     segment_parts: Count = 0
 
 
-class Contribution(msgspec.Struct, **_OPTS):
+class Contribution(Message):
     """Rows a worker added to shared batch generation ``generation`` of its group."""
 
     generation: Count
     rows: Count
 
 
-class Report(msgspec.Struct, tag="report", **_OPTS):
+class Report(Message, tag="report"):
     """A worker's account of one attempt of one interval.
 
     ``rows``: all the rows it produced (its own batch's plus its shared
@@ -173,7 +173,7 @@ class Report(msgspec.Struct, tag="report", **_OPTS):
     write_s: Seconds = 0.0
 
 
-class Failure(msgspec.Struct, tag="failure", **_OPTS):
+class Failure(Message, tag="failure"):
     """Child ``pid`` hit an error it cannot continue from; it exits after sending this."""
 
     pid: Count
@@ -187,7 +187,7 @@ FromChild = Hello | Report | Failure
 # --- worker -> builder (part metadata) --------------------------------------------
 
 
-class Contribute(msgspec.Struct, **_OPTS):
+class Contribute(Message):
     """The metadata of every part a worker sends its builder.
 
     The part's rows (``rows``, possibly 0) go to the shared batch of batch id
@@ -227,17 +227,17 @@ def parts_of(table: pa.Table) -> list[pa.RecordBatch]:
 # --- builder <-> worker -------------------------------------------------------------
 
 
-class HandoffHello(msgspec.Struct, tag="handoff_hello", **_OPTS):
+class HandoffHello(Message, tag="handoff_hello"):
     """A worker's handoff socket is connected (sent once, at start)."""
 
     worker: Count
 
 
-class Welcome(msgspec.Struct, tag="welcome", **_OPTS):
+class Welcome(Message, tag="welcome"):
     """The builder's answer to :class:`HandoffHello`: handoffs can reach the worker."""
 
 
-class Handoff(msgspec.Struct, tag="handoff", **_OPTS):
+class Handoff(Message, tag="handoff"):
     """The answer to a finish: ``shared`` if this worker was the last finisher
     of ``generation``, else ``None``; ``error`` if the builder could not take
     the contribution (then nothing was taken). With ``coalesce`` host, a group
@@ -257,7 +257,7 @@ class Handoff(msgspec.Struct, tag="handoff", **_OPTS):
 # --- coordinator -> child at launch ------------------------------------------------
 
 
-class ChildSpec(msgspec.Struct, **_OPTS):
+class ChildSpec(Message):
     """Everything a builder or worker process needs to start (its role and
     parent come in its argv, as for every child). ``coordinator``/``parts``/
     ``handoff``: socket addresses.
@@ -289,12 +289,14 @@ WORKER_ROLE = "shardsink.worker.worker:main"
 CHILD_ROLES = (BUILDER_ROLE, HOST_BUILDER_ROLE, WORKER_ROLE)
 
 
-_from_child = msgspec.msgpack.Decoder(FromChild)
-_to_child = msgspec.msgpack.Decoder(ToChild)
-_from_builder = msgspec.msgpack.Decoder(Welcome | Handoff)
-_to_builder = msgspec.msgpack.Decoder(HandoffHello)
-_spec = msgspec.json.Decoder(ChildSpec)
 encode = msgspec.msgpack.Encoder().encode
+decode_from_child = msgspec.msgpack.Decoder(FromChild).decode
+decode_to_child = msgspec.msgpack.Decoder(ToChild).decode
+decode_handoff = msgspec.msgpack.Decoder(Welcome | Handoff).decode
+decode_handoff_hello = msgspec.msgpack.Decoder(HandoffHello).decode
+#: A child's launch payload, the one message in JSON (see the module doc).
+encode_spec = msgspec.json.Encoder().encode
+decode_spec = msgspec.json.Decoder(ChildSpec).decode
 
 
 def queued(sock: zmq.Socket, decode: Callable[[bytes], T], what: str) -> Iterator[T]:
@@ -315,31 +317,6 @@ def worker_identity(index: int) -> bytes:
     """The ZeroMQ routing id of worker ``index`` on its builder's part and
     handoff sockets."""
     return f"w{index}".encode()
-
-
-def decode_from_child(data: bytes) -> FromChild:
-    """Raises ``msgspec.DecodeError`` (incl. validation errors) if malformed."""
-    return _from_child.decode(data)
-
-
-def decode_to_child(data: bytes) -> ToChild:
-    return _to_child.decode(data)
-
-
-def decode_handoff(data: bytes) -> Welcome | Handoff:
-    return _from_builder.decode(data)
-
-
-def decode_handoff_hello(data: bytes) -> HandoffHello:
-    return _to_builder.decode(data)
-
-
-def decode_spec(data: bytes) -> ChildSpec:
-    return _spec.decode(data)
-
-
-def encode_spec(spec: ChildSpec) -> bytes:
-    return msgspec.json.encode(spec)
 
 
 def contribute_meta(contribute: Contribute) -> dict[str, int | str]:

@@ -29,6 +29,7 @@ import msgspec
 
 from .._address import check_address
 from .._allocator import missing_server_env
+from .._wire import Message
 from ..storage.uri import BLOB_ENV, STORE_ENV, redact
 from .child import Child, Launch, Starter
 from .ready import NotReady, wait_ready
@@ -39,7 +40,7 @@ from .spawn import SpawnStarter
 ROLE = "shardsink.server.serve:main"
 
 
-class Ready(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class Ready(Message, kw_only=True):
     """The consensus child accepts requests at ``address``; it serves
     Prometheus metrics at ``metrics_url`` (``None``: it does not)."""
 

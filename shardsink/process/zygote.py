@@ -59,7 +59,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Annotated
+from typing import IO
 
 import msgspec
 
@@ -67,73 +67,20 @@ from .child import Launch, Running
 from .parent import die_with_parent
 from .roles import resolve, run_role
 from .spawn import child_env, entry_argv
-
-#: Largest control message (a launch with its payload).
-MAX_MESSAGE = 1 << 20
-
-_Id = Annotated[int, msgspec.Meta(ge=0)]
-
-
-class _Message(msgspec.Struct, frozen=True, tag=True, forbid_unknown_fields=True, kw_only=True):
-    """A control message. ``id`` names a request (unique per client); a reply
-    carries the ``id`` of the request it answers."""
-
-    id: _Id
-
-
-class Fork(_Message):
-    """Fork a child running ``launch``, stderr appended to ``log_path``, in
-    process group ``pgid`` (0: a new one it leads). With ``stdout_fd`` the
-    request carries one descriptor, the child's stdout."""
-
-    launch: Launch
-    log_path: str
-    pgid: int
-    stdout_fd: bool = False
-
-
-class Reap(_Message):
-    """Reap child ``pid`` if it has exited."""
-
-    pid: int
-
-
-class Forked(_Message):
-    """The child's pid; its pidfd travels with this message."""
-
-    pid: int
-
-
-class Reaped(_Message):
-    """``returncode`` of ``pid`` as ``Popen`` gives it; ``None`` if it has not
-    exited yet."""
-
-    pid: int
-    returncode: int | None
-
-
-class Refused(_Message, kw_only=True):
-    """The zygote could not do it; ``reason`` says why. ``id`` is ``None``
-    when the request was too malformed to show one."""
-
-    id: _Id | None
-    reason: str
-
-
-class _Addressed(msgspec.Struct, frozen=True):
-    """Only the ``id`` of a request (other fields ignored): read from a request
-    that does not decode whole, so that its refusal reaches its sender."""
-
-    id: _Id
-
-
-Request = Fork | Reap
-Reply = Forked | Reaped | Refused
-
-encode = msgspec.msgpack.Encoder().encode
-decode_request = msgspec.msgpack.Decoder(Request).decode
-decode_reply = msgspec.msgpack.Decoder(Reply).decode
-_decode_addressed = msgspec.msgpack.Decoder(_Addressed).decode
+from .zygote_messages import (
+    MAX_MESSAGE,
+    Fork,
+    Forked,
+    Reap,
+    Reaped,
+    Refused,
+    ZygoteReply,
+    ZygoteRequest,
+    decode_addressed,
+    decode_reply,
+    decode_request,
+    encode,
+)
 
 
 class ZygoteError(Exception):
@@ -181,7 +128,7 @@ class Zygote:
         self._ids = itertools.count(1)
         #: requests that timed out or got a garbled answer, by id: their
         #: answers, if they still come, are nobody's
-        self._abandoned: dict[int, Request] = {}
+        self._abandoned: dict[int, ZygoteRequest] = {}
         #: children an abandoned fork started, killed at once: pidfds by pid,
         #: kept until the zygote has reaped them
         self._orphans: dict[int, int] = {}
@@ -308,8 +255,8 @@ class Zygote:
         return reply.returncode
 
     def _ask(
-        self, request: Request, fds: Sequence[int] = (), *, keep: int = 0
-    ) -> tuple[Reply, list[int]]:
+        self, request: ZygoteRequest, fds: Sequence[int] = (), *, keep: int = 0
+    ) -> tuple[ZygoteReply, list[int]]:
         """Send ``request`` with ``fds`` (still the caller's to close) and wait,
         at most ``timeout_s`` in all, for the reply bearing its id: that reply,
         and the first ``keep`` descriptors that came with it, now the caller's
@@ -326,8 +273,8 @@ class Zygote:
         return reply, got[:keep]
 
     def _exchange(
-        self, request: Request, fds: Sequence[int], deadline: float
-    ) -> tuple[Reply, list[int]]:
+        self, request: ZygoteRequest, fds: Sequence[int], deadline: float
+    ) -> tuple[ZygoteReply, list[int]]:
         """``request``'s reply and the descriptors that came with it, by
         ``deadline`` (see :meth:`_ask`). Called with the lock held."""
         sock = self._sock
@@ -361,7 +308,7 @@ class Zygote:
         except OSError as exc:
             raise ZygoteError(f"the zygote is gone: {exc}") from exc
 
-    def _drop(self, reply: Reply, fds: list[int]) -> None:
+    def _drop(self, reply: ZygoteReply, fds: list[int]) -> None:
         """Drop ``reply``, which answers no request waited for (one given up
         on, or an unreadable one): close its descriptors; a child it reports
         forked is killed (with the process group it leads, if its fork asked
@@ -575,7 +522,7 @@ def serve(roles: Sequence[str], control: socket.socket) -> None:
 def _id_of(data: bytes) -> int | None:
     """The ``id`` of a request that does not decode whole, if it shows one."""
     try:
-        return _decode_addressed(data).id
+        return decode_addressed(data).id
     except msgspec.DecodeError:
         return None
 

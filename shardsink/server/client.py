@@ -28,8 +28,6 @@ from ..storage.contracts import VersionedData
 from ..storage.errors import DeterminateError, IndeterminateError
 from .rpc import RpcClient
 from .wire import (
-    ENCODER,
-    REPLY_DECODER,
     ErrorReply,
     FetchState,
     GetStats,
@@ -39,15 +37,17 @@ from .wire import (
     OpenShard,
     Ping,
     Pong,
-    Reply,
-    Request,
     RunCommand,
     RunReply,
     ScanVersions,
+    ServerReply,
+    ServerRequest,
     StateReply,
     StatsReply,
     VersionsReply,
     WaitForUpper,
+    decode_reply,
+    encode,
     error_class,
 )
 
@@ -81,8 +81,8 @@ class ServerClient:
         self.retries = 0
         self._rpc = RpcClient(address, timeout_s, keys if keys is not None else keys_for(address))
 
-    def request(self, request: Request, *, extra_timeout_s: float = 0.0) -> Reply:
-        payload = ENCODER.encode(request)
+    def request(self, request: ServerRequest, *, extra_timeout_s: float = 0.0) -> ServerReply:
+        payload = encode(request)
         deadline = time.monotonic() + self.retry_for_s
         while True:
             try:
@@ -93,7 +93,7 @@ class ServerClient:
                     raise
                 self.retries += 1
         try:
-            reply = REPLY_DECODER.decode(raw)
+            reply = decode_reply(raw)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise IndeterminateError(f"malformed reply from {self.address}: {exc}") from None
         if isinstance(reply, ErrorReply):
@@ -104,13 +104,13 @@ class ServerClient:
         """The server's pid. Raises ``DeterminateError`` naming the address if
         nothing answers within ``timeout_s``."""
         try:
-            reply = self._rpc.call(ENCODER.encode(Ping()), timeout_s)
+            reply = self._rpc.call(encode(Ping()), timeout_s)
         except IndeterminateError:
             raise DeterminateError(
                 f"no consensus server answers at {self.address} (waited {timeout_s:.1f}s)"
             ) from None
         try:
-            pong = REPLY_DECODER.decode(reply)
+            pong = decode_reply(reply)
         except (msgspec.DecodeError, msgspec.ValidationError):
             pong = None
         if not isinstance(pong, Pong):
@@ -242,7 +242,7 @@ class RemoteMachine:
         if self._closed:
             raise ValueError(f"shard machine for {self.shard!r} is closed")
 
-    def _expect(self, reply: Reply, kind: type):
+    def _expect(self, reply: ServerReply, kind: type):
         if not isinstance(reply, kind):
             raise IndeterminateError(
                 f"consensus server {self._client.address} answered {type(reply).__name__}, "

@@ -62,8 +62,6 @@ from ..storage.contracts import Blob, Consensus
 from ..storage.errors import StorageError
 from .rpc import RpcServer
 from .wire import (
-    ENCODER,
-    REQUEST_DECODER,
     ErrorReply,
     FetchState,
     GetStats,
@@ -73,17 +71,19 @@ from .wire import (
     OpenShard,
     Ping,
     Pong,
-    Reply,
-    Request,
     RunCommand,
     RunReply,
     ScanVersions,
+    ServerReply,
+    ServerRequest,
     ShardCounters,
     StateReply,
     StatsReply,
     Version,
     VersionsReply,
     WaitForUpper,
+    decode_request,
+    encode,
     error_kind,
 )
 
@@ -247,7 +247,7 @@ class ConsensusServer:
                 self.requests += 1
                 reply = self._handle(peer, request_id, payload)
                 if reply is not None:
-                    self._rpc.reply(peer, request_id, ENCODER.encode(reply))
+                    self._rpc.reply(peer, request_id, encode(reply))
             self._answer_parked(time.monotonic())
             self._answer_jobs()
             self._schedule_maintenance()
@@ -266,7 +266,7 @@ class ConsensusServer:
                 kind = error_kind(exc)
                 log.warning("maintenance job failed: %s", exc)
                 reply = ErrorReply(kind, f"{type(exc).__name__}: {exc}")
-            self._rpc.reply(peer, request_id, ENCODER.encode(reply))
+            self._rpc.reply(peer, request_id, encode(reply))
         self._jobs = running
 
     def _run_job(self, shard: _Shard, request: Maintain) -> MaintainedReply:
@@ -293,9 +293,9 @@ class ConsensusServer:
         shard.leaked_swept += len(swept)
         return MaintainedReply(swept=tuple(swept))
 
-    def _handle(self, peer: bytes, request_id: bytes, payload: bytes) -> Reply | None:
+    def _handle(self, peer: bytes, request_id: bytes, payload: bytes) -> ServerReply | None:
         try:
-            request = REQUEST_DECODER.decode(payload)
+            request = decode_request(payload)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             self.errors += 1
             log.warning(
@@ -313,7 +313,9 @@ class ConsensusServer:
                 log.warning("request %s failed: %s", type(request).__name__, exc)
             return ErrorReply(kind, f"{type(exc).__name__}: {exc}")
 
-    def _dispatch(self, peer: bytes, request_id: bytes, request: Request) -> Reply | None:
+    def _dispatch(
+        self, peer: bytes, request_id: bytes, request: ServerRequest
+    ) -> ServerReply | None:
         if isinstance(request, Ping):
             return Pong(os.getpid())
         if isinstance(request, GetStats):
@@ -397,7 +399,7 @@ class ConsensusServer:
                 continue
             state = self._shards[parked.shard].machine.state(refresh=True)
             if state.upper > parked.past or parked.deadline <= now:
-                self._rpc.reply(parked.peer, parked.request_id, ENCODER.encode(StateReply(state)))
+                self._rpc.reply(parked.peer, parked.request_id, encode(StateReply(state)))
             else:
                 keep.append(parked)
         self._parked = keep

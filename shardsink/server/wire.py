@@ -1,6 +1,6 @@
 """Every message between a consensus server and its clients, as msgspec Structs.
 
-``Request`` and ``Reply`` are tagged unions encoded as MessagePack and decoded
+``ServerRequest`` and ``ServerReply`` are tagged unions encoded as MessagePack and decoded
 strictly (unknown fields and tags are errors); nothing is unpickled. Shard
 commands and results are the shard machine's own
 (:mod:`shardsink.persist.commands`), carried unchanged.
@@ -12,6 +12,7 @@ from typing import Literal
 
 import msgspec
 
+from .._wire import Message
 from ..persist.commands import Command, Result
 from ..persist.compaction import CompactionReport
 from ..persist.config import ShardConfig
@@ -21,17 +22,14 @@ from ..persist.state import ShardState
 from ..persist.stats import MachineStats
 from ..storage.errors import DeterminateError, IndeterminateError
 
-_OPTS = {"frozen": True, "forbid_unknown_fields": True}
-
-
 # --- requests -----------------------------------------------------------------
 
 
-class Ping(msgspec.Struct, tag="ping", **_OPTS):
+class Ping(Message, tag="ping"):
     """Answer: :class:`Pong`."""
 
 
-class OpenShard(msgspec.Struct, tag="open_shard", **_OPTS):
+class OpenShard(Message, tag="open_shard"):
     """Load (or, with ``create``, create with ``schema``) ``shard``.
     Answer: :class:`OpenedReply`."""
 
@@ -41,20 +39,20 @@ class OpenShard(msgspec.Struct, tag="open_shard", **_OPTS):
     create: bool = True
 
 
-class RunCommand(msgspec.Struct, tag="run", **_OPTS):
+class RunCommand(Message, tag="run"):
     """Apply ``command`` to ``shard`` durably. Answer: :class:`RunReply`."""
 
     shard: str
     command: Command
 
 
-class FetchState(msgspec.Struct, tag="fetch_state", **_OPTS):
+class FetchState(Message, tag="fetch_state"):
     """The shard's latest state. Answer: :class:`StateReply`."""
 
     shard: str
 
 
-class WaitForUpper(msgspec.Struct, tag="wait_for_upper", **_OPTS):
+class WaitForUpper(Message, tag="wait_for_upper"):
     """A long poll: answered with :class:`StateReply` as soon as the shard's
     upper is past ``past``, or after ``timeout_ms`` with the state as it is."""
 
@@ -63,7 +61,7 @@ class WaitForUpper(msgspec.Struct, tag="wait_for_upper", **_OPTS):
     timeout_ms: int
 
 
-class Maintain(msgspec.Struct, tag="maintain", **_OPTS):
+class Maintain(Message, tag="maintain"):
     """Run one maintenance ``job`` of ``shard`` in the server (its own
     writer's compaction, GC, or the leaked-blob sweep with ``grace_ms``,
     ``None``: the server's grace; never shorter than its writer lease), off
@@ -74,11 +72,11 @@ class Maintain(msgspec.Struct, tag="maintain", **_OPTS):
     grace_ms: int | None = None
 
 
-class GetStats(msgspec.Struct, tag="get_stats", **_OPTS):
+class GetStats(Message, tag="get_stats"):
     """Per-shard counters of this server. Answer: :class:`StatsReply`."""
 
 
-class ScanVersions(msgspec.Struct, tag="scan_versions", **_OPTS):
+class ScanVersions(Message, tag="scan_versions"):
     """Stored versions of ``shard`` from ``from_seqno`` on, oldest first, at
     most ``limit`` (the server may send fewer). Answer: :class:`VersionsReply`."""
 
@@ -87,7 +85,7 @@ class ScanVersions(msgspec.Struct, tag="scan_versions", **_OPTS):
     limit: int
 
 
-Request = (
+ServerRequest = (
     Ping | OpenShard | RunCommand | FetchState | WaitForUpper | Maintain | GetStats | ScanVersions
 )
 
@@ -95,17 +93,17 @@ Request = (
 # --- replies ------------------------------------------------------------------
 
 
-class Pong(msgspec.Struct, tag="pong", **_OPTS):
+class Pong(Message, tag="pong"):
     """The server is up; ``pid`` identifies its process."""
 
     pid: int
 
 
-class StateReply(msgspec.Struct, tag="state", **_OPTS):
+class StateReply(Message, tag="state"):
     state: ShardState
 
 
-class OpenedReply(msgspec.Struct, tag="opened", **_OPTS):
+class OpenedReply(Message, tag="opened"):
     """The opened shard's latest ``state``, and the writer lease this server
     expires writers by (a client heartbeats its writers by it)."""
 
@@ -113,14 +111,14 @@ class OpenedReply(msgspec.Struct, tag="opened", **_OPTS):
     writer_lease_ms: int
 
 
-class RunReply(msgspec.Struct, tag="ran", **_OPTS):
+class RunReply(Message, tag="ran"):
     """``result`` of the command and the state-storage work it caused."""
 
     result: Result
     work: MachineStats
 
 
-class MaintainedReply(msgspec.Struct, tag="maintained", **_OPTS):
+class MaintainedReply(Message, tag="maintained"):
     """What a :class:`Maintain` job did: its compaction's or GC's report, or
     the blobs and temporary files the sweep removed."""
 
@@ -129,18 +127,18 @@ class MaintainedReply(msgspec.Struct, tag="maintained", **_OPTS):
     swept: tuple[str, ...] = ()
 
 
-class Version(msgspec.Struct, **_OPTS):
+class Version(Message):
     """One stored version: its seqno and its state diff, encoded."""
 
     seqno: int
     data: bytes
 
 
-class VersionsReply(msgspec.Struct, tag="versions", **_OPTS):
+class VersionsReply(Message, tag="versions"):
     versions: tuple[Version, ...]
 
 
-class ShardCounters(msgspec.Struct, **_OPTS):
+class ShardCounters(Message):
     """What the server did for one shard since it started, and the size of
     its latest state (``batches``, ``parts``, ``inline_bytes``, ``readers``).
     Compaction's counts: ``compactions`` applied, replacing
@@ -169,7 +167,7 @@ class ShardCounters(msgspec.Struct, **_OPTS):
     compaction_put_bytes: int
 
 
-class StatsReply(msgspec.Struct, tag="stats", **_OPTS):
+class StatsReply(Message, tag="stats"):
     pid: int
     requests: int
     errors: int
@@ -177,7 +175,7 @@ class StatsReply(msgspec.Struct, tag="stats", **_OPTS):
     shards: tuple[ShardCounters, ...]
 
 
-class ErrorReply(msgspec.Struct, tag="error", **_OPTS):
+class ErrorReply(Message, tag="error"):
     """The request failed. ``kind`` (one of :data:`ERROR_KINDS`, or
     ``internal``) says how the client should raise it; ``bad_request`` means
     malformed or invalid, nothing happened."""
@@ -186,7 +184,7 @@ class ErrorReply(msgspec.Struct, tag="error", **_OPTS):
     message: str
 
 
-Reply = (
+ServerReply = (
     Pong
     | StateReply
     | OpenedReply
@@ -223,6 +221,6 @@ def error_class(kind: str) -> type[Exception]:
     return dict(ERROR_KINDS).get(kind, IndeterminateError)
 
 
-REQUEST_DECODER = msgspec.msgpack.Decoder(Request)
-REPLY_DECODER = msgspec.msgpack.Decoder(Reply)
-ENCODER = msgspec.msgpack.Encoder()
+encode = msgspec.msgpack.Encoder().encode
+decode_request = msgspec.msgpack.Decoder(ServerRequest).decode
+decode_reply = msgspec.msgpack.Decoder(ServerReply).decode

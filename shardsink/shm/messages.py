@@ -15,12 +15,14 @@ from typing import Annotated
 
 import msgspec
 
+from .._wire import Message
+
 _Count = Annotated[int, msgspec.Meta(ge=0)]
 _Segment = Annotated[str, msgspec.Meta(min_length=1, max_length=255)]
 Metadata = dict[str, int | str]
 
 
-class PartRef(msgspec.Struct, frozen=True, array_like=True, forbid_unknown_fields=True):
+class PartRef(Message, array_like=True):
     """Where a part lies: ``length`` bytes at ``offset`` of ``segment``, stamped
     with the arena's part ``id`` (which the reader checks against the bytes)."""
 
@@ -30,11 +32,11 @@ class PartRef(msgspec.Struct, frozen=True, array_like=True, forbid_unknown_field
     id: _Count
 
 
-class _Message(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="t"):
-    pass
+class _Tagged(Message, tag_field="t"):
+    """A member of either direction's tagged union, its tag in field ``t``."""
 
 
-class Part(_Message, tag="part"):
+class Part(_Tagged, tag="part"):
     """The ``seq``-th message of a sender: a part in its arena, plus caller metadata."""
 
     seq: _Count
@@ -42,7 +44,7 @@ class Part(_Message, tag="part"):
     meta: Metadata = {}
 
 
-class MessagePart(_Message, tag="inline"):
+class MessagePart(_Tagged, tag="inline"):
     """The ``seq``-th message of a sender: a small part's Arrow IPC stream bytes."""
 
     seq: _Count
@@ -50,19 +52,19 @@ class MessagePart(_Message, tag="inline"):
     meta: Metadata = {}
 
 
-class Retire(_Message, tag="retire"):
+class Retire(_Tagged, tag="retire"):
     """Segments the sender has unlinked; the builder drops its mappings of them."""
 
     segments: list[_Segment]
 
 
-class Ack(_Message, tag="ack"):
+class Ack(_Tagged, tag="ack"):
     """The builder is done with these parts; their space may be overwritten."""
 
     refs: list[PartRef]
 
 
-class Error(_Message, tag="error"):
+class Error(_Tagged, tag="error"):
     """The builder could not take message ``seq`` (``None``: not decodable)."""
 
     seq: _Count | None

@@ -134,7 +134,7 @@ def test_a_refusal_names_the_request_it_refuses(zygote, tmp_path):
 
     import msgspec
 
-    from shardsink.process.zygote import Refused, decode_reply
+    from shardsink.process.zygote_messages import Refused, decode_reply
 
     assert zygote._sock is not None  # a client sending what this one never would
     bad = msgspec.msgpack.encode({"type": "Fork", "id": 12345, "launch": "not a launch"})

@@ -27,7 +27,7 @@ from shardsink.persist.state import Batch
 from shardsink.process import ConsensusProcess
 from shardsink.server import ServerClient
 from shardsink.server.config import ServeConfig
-from shardsink.server.wire import REPLY_DECODER, ErrorReply
+from shardsink.server.wire import ErrorReply, decode_reply
 from shardsink.storage.errors import DeterminateError, IndeterminateError
 from shardsink.workloads import Workload
 
@@ -226,7 +226,7 @@ def test_garbage_gets_error_replies_and_the_server_keeps_serving(server, tmp_pat
     wrong = _wrong_messages(rng, 1_000)
     frames = [[i.to_bytes(8, "big"), p] for i, p in enumerate(garbage + wrong, 1)]
     replies = _raw_requests(server.address, frames, timeout_s=120)
-    decoded = [REPLY_DECODER.decode(r) for r in replies]
+    decoded = [decode_reply(r) for r in replies]
     assert len(decoded) == len(garbage) + len(wrong)
     assert all(isinstance(r, ErrorReply) for r in decoded)
     assert sum(r.kind == "bad_request" for r in decoded) >= 0.99 * len(decoded)

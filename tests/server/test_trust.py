@@ -19,7 +19,7 @@ from shardsink.persist import ShardConfig
 from shardsink.persist.commands import ExpireReaders
 from shardsink.persist.state import Batch
 from shardsink.server import ConsensusServer, ServerClient
-from shardsink.server.wire import ENCODER, Ping, RunCommand
+from shardsink.server.wire import Ping, RunCommand, encode
 from shardsink.storage import open_blob, open_consensus
 from shardsink.storage.errors import IndeterminateError
 from shardsink.workloads import Workload
@@ -88,7 +88,7 @@ def _answers(address: str, keys: ClientKeys | None) -> bool:
         if keys is not None:
             sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = keys
         sock.connect(address)
-        sock.send_multipart([(1).to_bytes(8, "big"), ENCODER.encode(Ping())])
+        sock.send_multipart([(1).to_bytes(8, "big"), encode(Ping())])
         return bool(sock.poll(1500))
     finally:
         sock.close()

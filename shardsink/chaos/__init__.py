@@ -1,4 +1,4 @@
-"""Fault injection at random times: ``shardsink chaos`` (DESIGN.md section 10).
+"""Fault injection at random times: ``shardsink chaos`` (docs/chaos.md).
 
 A churn cluster runs under a seeded nemesis that kills and pauses its
 processes and releases fault points, while readers check snapshots and

@@ -1,5 +1,5 @@
 """``run_chaos``: a churn cluster under a nemesis, readers and maintenance
-throughout, then the checks of DESIGN.md section 10.
+throughout, then the checks of docs/chaos.md (The checks and the report).
 
 The pieces, each in its own thread of this process:
 
@@ -158,6 +158,9 @@ def _first_sigint_sets() -> Iterator[threading.Event]:
 def _run(
     run: RunContext, interrupt: threading.Event, on_tick: Callable[[dict], None] | None
 ) -> ChaosReport:
+    """One run in ``run``'s directories: arm the schedule, start the
+    coordinator, the nemesis and the clients, watch until the run is over
+    (:func:`_watch`), stop everything and return the final checks' report."""
     config = run.config
     events = schedule(
         config.seed,
@@ -171,74 +174,12 @@ def _run(
     start = time.monotonic()
     nemesis = Nemesis(events, run.fault_dir, run.coordinator_pid, start)
     nemesis.hold_points(specs)
-    env = faults.environ([str(s) for s in specs], seed=config.seed, fault_dir=run.fault_dir)
-    env[faults.ENV_PAUSE] = str(config.pause_max_s)
-    env.update(run.env())
-    # readers live in this process: of the points, only theirs is armed here
-    faults.arm(
-        [s for s in specs if s.point == "reader.before_fetch"],
-        seed=config.seed,
-        fault_dir=run.fault_dir,
-        role="reader",
-        pause_s=config.pause_max_s,
-    )
-    threads = [
-        threading.Thread(target=read_loop, args=(run, i), name=f"reader-{i}", daemon=True)
-        for i in range(config.readers)
-    ]
-    threads.append(
-        threading.Thread(
-            target=maintenance_loop,
-            args=(run, {**env, **run.env(maintenance=True)}),
-            name="maintenance",
-            daemon=True,
-        )
-    )
-    exits: Counter[str] = Counter()
-    starts = 0
+    env = _arm(run, specs)
+    threads = _client_threads(run, env)
+    watched = _Watched()
     board = open_dashboard(run, nemesis)
     try:
-        _start_coordinator(run, env)
-        starts += 1
-        nemesis.begin()
-        for thread in threads:
-            thread.start()
-        last_appends, last_progress, next_tick = 0, time.monotonic(), 0.0
-        end = start + config.duration_s
-        settled_at: int | None = None  # intervals appended when every fault had fired
-        while not interrupt.is_set():
-            now = time.monotonic()
-            if now >= end and settled_at is None and nemesis.settled():
-                settled_at = last_appends
-            if now >= end + SETTLE_S or (settled_at is not None and last_appends > settled_at):
-                break
-            interrupt.wait(0.2)
-            run.note_processes()
-            child = run.coordinator
-            assert child is not None
-            if not child.alive():
-                exits[exit_reason(child.returncode)] += 1
-                _wait_gone(run)
-                time.sleep(0.2)
-                _start_coordinator(run, env)
-                starts += 1
-            appended = run.appended.poll()
-            if appended > last_appends:
-                last_appends, last_progress = appended, time.monotonic()
-            elif time.monotonic() - last_progress > config.stall_s:
-                run.violation(f"no interval appended for {config.stall_s:g}s")
-            if on_tick is not None and time.monotonic() >= next_tick:
-                next_tick = time.monotonic() + 1.0
-                on_tick(
-                    {
-                        "elapsed_s": time.monotonic() - start,
-                        "intervals": appended,
-                        "injected": sum(nemesis.signalled.values())
-                        + len(faults.fired(run.fault_dir)),
-                        "snapshots": run.counts["checked"],
-                        "violations": len(run.violations),
-                    }
-                )
+        _watch(run, nemesis, env, threads, start, interrupt, on_tick, watched)
     finally:
         ran_s = time.monotonic() - start
         nemesis.stop()
@@ -254,12 +195,122 @@ def _run(
                 board.close()
     if nemesis.error is not None:
         run.violation(f"the nemesis failed: {nemesis.error!r}")
-    report = final_checks(run, events, nemesis, starts, exits)
+    report = final_checks(run, events, nemesis, watched.starts, watched.exits)
     report.ran_s = round(ran_s, 1)
     report.interrupted = interrupt.is_set()
     report.lost = dict(nemesis.lost())
     report.unfired = dict(firings(events) - Counter(report.injected) - Counter(report.lost))
     return report
+
+
+def _arm(run: RunContext, specs: list[faults.FaultSpec]) -> dict[str, str]:
+    """The environment every child of the run gets (the run's fault points
+    armed, pauses up to ``pause_max_s``); arms, in this process, only the
+    readers' point."""
+    config = run.config
+    env = faults.environ([str(s) for s in specs], seed=config.seed, fault_dir=run.fault_dir)
+    env[faults.ENV_PAUSE] = str(config.pause_max_s)
+    env.update(run.env())
+    # readers live in this process: of the points, only theirs is armed here
+    faults.arm(
+        [s for s in specs if s.point == "reader.before_fetch"],
+        seed=config.seed,
+        fault_dir=run.fault_dir,
+        role="reader",
+        pause_s=config.pause_max_s,
+    )
+    return env
+
+
+def _client_threads(run: RunContext, env: dict[str, str]) -> list[threading.Thread]:
+    """The readers' and maintenance's threads, not started; maintenance's
+    children get ``env`` and maintenance's own settings."""
+    config = run.config
+    threads = [
+        threading.Thread(target=read_loop, args=(run, i), name=f"reader-{i}", daemon=True)
+        for i in range(config.readers)
+    ]
+    threads.append(
+        threading.Thread(
+            target=maintenance_loop,
+            args=(run, {**env, **run.env(maintenance=True)}),
+            name="maintenance",
+            daemon=True,
+        )
+    )
+    return threads
+
+
+class _Watched:
+    """What :func:`_watch` saw of the coordinator: how often it was started,
+    and how each of its runs ended (reason -> count). Filled in as it goes,
+    so a watch that raises still leaves what it saw."""
+
+    def __init__(self) -> None:
+        self.starts = 0
+        self.exits: Counter[str] = Counter()
+
+
+def _watch(
+    run: RunContext,
+    nemesis: Nemesis,
+    env: dict[str, str],
+    threads: list[threading.Thread],
+    start: float,
+    interrupt: threading.Event,
+    on_tick: Callable[[dict], None] | None,
+    watched: _Watched,
+) -> None:
+    """Start the coordinator, the nemesis and ``threads``, then watch until
+    ``interrupt``, or the duration is over and the run settled (every fault
+    fired and an interval appended since), or :data:`SETTLE_S` after the
+    duration. A coordinator that exits is started again once its processes
+    are gone; every check (about every 0.2 s) that finds no append in the last
+    ``stall_s`` records a violation."""
+    config = run.config
+    _start_coordinator(run, env)
+    watched.starts += 1
+    nemesis.begin()
+    for thread in threads:
+        thread.start()
+    last_appends, last_progress, next_tick = 0, time.monotonic(), 0.0
+    end = start + config.duration_s
+    settled_at: int | None = None  # intervals appended when every fault had fired
+    while not interrupt.is_set():
+        now = time.monotonic()
+        if now >= end and settled_at is None and nemesis.settled():
+            settled_at = last_appends
+        if now >= end + SETTLE_S or (settled_at is not None and last_appends > settled_at):
+            break
+        interrupt.wait(0.2)
+        run.note_processes()
+        child = run.coordinator
+        assert child is not None
+        if not child.alive():
+            watched.exits[exit_reason(child.returncode)] += 1
+            _wait_gone(run)
+            time.sleep(0.2)
+            _start_coordinator(run, env)
+            watched.starts += 1
+        appended = run.appended.poll()
+        if appended > last_appends:
+            last_appends, last_progress = appended, time.monotonic()
+        elif time.monotonic() - last_progress > config.stall_s:
+            run.violation(f"no interval appended for {config.stall_s:g}s")
+        if on_tick is not None and time.monotonic() >= next_tick:
+            next_tick = time.monotonic() + 1.0
+            on_tick(_status(run, nemesis, start, appended))
+
+
+def _status(run: RunContext, nemesis: Nemesis, start: float, appended: int) -> dict:
+    """The status dict ``on_tick`` gets."""
+    return {
+        "elapsed_s": time.monotonic() - start,
+        "intervals": appended,
+        "injected": sum(nemesis.signalled.values()) + len(faults.fired(run.fault_dir)),
+        "snapshots": run.counts["checked"],
+        "violations": len(run.violations),
+    }
 
 
 def _start_coordinator(run: RunContext, env: dict[str, str]) -> None:
@@ -292,9 +343,9 @@ def _start_coordinator(run: RunContext, env: dict[str, str]) -> None:
         str(SINCE_LAG * INTERVAL_MS),
         "--writer-lease-ms",
         str(config.writer_lease_ms),
-        "--append-retry",
+        "--append-retry-s",
         str(config.append_retry_s),
-        "--interval-timeout",
+        "--interval-timeout-s",
         str(config.interval_timeout_s),
         "--max-restarts",
         str(10**6),

@@ -12,9 +12,10 @@ Two ways to write an interval, both on the same machine as the shardsink runs:
 Workers are threads (``deltalake`` and pyarrow release the GIL while they
 write), released together for each interval. The table is read back,
 consolidated and compared with the workload's expected collection. Figures
-use the field names of DESIGN.md section 9 where they mean the same thing:
-``blob_puts`` are data files written, ``diff_bytes_per_append`` is commit-log
-(``_delta_log/*.json``) bytes per interval.
+use the field names of docs/architecture.md section 10 (Metrics and benchmark
+output) where they mean the same thing: ``blob_puts`` are data files
+written, ``diff_bytes_per_append`` is commit-log (``_delta_log/*.json``) bytes
+per interval.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +35,9 @@ import pyarrow.parquet as pq
 from ..persist import parts as P
 from ..workloads import Workload
 
+if TYPE_CHECKING:
+    from deltalake.transaction import AddAction
+
 MODES = ("delta-per-worker", "delta-per-interval")
 
 
@@ -41,18 +46,37 @@ def run_delta(
 ) -> dict:
     """Write ``intervals`` intervals of ``workload`` with ``groups * workers``
     writers into a new Delta table at ``table_dir``; return the run's figures."""
-    from deltalake import CommitProperties, DeltaTable, write_deltalake
-    from deltalake.transaction import AddAction
+    from deltalake import write_deltalake
 
     if mode not in MODES:
         raise ValueError(f"unknown Delta peer mode {mode!r}; choose one of {', '.join(MODES)}")
     if table_dir.exists() and any(table_dir.iterdir()):
         raise ValueError(f"Delta table directory {table_dir} is not empty")
-    n = groups * workers
     schema = P.full_schema()
-    uri = str(table_dir)
     # the table exists before the first interval, as a shard does
-    write_deltalake(uri, schema.empty_table(), mode="append")
+    write_deltalake(str(table_dir), schema.empty_table(), mode="append")
+    written = _write_intervals(mode, groups * workers, workload, intervals, table_dir, schema)
+    return _figures(mode, groups, workers, workload, intervals, table_dir, schema, written)
+
+
+class _Written(NamedTuple):
+    """What writing the intervals did: data files and rows written, each
+    interval's latency (slices made, written and committed), the wall time."""
+
+    files: int
+    rows: int
+    latencies_ms: list[float]
+    wall_s: float
+
+
+def _write_intervals(
+    mode: str, n: int, workload: Workload, intervals: int, table_dir: Path, schema: pa.Schema
+) -> _Written:
+    """Write every interval into the table at ``table_dir`` with ``n``
+    writer threads, the way ``mode`` says (see the module)."""
+    from deltalake import CommitProperties, DeltaTable, write_deltalake
+
+    uri = str(table_dir)
     files = rows = 0
     # concurrent blind appends conflict and retry; with 32 writers the default
     # budget (15) runs out, which would measure the retry limit, not Delta
@@ -61,12 +85,6 @@ def run_delta(
 
     def slice_of(i: int, w: int) -> pa.Table:
         return workload.updates(i, w, n)
-
-    def write_file(table: pa.Table) -> AddAction:
-        name = f"part-{uuid.uuid4().hex}.parquet"
-        pq.write_table(table, table_dir / name)
-        size = (table_dir / name).stat().st_size
-        return AddAction(name, size, {}, int(time.time() * 1000), True, _stats(table))
 
     started = time.perf_counter()
     with ThreadPoolExecutor(n) as pool:
@@ -84,20 +102,48 @@ def run_delta(
                 )
                 files += len(slices)
             else:
-                actions = list(pool.map(write_file, slices))
+                actions = list(pool.map(lambda t: _write_file(table_dir, t), slices))
                 if actions:
                     DeltaTable(uri).create_write_transaction(actions, "append", schema)
                 files += len(actions)
             rows += sum(t.num_rows for t in slices)
             latencies_ms.append((time.perf_counter() - t0) * 1000)
-    wall_s = time.perf_counter() - started
+    return _Written(files, rows, latencies_ms, time.perf_counter() - started)
+
+
+def _write_file(table_dir: Path, table: pa.Table) -> AddAction:
+    """Write ``table`` as a new Parquet file in ``table_dir``; the action
+    that adds it to the table (``delta-per-interval``)."""
+    from deltalake.transaction import AddAction
+
+    name = f"part-{uuid.uuid4().hex}.parquet"
+    pq.write_table(table, table_dir / name)
+    size = (table_dir / name).stat().st_size
+    return AddAction(name, size, {}, int(time.time() * 1000), True, _stats(table))
+
+
+def _figures(
+    mode: str,
+    groups: int,
+    workers: int,
+    workload: Workload,
+    intervals: int,
+    table_dir: Path,
+    schema: pa.Schema,
+    written: _Written,
+) -> dict:
+    """The run's figures (results.json's fields, see the module), the table
+    read back and compared with the workload's expected collection."""
+    from deltalake import DeltaTable
+
     file_bytes = sum(p.stat().st_size for p in table_dir.glob("*.parquet"))
     log = sorted((table_dir / "_delta_log").glob("*.json"))
     commits = log[1:]  # version 0 created the empty table
     commit_bytes = sum(p.stat().st_size for p in commits)
-    stored = P.conform(DeltaTable(uri).to_pyarrow_table(), schema)
+    stored = P.conform(DeltaTable(str(table_dir)).to_pyarrow_table(), schema)
     verified = P.at_time(stored, _as_of(workload, intervals)).equals(workload.expected(intervals))
     per = max(intervals, 1)
+    files, rows, latencies_ms, wall_s = written
     return {
         "mode": mode,
         "groups": groups,

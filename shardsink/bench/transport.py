@@ -71,7 +71,7 @@ REPS = 7
 BYTES_PER_REP = 256 << 20
 MIN_PARTS, MAX_PARTS = 16, 2000
 # The memcpy baseline's destination: 4x the 32 MiB last-level cache here
-# (DESIGN section 13 gives memcpy "into warm memory", 9.2 GB/s), so each copy
+# (memcpy into warm, cached memory runs at about 9.2 GB/s), so each copy
 # lands in mapped memory that is no longer cached, as parts do once an arena
 # cycles through more than the caches hold. A destination that stays cached
 # across copies (memcpy_cached) runs 2-3x faster at 1 MiB: a cache figure,

@@ -1,11 +1,12 @@
 """The worker process: its slice of every minted interval, shared or its own.
 
 For each :class:`~shardsink.protocol.Mint` the worker produces the
-updates DESIGN.md section 8 assigns it, consolidates them and stages them as
-Arrow. In ``best-effort`` and ``barrier`` mode, staged updates of at most
-``shared_max_bytes`` go to the group's builder through shared memory (the last
-part finishes the worker's handle); larger ones, and every interval in ``off``
-mode, become the worker's own batch, written in parallel with the others.
+updates docs/architecture.md section 9 (Workloads) assigns it, consolidates
+them and stages them as Arrow. In ``best-effort`` and ``barrier`` mode, staged
+updates of at most ``shared_max_bytes`` go to the group's builder through
+shared memory (the last part finishes the worker's handle); larger ones, and
+every interval in ``off`` mode, become the worker's own batch, written in
+parallel with the others.
 
 In best-effort mode the worker joins the shared batch as soon as the mint
 arrives (an empty part), so its handle is open while it works on the

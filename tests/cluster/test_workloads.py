@@ -1,4 +1,4 @@
-"""The workloads of DESIGN.md section 8, checked against a literal reading of the spec."""
+"""The workloads of docs/architecture.md section 9, checked against a literal reading of it."""
 
 from __future__ import annotations
 

@@ -8,12 +8,9 @@ malformed URI is a ``ValueError`` naming the field before any process starts.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
-import re
-from pathlib import Path
-from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
+from typing import Annotated, Literal, get_args
 from urllib.parse import urlsplit
 
 import msgspec
@@ -22,33 +19,15 @@ from . import datadir
 from ._address import REMOTE_SCHEMES
 from ._bounds import at_least, port, positive
 from ._http import parse_listen
+from ._units import MIB
+from .options import BYTES, Size
 from .persist.config import ShardConfig
 from .persist.state import check_shard_name
 from .shm.link import MESSAGE_PART_MAX_BYTES
 from .storage.uri import redact
 
-MIB = 1 << 20
-#: Multipliers of the size units :func:`parse_size` accepts (unit names compare
-#: case-insensitively; ``k``/``M``/``G`` alone are the binary units, as in ``ls -h``).
-SIZE_UNITS: dict[str, int] = {
-    "": 1,
-    "b": 1,
-    "k": 1 << 10,
-    "kb": 1000,
-    "kib": 1 << 10,
-    "m": 1 << 20,
-    "mb": 1000**2,
-    "mib": 1 << 20,
-    "g": 1 << 30,
-    "gb": 1000**3,
-    "gib": 1 << 30,
-}
-_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*", re.IGNORECASE)
-#: ClusterConfig fields that hold a byte count (a TOML file may write them as "1MiB").
-SIZE_FIELDS = ("shared_max_bytes", "blob_target_bytes", "message_part_max_bytes")
 #: The ``shared_max_bytes`` that tunes itself.
 AUTO = "auto"
-T = TypeVar("T", bound=msgspec.Struct)
 Mode = Literal["off", "best-effort", "barrier"]
 Coalesce = Literal["group", "host"]
 Pace = Literal["realtime", "max"]
@@ -152,10 +131,10 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     workers: int = 4
     mode: Mode = "best-effort"
     coalesce: Coalesce = "group"
-    shared_max_bytes: int | Literal["auto"] = MIB
-    blob_target_bytes: int = 128 * MIB
+    shared_max_bytes: Annotated[int | Literal["auto"], BYTES] = MIB
+    blob_target_bytes: Size = 128 * MIB
     best_effort_linger_ms: int = 10
-    message_part_max_bytes: int = MESSAGE_PART_MAX_BYTES
+    message_part_max_bytes: Size = MESSAGE_PART_MAX_BYTES
     workload: WorkloadName = "trickle"
     rows_per_interval: int = 1000
     snapshot_rows: int = 0
@@ -283,134 +262,3 @@ def _check_uri(name: str, uri: str, schemes: tuple[str, ...]) -> None:
             f"invalid {name} URI {redact(uri)!r}: a cluster's processes share it, so it must be "
             f"one of {', '.join(s + '://' for s in schemes)}"
         )
-
-
-def parse_size(text: str) -> int:
-    """A byte count written as ``1048576``, ``1MiB``, ``64 KiB``, ``1.5GiB`` or ``10MB``.
-
-    Units are those of :data:`SIZE_UNITS`; a fraction must come to a whole number
-    of bytes. Raises ``ValueError`` naming ``text`` for anything else.
-    """
-    match = _SIZE.fullmatch(text)
-    unit = SIZE_UNITS.get(match.group(2).lower()) if match else None
-    if unit is None:
-        raise ValueError(
-            f"invalid size {text!r}: a number of bytes, optionally with a unit "
-            "(B, KiB, MiB, GiB, kB, MB, GB), e.g. 1MiB"
-        )
-    value = float(match.group(1)) * unit
-    if not value.is_integer():
-        raise ValueError(f"invalid size {text!r}: not a whole number of bytes")
-    return int(value)
-
-
-def format_size(n: int) -> str:
-    """``n`` bytes in the largest binary unit that divides it (``1MiB``, ``32KiB``, ``100B``)."""
-    for name in ("GiB", "MiB", "KiB"):
-        unit = SIZE_UNITS[name.lower()]
-        if n and n % unit == 0:
-            return f"{n // unit}{name}"
-    return f"{n}B"
-
-
-def load_toml(path: str | os.PathLike) -> dict[str, Any]:
-    """The table of a TOML file, sizes (:data:`SIZE_FIELDS`, at the top or in
-    a table) written as text converted.
-
-    Raises ``ValueError`` naming the file if it cannot be read or is not TOML, and
-    the key and the file for a size that does not parse.
-    """
-    try:
-        data = msgspec.toml.decode(Path(path).read_bytes())
-    except (OSError, msgspec.DecodeError) as exc:
-        raise ValueError(f"cannot read config file {os.fspath(path)!r}: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"config file {os.fspath(path)!r} is not a table")
-    _parse_sizes(data, os.fspath(path))
-    return data
-
-
-def _parse_sizes(table: dict[str, Any], path: str, prefix: str = "") -> None:
-    """Sizes written as text in ``table`` and the tables in it, converted in place."""
-    for name, value in table.items():
-        if isinstance(value, dict):
-            _parse_sizes(value, path, f"{prefix}{name}.")
-        elif name in SIZE_FIELDS and isinstance(value, str) and value != AUTO:
-            try:
-                table[name] = parse_size(value)
-            except ValueError as exc:
-                raise ValueError(f"{prefix}{name} in {path!r}: {exc}") from None
-
-
-def add_config_option(parser: argparse.ArgumentParser, kind: type, example: str) -> None:
-    """``--config FILE.toml`` on ``parser``: ``kind``'s fields as TOML keys
-    (``example`` shows some), read by :func:`layered`. Every option added
-    after it defaults to ``SUPPRESS``, so that only flags given override the
-    file; each such option's dest must be the field it sets."""
-    parser.argument_default = argparse.SUPPRESS
-    parser.add_argument(
-        "--config",
-        type=Path,
-        default=None,
-        metavar="FILE.toml",
-        help=f"{kind.__name__} fields as TOML keys ({example}, ...); flags given override it; "
-        "an unknown key or a bad value is refused (default: none)",
-    )
-
-
-def layered(
-    kind: type[T],
-    path: str | os.PathLike | None,
-    given: dict[str, Any],
-    environment: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    """The fields of a ``kind`` a command runs with, for :func:`build`.
-
-    Each comes from ``given`` (the flags given, by field name; other names are
-    ignored), else its environment variable (``environment`` maps variable to
-    field), else the TOML file at ``path``, else ``kind``'s default (left out).
-    The file alone must make a valid ``kind``: ``ValueError`` naming the file
-    and the key otherwise.
-    """
-    fields: dict[str, Any] = {}
-    if path is not None:
-        fields = load_toml(path)
-        build(kind, fields, source=f"config file {os.fspath(path)!r}")
-    for variable, name in (environment or {}).items():
-        if os.environ.get(variable):
-            fields[name] = os.environ[variable]
-    fields.update({k: v for k, v in given.items() if k in kind.__struct_fields__})
-    return fields
-
-
-def scalar_type(kind: Any) -> Any:
-    """What argparse converts a flag of a config field typed ``kind`` with:
-    ``X | None`` is ``X``'s, a ``Literal`` of values is their type's."""
-    args = [a for a in get_args(kind) if a is not type(None)]
-    if get_origin(kind) is Literal:
-        return type(args[0])
-    return scalar_type(args[0]) if args else kind
-
-
-def build(kind: type[T], fields: dict[str, Any], *, source: str = "options") -> T:
-    """``kind`` (a config Struct) from ``fields``, checked as strictly as a wire message.
-
-    Raises ``ValueError`` naming ``source`` and the offending key: an unknown key,
-    a value of the wrong type, or one its ``__post_init__`` refuses.
-    """
-    try:
-        return msgspec.convert(fields, kind)
-    except msgspec.ValidationError as exc:
-        raise ValueError(f"{source}: {_plain(kind, exc)}") from None
-
-
-def _plain(kind: type, exc: msgspec.ValidationError) -> str:
-    """msgspec's message with its ``$.field`` paths read as a person would write them;
-    a value outside a ``Literal`` is answered with the choices, as ``__post_init__`` does."""
-    text = str(exc)
-    enum = re.fullmatch(r"Invalid enum value (.+) - at `\$\.(\w+)`", text)
-    if enum:
-        choices = get_args(get_type_hints(kind)[enum.group(2)])
-        return f"unknown {enum.group(2)} {enum.group(1)}; choose one of {', '.join(choices)}"
-    text = re.sub(r"Object contains unknown field `([^`]+)`", r"unknown key '\1'", text)
-    return re.sub(r"\s*- at `\$\.([^`]+)`", r" (key '\1')", text)

@@ -1,22 +1,32 @@
 """Config files, sizes and the environment: ``up --config FILE.toml`` decodes
 into the same ClusterConfig as the equivalent flags, flags given override it,
-and an unknown key or a bad value is refused with its name."""
+and an unknown key or a bad value is refused with its name; every field has
+its flag, its name dashed, and an unknown flag or key is answered with the
+nearest valid ones."""
 
 from __future__ import annotations
 
+import argparse
+
+import msgspec
 import pytest
 
 from shardsink import __version__
+from shardsink._units import MIB, format_size, parse_size
+from shardsink.chaos.config import ChaosConfig
 from shardsink.cli import build_parser, main
 from shardsink.cluster._cli import config_of
-from shardsink.config import MIB, ClusterConfig, format_size, parse_size
+from shardsink.config import ClusterConfig
+from shardsink.options import flag_of
+from shardsink.server.config import ServeConfig
 
 FLAGS = [
     *("--groups", "1", "--workers", "3", "--mode", "barrier", "--shared-max-bytes", "2MiB"),
-    *("--linger-ms", "0", "--message-part-max-bytes", "0", "--workload", "churn"),
+    *("--best-effort-linger-ms", "0", "--message-part-max-bytes", "0", "--workload", "churn"),
     *("--rows-per-interval", "50", "--intervals", "3", "--interval-ms", "200"),
-    *("--pace", "realtime", "--shard", "s1", "--interval-timeout", "9.5", "--max-restarts", "4"),
-    *("--start", "spawn", "--seed", "7", "--no-verify"),
+    *("--pace", "realtime", "--shard", "s1", "--interval-timeout-s", "9.5"),
+    *("--max-restarts", "4", "--start", "spawn", "--seed", "7", "--no-verify"),
+    *("--start-timeout-s", "30", "--consensus-timeout-s", "2.5", "--append-retry-s", "60"),
 ]
 TOML = """
 groups = 1
@@ -36,6 +46,9 @@ max_restarts = 4
 start = "spawn"
 seed = 7
 verify = false
+start_timeout_s = 30.0
+consensus_timeout_s = 2.5
+append_retry_s = 60.0
 """
 
 
@@ -174,7 +187,8 @@ def test_version(capsys):
 def test_every_up_flag_shows_its_default():
     up = build_parser()._subparsers._group_actions[0].choices["up"]
     for action in up._actions:
-        if action.help and action.dest not in ("help", "config", "json", "verbose"):
+        shown = action.help and action.help != argparse.SUPPRESS
+        if shown and action.dest not in ("help", "config", "json", "verbose"):
             assert "default" in action.help, action.option_strings
 
 
@@ -186,8 +200,8 @@ def test_chaos_takes_a_toml_file_as_its_flags(tmp_path):
         'duration_s = 12.5\nseed = 3\ngroups = 1\nmode = "off"\nfaults = ["kill-worker", "pause"]\n'
         "mean_gap_s = 1.0\nreaders = 0\n"
     )
-    flags = ["--duration", "12.5", "--seed", "3", "--groups", "1", "--mode", "off"]
-    flags += ["--faults", "kill-worker,pause", "--mean-gap", "1", "--readers", "0"]
+    flags = ["--duration-s", "12.5", "--seed", "3", "--groups", "1", "--mode", "off"]
+    flags += ["--faults", "kill-worker,pause", "--mean-gap-s", "1", "--readers", "0"]
     from_flags = chaos_config(build_parser().parse_args(["chaos", *flags]))
     from_file = chaos_config(build_parser().parse_args(["chaos", "--config", str(path)]))
     assert from_flags == from_file and from_file.faults == ("kill-worker", "pause")
@@ -201,3 +215,62 @@ def test_chaos_refuses_a_bad_key_by_name(tmp_path, capsys):
     assert main(["chaos", "--config", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"shardsink chaos: error: config file '{path}': unknown key 'duration'" in err
+
+
+def _command(*path: str) -> argparse.ArgumentParser:
+    parser = build_parser()
+    for name in path:
+        parser = parser._subparsers._group_actions[0].choices[name]
+    return parser
+
+
+@pytest.mark.parametrize(
+    ("path", "kind"),
+    [(("up",), ClusterConfig), (("chaos",), ChaosConfig), (("consensus", "serve"), ServeConfig)],
+    ids=["up", "chaos", "consensus serve"],
+)
+def test_every_field_has_exactly_its_dashed_flag(path, kind):
+    """The flag shown for a field is its name with dashes (``--x/--no-x`` for a
+    switch), and no other shown option sets it."""
+    shown = {}
+    for action in _command(*path)._actions:
+        if action.option_strings and action.help != argparse.SUPPRESS:
+            shown.setdefault(action.dest, []).append(action.option_strings)
+    for field in msgspec.structs.fields(kind):
+        flag = flag_of(field.name)
+        expected = [flag, "--no-" + flag[2:]] if field.type is bool else [flag]
+        assert shown.get(field.name) == [expected], field.name
+
+
+def test_the_old_spellings_still_parse_but_are_not_shown():
+    old = ["--linger-ms", "0", "--interval-timeout", "9.5", "--append-retry", "60"]
+    new = ["--best-effort-linger-ms", "0", "--interval-timeout-s", "9.5", "--append-retry-s", "60"]
+    assert _config(*old) == _config(*new)
+    shown = _command("up").format_help()
+    assert "--linger-ms" not in shown and "--interval-timeout " not in shown
+
+
+@pytest.mark.parametrize(
+    ("argv", "near"),
+    [
+        (["up", "--group", "2"], "did you mean --groups?"),
+        (["up", "--linger", "2"], "--best-effort-linger-ms"),
+        (["chaos", "--duraton-s", "2"], "did you mean --duration-s?"),
+        (["consensus", "serve", "--bnd", "ipc:///x"], "did you mean --bind?"),
+    ],
+)
+def test_an_unknown_flag_names_the_nearest(capsys, argv, near):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"shardsink {' '.join(argv[:-2])}: error: unrecognized arguments: ")
+    assert near in err, err
+
+
+def test_an_unknown_key_names_the_nearest(tmp_path, capsys):
+    path = tmp_path / "c.toml"
+    path.write_text("grups = 2\n")
+    assert main(["up", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown key 'grups'; did you mean 'groups'?" in err, err

@@ -46,7 +46,10 @@ def test_help_shows_every_default(path, capsys) -> None:
     valued = [
         a
         for a in _parser(path)._actions
-        if a.option_strings and not a.required and not isinstance(a, NO_VALUE)
+        if a.option_strings
+        and not a.required
+        and not isinstance(a, NO_VALUE)
+        and a.help != argparse.SUPPRESS  # a former spelling, not shown
     ]
     assert valued
     for action in valued:
@@ -59,8 +62,8 @@ def test_help_shows_every_default(path, capsys) -> None:
 def test_serve_help_shows_the_values() -> None:
     shown = " ".join(_parser(("consensus", "serve")).format_help().split())
     for option, default in [
-        ("--gc-interval S", "(default 60)"),
-        ("--sweep-interval S", "(default 600)"),
+        ("--gc-interval-s S", "(default 60)"),
+        ("--sweep-interval-s S", "(default 600)"),
         ("--rollup-threshold N", "(default 128)"),
         ("--max-attempts N", "(default 64)"),
         ("--data-dir D", "(default $SHARDSINK_DATA_DIR, else none)"),

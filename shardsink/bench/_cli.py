@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..options import Flag, add_fields, add_options, layered
+
 
 def register(commands, bench) -> None:
-    from ..config import COALESCES, MODES, add_config_option
-    from . import allocators, appends, cluster, consensus, parts, read, soak, startup
+    from . import appends, consensus
 
     consensus.register(bench)
     appends.register(bench)
@@ -24,6 +25,14 @@ def register(commands, bench) -> None:
         help="also measure small parts inline vs through shared memory",
     )
     transport.set_defaults(func=_transport)
+    _register_startup_and_read(bench)
+    _register_parts_and_allocators(bench)
+    _register_soak(bench)
+    _register_cluster(bench)
+
+
+def _register_startup_and_read(bench) -> None:
+    from . import read, startup
 
     start = _command(
         bench,
@@ -42,7 +51,6 @@ def register(commands, bench) -> None:
     start.add_argument(
         "--restarts", type=int, default=5, metavar="N", help="group restarts timed (default 5)"
     )
-
     reads = _command(
         bench,
         "read",
@@ -56,6 +64,10 @@ def register(commands, bench) -> None:
         metavar="N,...",
         help="snapshot rows of each shard (default %(default)s)",
     )
+
+
+def _register_parts_and_allocators(bench) -> None:
+    from . import allocators, parts
 
     sorted_parts = _command(
         bench,
@@ -74,7 +86,6 @@ def register(commands, bench) -> None:
         sorted_parts.add_argument(
             flag, type=int, default=default, metavar="N", help="default %(default)s"
         )
-
     pools = _command(
         bench,
         "allocators",
@@ -90,6 +101,24 @@ def register(commands, bench) -> None:
     ):
         pools.add_argument(flag, type=int, default=default, metavar="N", help="default %(default)s")
 
+
+#: ``bench soak``'s cluster (ClusterConfig fields, flagged as ``up`` flags
+#: them): the issue's steady-state cluster, not ``up``'s small default.
+SOAK_CLUSTER = {
+    "groups": 4,
+    "workers": 8,
+    "mode": "best-effort",
+    "coalesce": "group",
+    "rows_per_interval": 128,
+    "intervals": 20_000,
+}
+
+
+def _register_soak(bench) -> None:
+    from ..cluster._cli import FLAGS
+    from ..config import ClusterConfig
+    from . import soak
+
     soaks = _command(
         bench,
         "soak",
@@ -97,7 +126,7 @@ def register(commands, bench) -> None:
         "one cluster for many intervals: steady-state figures per block",
         _soak,
     )
-    soaks.add_argument("--intervals", type=int, default=20_000, metavar="N", help="default 20000")
+    add_fields(soaks, ClusterConfig, {n: FLAGS[n] for n in SOAK_CLUSTER}, defaults=SOAK_CLUSTER)
     soaks.add_argument(
         "--block",
         type=int,
@@ -105,12 +134,24 @@ def register(commands, bench) -> None:
         metavar="N",
         help="intervals per block (default %(default)s)",
     )
-    for flag, metavar, default in SOAK_SHAPE:
-        soaks.add_argument(
-            flag, type=int, default=default, metavar=metavar, help="default %(default)s"
-        )
-    soaks.add_argument("--mode", choices=MODES, default="best-effort", help="default best-effort")
-    soaks.add_argument("--coalesce", choices=COALESCES, default="group", help="default group")
+
+
+#: ``bench cluster``'s flag of every BenchClusterConfig field but ``cluster``
+#: (a TOML table only).
+CLUSTER_FLAGS = {
+    "out": Flag("DIR", "output directory", default="none; required here or in the file"),
+    "matrix": Flag(
+        None,
+        "default: the whole matrix; quick: the cut-down one (minutes, as --quick); trickle: "
+        "its trickle section; scale: rows/s, parts per append and latency as workers and groups "
+        "grow; auto: small writes and hydration with --shared-max-bytes auto; latency: the p50 "
+        "sharing adds to off's at 1x8 and 4x8",
+    ),
+}
+
+
+def _register_cluster(bench) -> None:
+    from . import cluster
 
     parser = bench.add_parser(
         "cluster",
@@ -118,18 +159,15 @@ def register(commands, bench) -> None:
         description=cluster.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_config_option(
-        parser,
-        cluster.BenchClusterConfig,
+    example = (
         'out = "bench-out", matrix = "quick", and a [cluster] table of ClusterConfig fields '
-        'every run starts from: start = "spawn"',
+        'every run starts from: start = "spawn"'
     )
-    parser.add_argument(
-        "--out",
-        metavar="DIR",
-        help="output directory (default: none; required here or in the file)",
-    )
+    add_options(parser, cluster.BenchClusterConfig, CLUSTER_FLAGS, example)
+    # --quick and --matrix exclude each other; the group is made after add_options
+    # so that --quick, like --matrix, sets nothing unless given
     which = parser.add_mutually_exclusive_group()
+    which._group_actions.append(parser._option_string_actions["--matrix"])
     which.add_argument(
         "--quick",
         dest="matrix",
@@ -137,20 +175,7 @@ def register(commands, bench) -> None:
         const="quick",
         help="the cut-down matrix (minutes); same as --matrix quick",
     )
-    which.add_argument(
-        "--matrix",
-        choices=sorted(cluster.MATRICES),
-        help="default: the whole matrix (the default); quick: the cut-down one; trickle: its "
-        "trickle section; scale: rows/s, parts per append and latency as workers and groups "
-        "grow; auto: small writes and hydration with --shared-max-bytes auto; latency: the p50 "
-        "sharing adds to off's at 1x8 and 4x8",
-    )
     parser.set_defaults(func=_run)
-
-
-#: ``bench soak``'s cluster shape (ClusterConfig fields): flag, metavar,
-#: default: the issue's steady-state cluster, not ``up``'s small default.
-SOAK_SHAPE = (("--groups", "G", 4), ("--workers", "W", 8), ("--rows-per-interval", "R", 128))
 
 
 def _command(bench, name: str, module, summary: str, func) -> argparse.ArgumentParser:
@@ -174,14 +199,7 @@ def _soak(args: argparse.Namespace) -> int:
     from ..config import ClusterConfig
     from .soak import run
 
-    config = ClusterConfig(
-        groups=args.groups,
-        workers=args.workers,
-        mode=args.mode,
-        coalesce=args.coalesce,
-        rows_per_interval=args.rows_per_interval,
-        intervals=args.intervals,
-    )
+    config = ClusterConfig(**{name: getattr(args, name) for name in SOAK_CLUSTER})
     result = run(config, args.out, args.block)
     table = Table(
         title=f"soak: {args.intervals} intervals, {args.groups}x{args.workers} {args.mode}"
@@ -203,7 +221,6 @@ def bench_cluster_config(args: argparse.Namespace):
     """The BenchClusterConfig of the parsed ``bench cluster`` arguments: each
     field from its flag if given, else ``--config``'s file, else the default
     (``ValueError`` naming a bad key, or a missing output directory)."""
-    from ..config import layered
     from .cluster import BenchClusterConfig, bench_config
 
     fields = layered(BenchClusterConfig, args.config, vars(args))

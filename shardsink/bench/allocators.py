@@ -40,9 +40,9 @@ import time
 from pathlib import Path
 
 from .._allocator import SERVER_ENV
+from .._units import MIB
 from . import parts as bench_parts
 
-MIB = 1 << 20
 DEFAULT_PARTS = 8
 DEFAULT_ROWS = 256 * 1024
 DEFAULT_REPEATS = 5

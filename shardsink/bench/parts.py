@@ -40,7 +40,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-MIB = 1 << 20
+from .._units import MIB
+
 DEFAULT_PARTS = 8
 DEFAULT_ROWS = 1_000_000
 DEFAULT_BUILDER_ROWS = 1_000_000

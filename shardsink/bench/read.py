@@ -29,10 +29,10 @@ import textwrap
 import time
 from pathlib import Path
 
+from .._units import MIB
 from ..cluster.cluster import Cluster
 from ..config import ClusterConfig
 
-MIB = 1 << 20
 DEFAULT_ROWS = (2_000_000, 20_000_000)
 
 _BATCHES = textwrap.dedent(

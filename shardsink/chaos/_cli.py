@@ -6,14 +6,43 @@ import argparse
 import logging
 import sys
 
+from .._http import FREE_PORT
+from ..options import Flag, add_options, build, layered
+from .config import ChaosConfig
+from .schedule import FAULT_KINDS
+
+#: ``chaos``'s flag of every :class:`~.config.ChaosConfig` field (its name,
+#: dashed; ``--config``'s keys): metavar, help, default in words, old spelling.
+FLAGS: dict[str, Flag] = {
+    "duration_s": Flag("S", "seconds of faults", old="--duration"),
+    "seed": Flag("X", "seeds the fault schedule"),
+    "data_dir": Flag("D", "a new or empty directory for the run",
+                     default="a temporary one, kept only when a violation is found"),
+    "blob": Flag("URI", "blob store", default="file://D/data/blob"),
+    "consensus": Flag("URI", "consensus store, e.g. postgresql://...",
+                      default="sqlite:///D/data/consensus.db"),
+    "groups": Flag("G", "process groups"),
+    "workers": Flag("W", "workers per group"),
+    "mode": Flag(None, "the cluster's --mode"),
+    "coalesce": Flag(None, "the cluster's --coalesce"),
+    "rows_per_interval": Flag("R", "rows of each interval of the churn workload"),
+    "faults": Flag("KINDS", "comma-separated fault kinds", default=f"all: {','.join(FAULT_KINDS)}"),
+    "mean_gap_s": Flag("S", "mean seconds between faults", old="--mean-gap"),
+    "pause_max_s": Flag("S", "a pause lasts up to S seconds; below --interval-timeout-s"),
+    "readers": Flag("N", "snapshot checkers"),
+    "maintenance_every_s": Flag("S", "run `shard gc` by hand beside the cluster every S seconds"),
+    "interval_timeout_s": Flag("S", "a group that has not reported within S seconds is "
+                               "restarted"),
+    "stall_s": Flag("S", "no append for S seconds is a violation (the cluster is stuck)"),
+    "dashboard": Flag("HOST:PORT", "serve the cluster's live dashboard, faults shown as they are "
+                      f"injected, at http://HOST:PORT/; loopback only; without HOST:PORT "
+                      f"{FREE_PORT}, a free port", const=FREE_PORT),
+    "writer_lease_ms": Flag("MS", "the consensus process's writer lease; a coordinator retries "
+                            "an append for two thirds of it"),
+}  # fmt: skip
+
 
 def register(commands, bench) -> None:
-    from .._http import FREE_PORT
-    from ..config import add_config_option
-    from .config import ChaosConfig
-    from .schedule import FAULT_KINDS
-
-    d = ChaosConfig()
     chaos = commands.add_parser(
         "chaos",
         help="run a cluster under injected faults and check that nothing is lost",
@@ -24,64 +53,7 @@ def register(commands, bench) -> None:
         "shared-memory segment is left. Exits 1 on any violation. The same seed replays the "
         "same fault schedule.",
     )
-    add_config_option(chaos, ChaosConfig, 'duration_s = 30.0, faults = ["kill-worker"]')
-    chaos.add_argument(
-        "--duration",
-        dest="duration_s",
-        type=float,
-        metavar="S",
-        help=f"seconds of faults (default {d.duration_s:g})",
-    )
-    chaos.add_argument(
-        "--seed", type=int, metavar="X", help=f"seeds the fault schedule (default {d.seed})"
-    )
-    chaos.add_argument(
-        "--data-dir",
-        metavar="D",
-        help="a new or empty directory for the run (default: a temporary one, kept only "
-        "when a violation is found)",
-    )
-    chaos.add_argument("--blob", metavar="URI", help="blob store (default: file://D/data/blob)")
-    chaos.add_argument(
-        "--consensus",
-        metavar="URI",
-        help="consensus store (default: sqlite:///D/data/consensus.db), e.g. postgresql://...",
-    )
-    chaos.add_argument("--groups", type=int, metavar="G", help=f"default {d.groups}")
-    chaos.add_argument("--workers", type=int, metavar="W", help=f"per group (default {d.workers})")
-    chaos.add_argument("--mode", help=f"off | best-effort | barrier (default {d.mode})")
-    chaos.add_argument(
-        "--coalesce",
-        help=f"group | host: the cluster's --coalesce (default {d.coalesce})",
-    )
-    chaos.add_argument(
-        "--rows-per-interval", type=int, metavar="R", help=f"default {d.rows_per_interval}"
-    )
-    chaos.add_argument(
-        "--faults",
-        type=lambda text: tuple(k.strip() for k in text.split(",") if k.strip()),
-        metavar="KINDS",
-        help=f"comma-separated fault kinds (default all: {','.join(FAULT_KINDS)})",
-    )
-    chaos.add_argument(
-        "--mean-gap",
-        dest="mean_gap_s",
-        type=float,
-        metavar="S",
-        help=f"mean seconds between faults (default {d.mean_gap_s:g})",
-    )
-    chaos.add_argument(
-        "--readers", type=int, metavar="N", help=f"snapshot checkers (default {d.readers})"
-    )
-    chaos.add_argument(
-        "--dashboard",
-        nargs="?",
-        const=FREE_PORT,
-        metavar="HOST:PORT",
-        help="serve the cluster's live dashboard, faults shown as they are injected, at "
-        f"http://HOST:PORT/; loopback only; without HOST:PORT {FREE_PORT}, a free port "
-        "(default: none)",
-    )
+    add_options(chaos, ChaosConfig, FLAGS, 'duration_s = 30.0, faults = ["kill-worker"]')
     chaos.add_argument(
         "--json", action="store_true", default=False, help="print the report as JSON"
     )
@@ -94,9 +66,6 @@ def register(commands, bench) -> None:
 def config_of(args: argparse.Namespace):
     """The ChaosConfig ``chaos`` runs with: each field from its flag if given,
     else ``--config``'s file, else the default (``ValueError`` naming a bad key)."""
-    from ..config import build, layered
-    from .config import ChaosConfig
-
     return build(ChaosConfig, layered(ChaosConfig, args.config, vars(args)), source="chaos")
 
 

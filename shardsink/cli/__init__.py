@@ -4,32 +4,31 @@ Each area of the package contributes its own subcommands through a
 ``register(commands, bench)`` function in its ``_cli`` module (the shard
 commands, which reach a shard wherever it lives, in :mod:`.shard`), so this
 file only assembles them: ``commands`` is the top-level subparser set, ``bench`` the
-one under ``shardsink bench``.
+one under ``shardsink bench``. Every parser is an :class:`~shardsink.options.Parser`,
+which names the nearest valid flags when one is unknown.
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import os
 import select
 import sys
 
 from .. import __version__
+from ..bench import _cli as bench_cli
+from ..chaos import _cli as chaos_cli
+from ..cluster import _cli as cluster_cli
+from ..options import Parser
+from ..server import _cli as server_cli
+from ..shm import _cli as shm_cli
+from . import shard
 
-# One line per area; each module defines ``register(commands, bench)``.
-AREAS = (
-    "shardsink.cli.shard",
-    "shardsink.shm._cli",
-    "shardsink.server._cli",
-    "shardsink.cluster._cli",
-    "shardsink.chaos._cli",
-    "shardsink.bench._cli",
-)
+#: One module per area, in the order of ``--help``; each defines ``register(commands, bench)``.
+AREAS = (shard, shm_cli, server_cli, cluster_cli, chaos_cli, bench_cli)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser() -> Parser:
+    parser = Parser(
         prog="shardsink",
         description="Coalescing multi-process writer of durable Arrow shards.",
     )
@@ -54,8 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     bench_parser = commands.add_parser("bench", help="benchmarks (see `shardsink bench -h`)")
     bench = bench_parser.add_subparsers(dest="bench", metavar="BENCH", required=True)
-    for name in AREAS:
-        importlib.import_module(name).register(commands, bench)
+    for area in AREAS:
+        area.register(commands, bench)
     return parser
 
 

@@ -101,7 +101,11 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         help=f"rows per Parquet file (default {EXPORT_FILE_ROWS})",
     )
     export.set_defaults(func=_export)
+    _register_shard(commands)
 
+
+def _register_shard(commands: argparse._SubParsersAction) -> None:
+    """``shard inspect|manifest|history|verify|compact|gc``."""
     shard = commands.add_parser("shard", help="inspect and maintain a shard")
     sub = shard.add_subparsers(dest="shard_command", metavar="SUBCOMMAND", required=True)
     inspect = sub.add_parser(

@@ -18,27 +18,94 @@ import time
 
 import msgspec
 
+from .._http import FREE_PORT
+from .._units import MIB
 from ..datadir import DATA_DIR_ENV
+from ..options import Flag, add_options, build, layered
+from ..persist.config import ShardConfig
 from ..storage.uri import BLOB_ENV, STORE_ENV
 
 #: Runs with at least this many intervals get a progress bar.
 PROGRESS_MIN_INTERVALS = 10
+#: How long ``shardsink stop`` waits for the coordinator to exit by default.
+STOP_TIMEOUT_S = 60.0
+STOP_POLL_S = 0.05
+#: How often ``status --watch`` asks by default.
+WATCH_EVERY_S = 1.0
+#: hydrate's interval-0 rows when neither a flag nor the config file sets them.
+HYDRATE_SNAPSHOT_ROWS = 100_000
+#: Where each environment variable goes when its flag is not given.
+ENVIRONMENT = {DATA_DIR_ENV: "data_dir", BLOB_ENV: "blob", STORE_ENV: "consensus"}
+
+
+#: ``up``'s flag of every :class:`~shardsink.config.ClusterConfig` field (its
+#: name, dashed; ``--config``'s keys): metavar, help, default in words, old spelling.
+FLAGS: dict[str, Flag] = {
+    "groups": Flag("G", "process groups of one builder and W workers each"),
+    "workers": Flag("W", "workers per group"),
+    "mode": Flag(None, "off: every worker writes its own batch; best-effort: a worker joins "
+                 "its group's shared batch while one is built; barrier: one shared batch per "
+                 "group and interval"),
+    "coalesce": Flag(None, "where best-effort and barrier build shared batches: one builder "
+                     "per group, or the group builders hand their rows to one host builder that "
+                     "writes one part per host and interval"),
+    "shared_max_bytes": Flag("SIZE|auto", "a worker staging more than this many bytes writes "
+                             "its own batch; 0: never share; auto: tuned every interval from the "
+                             "builders' lag against the workers' own write time"),
+    "blob_target_bytes": Flag("SIZE", "a builder cuts a Parquet part at this size"),
+    "best_effort_linger_ms": Flag("MS", "best-effort: hold a shared batch this long for "
+                                  "workers of the group that have not joined it yet; 0: hand it "
+                                  "off at once", old="--linger-ms"),
+    "message_part_max_bytes": Flag("SIZE", "a part up to this size travels inside the "
+                                   "worker's message, a larger one through shared memory; 0: "
+                                   "always shared memory"),
+    "workload": Flag(None, "what the workers write (docs/architecture.md, workloads)"),
+    "rows_per_interval": Flag("R", "rows of each interval"),
+    "snapshot_rows": Flag("S", "hydrate's interval-0 rows",
+                          default=f"{HYDRATE_SNAPSHOT_ROWS} for hydrate, 0 otherwise"),
+    "intervals": Flag("N", "intervals to append from the shard's upper on"),
+    "interval_ms": Flag("T", "interval length in the shard's time unit"),
+    "pace": Flag(None, "realtime: mint each interval when it closes; max: as fast as appends go"),
+    "data_dir": Flag("D", "made 0700 if new; its lock is held while the cluster serves its "
+                     "stores", default=f"${DATA_DIR_ENV}, else ./shardsink-data"),
+    "blob": Flag("URI", "the blob store", default=f"${BLOB_ENV}, else file://D/blob"),
+    "consensus": Flag("URI", "a store to serve or a running server's address (tcp://..., "
+                      "ipc://...)", default=f"${STORE_ENV}, else sqlite:///D/consensus.db"),
+    "shard": Flag("NAME", "the shard's name"),
+    "consensus_bind": Flag("ADDR", "where the cluster's consensus process listens (ipc://... "
+                           "or tcp://127.0.0.1:PORT)", default="a fresh ipc socket per run"),
+    "start": Flag(None, "how children start: fork from a zygote that has imported what they "
+                  "need, or spawn fresh interpreters"),
+    "seed": Flag("X", "drives the run's random choices"),
+    "start_timeout_s": Flag("S", "a group or the consensus process not up within S seconds "
+                            "fails the start"),
+    "interval_timeout_s": Flag("S", "a group that has not reported an interval within S "
+                               "seconds is restarted", old="--interval-timeout"),
+    "consensus_timeout_s": Flag("S", "wait this long for one consensus request"),
+    "append_retry_s": Flag("S", "an append whose outcome is unknown is retried with its token "
+                           "for S seconds", old="--append-retry"),
+    "max_restarts": Flag("N", "group restarts (and attempts of one interval) before the run "
+                         "fails"),
+    "retain": Flag("T", "the consensus process keeps since this far behind the upper, in the "
+                   "shard's time unit; 0: off", default=f"{ShardConfig().retain}: an hour of "
+                   "milliseconds"),
+    "writer_lease_ms": Flag("MS", "the consensus process expires a writer not seen for MS (at "
+                            "least 1.5x --append-retry-s)",
+                            default=f"{ShardConfig().writer_lease_ms}, 15 minutes"),
+    "metrics_port": Flag("P", "serve Prometheus metrics at http://127.0.0.1:P/metrics while "
+                         "the cluster runs; 0: a free port"),
+    "dashboard": Flag("HOST:PORT", "serve a live dashboard (processes, rates, latency, parts "
+                      "per append, restarts) at http://HOST:PORT/ while the cluster runs; "
+                      f"loopback only; without HOST:PORT {FREE_PORT}, a free port",
+                      const=FREE_PORT),
+    "verify": Flag(None, "read the shard back after the run and compare it with the "
+                   "workload's expected collection"),
+}  # fmt: skip
 
 
 def register(commands, bench) -> None:
-    from .._http import FREE_PORT
-    from ..config import (
-        COALESCES,
-        MODES,
-        PACES,
-        STARTS,
-        WORKLOADS,
-        ClusterConfig,
-        add_config_option,
-        format_size,
-    )
+    from ..config import ClusterConfig
 
-    d = ClusterConfig()
     up = commands.add_parser(
         "up",
         help="run a cluster until its workload is done",
@@ -49,144 +116,8 @@ def register(commands, bench) -> None:
         "same data dir continues from the shard's upper. Settings come from the flags "
         "given, then the environment, then --config FILE, then the defaults shown.",
     )
-    add_config_option(up, ClusterConfig, 'groups = 2, mode = "barrier", shared_max_bytes = "1MiB"')
-    up.add_argument("--groups", type=int, metavar="G", help=f"default {d.groups}")
-    up.add_argument("--workers", type=int, metavar="W", help=f"per group (default {d.workers})")
-    up.add_argument("--mode", help=f"{' | '.join(MODES)} (default {d.mode})")
-    up.add_argument(
-        "--coalesce",
-        help=f"{' | '.join(COALESCES)}; where best-effort and barrier build shared batches: "
-        "one builder per group, or the group builders hand their rows to one host builder "
-        f"that writes one part per host and interval (default {d.coalesce})",
-    )
-    up.add_argument(
-        "--shared-max-bytes",
-        type=_size_or_auto,
-        metavar="SIZE|auto",
-        help="a worker staging more than this many bytes writes its own batch; 0: never "
-        "share; auto: tuned every interval from the builders' lag against the workers' own "
-        f"write time (default {format_size(d.shared_max_bytes)})",
-    )
-    up.add_argument(
-        "--linger-ms",
-        dest="best_effort_linger_ms",
-        type=int,
-        metavar="MS",
-        help="best-effort: hold a shared batch this long for workers of the group that have "
-        f"not joined it yet; 0: hand it off at once (default {d.best_effort_linger_ms})",
-    )
-    up.add_argument(
-        "--blob-target-bytes",
-        type=_size,
-        metavar="SIZE",
-        help=f"a builder cuts a Parquet part at this size (default "
-        f"{format_size(d.blob_target_bytes)})",
-    )
-    up.add_argument(
-        "--message-part-max-bytes",
-        dest="message_part_max_bytes",
-        type=_size,
-        metavar="SIZE",
-        help="a part up to this size travels inside the worker's message, a larger one "
-        f"through shared memory; 0: always shared memory (default "
-        f"{format_size(d.message_part_max_bytes)})",
-    )
-    up.add_argument("--workload", help=f"{' | '.join(WORKLOADS)} (default {d.workload})")
-    up.add_argument(
-        "--rows-per-interval", type=int, metavar="R", help=f"default {d.rows_per_interval}"
-    )
-    up.add_argument(
-        "--snapshot-rows",
-        type=int,
-        metavar="S",
-        help=f"hydrate's interval-0 rows (default {HYDRATE_SNAPSHOT_ROWS} for hydrate, "
-        f"{d.snapshot_rows} otherwise)",
-    )
-    up.add_argument(
-        "--intervals",
-        type=int,
-        metavar="N",
-        help=f"intervals to append from the shard's upper on (default {d.intervals})",
-    )
-    up.add_argument("--interval-ms", type=int, metavar="T", help=f"default {d.interval_ms}")
-    up.add_argument(
-        "--pace",
-        help=f"{' | '.join(PACES)}; realtime: mint each interval when it closes; max: as fast "
-        f"as appends go (default {d.pace})",
-    )
-    up.add_argument(
-        "--data-dir",
-        metavar="D",
-        help=f"made 0700 if new; its lock is held while the cluster serves its stores "
-        f"(default ${DATA_DIR_ENV}, else {d.data_dir})",
-    )
-    up.add_argument("--blob", metavar="URI", help=f"default ${BLOB_ENV}, else file://D/blob")
-    up.add_argument(
-        "--consensus",
-        metavar="URI",
-        help="a store to serve or a running server's address (tcp://..., ipc://...) "
-        f"(default ${STORE_ENV}, else sqlite:///D/consensus.db)",
-    )
-    up.add_argument("--shard", metavar="NAME", help=f"default {d.shard!r}")
-    up.add_argument(
-        "--consensus-bind",
-        metavar="ADDR",
-        help="where the cluster's consensus process listens (ipc://... or tcp://127.0.0.1:PORT; "
-        "default: a fresh ipc socket per run)",
-    )
-    up.add_argument(
-        "--interval-timeout",
-        dest="interval_timeout_s",
-        type=float,
-        metavar="S",
-        help=f"a group that has not reported an interval within S seconds is restarted "
-        f"(default {d.interval_timeout_s:g})",
-    )
-    up.add_argument(
-        "--max-restarts",
-        type=int,
-        metavar="N",
-        help=f"group restarts (and attempts of one interval) before the run fails "
-        f"(default {d.max_restarts})",
-    )
-    up.add_argument(
-        "--append-retry",
-        dest="append_retry_s",
-        type=float,
-        metavar="S",
-        help="an append whose outcome is unknown is retried with its token for S seconds "
-        f"(default {d.append_retry_s:g})",
-    )
-    up.add_argument(
-        "--writer-lease-ms",
-        type=int,
-        metavar="MS",
-        help="the consensus process expires a writer not seen for MS (at least 1.5x "
-        f"--append-retry; default {d.writer_lease_ms}, 15 minutes)",
-    )
-    up.add_argument(
-        "--retain",
-        type=int,
-        metavar="T",
-        help="the consensus process keeps since this far behind the upper, in the shard's "
-        f"time unit (default {d.retain}: an hour of milliseconds; 0: off)",
-    )
-    up.add_argument(
-        "--metrics-port",
-        type=int,
-        metavar="P",
-        help="serve Prometheus metrics at http://127.0.0.1:P/metrics while the cluster runs; "
-        "0: a free port (default: none)",
-    )
-    up.add_argument(
-        "--dashboard",
-        nargs="?",
-        const=FREE_PORT,
-        metavar="HOST:PORT",
-        help="serve a live dashboard (processes, rates, latency, parts per append, restarts) "
-        f"at http://HOST:PORT/ while the cluster runs; loopback only; without HOST:PORT "
-        f"{FREE_PORT}, a free port (default: none)",
-    )
+    example = 'groups = 2, mode = "barrier", shared_max_bytes = "1MiB"'
+    add_options(up, ClusterConfig, FLAGS, example)
     up.add_argument(
         "--events",
         type=argparse.FileType("a"),
@@ -198,27 +129,16 @@ def register(commands, bench) -> None:
         "abandoned_attempts) and restart_s, the durations of the group restarts since the "
         "previous line (default: none)",
     )
-    up.add_argument(
-        "--start",
-        choices=STARTS,
-        help="how children start: fork from a zygote that has imported what they need, "
-        f"or spawn fresh interpreters (default {d.start})",
-    )
-    up.add_argument(
-        "--seed", type=int, metavar="X", help=f"drives the run's random choices (default {d.seed})"
-    )
-    up.add_argument(
-        "--no-verify",
-        dest="verify",
-        action="store_false",
-        help="do not read the shard back (default: read it back and compare)",
-    )
     up.add_argument("--json", action="store_true", default=False, help="print the summary as JSON")
     up.add_argument(
         "-v", "--verbose", action="store_true", default=False, help="log supervision events"
     )
     up.set_defaults(func=_up)
+    _register_control(commands, ClusterConfig().data_dir)
 
+
+def _register_control(commands, data_dir: str) -> None:
+    """``status`` and ``stop``."""
     from .control import TIMEOUT_S
 
     status = commands.add_parser(
@@ -239,9 +159,9 @@ def register(commands, bench) -> None:
     for parser in (status, stop):
         parser.add_argument(
             "--data-dir",
-            default=os.environ.get(DATA_DIR_ENV) or d.data_dir,
+            default=os.environ.get(DATA_DIR_ENV) or data_dir,
             metavar="D",
-            help=f"default ${DATA_DIR_ENV}, else {d.data_dir}",
+            help=f"default ${DATA_DIR_ENV}, else {data_dir}",
         )
     status.add_argument(
         "--timeout",
@@ -275,37 +195,6 @@ def register(commands, bench) -> None:
     stop.set_defaults(func=_stop)
 
 
-#: How long ``shardsink stop`` waits for the coordinator to exit by default.
-STOP_TIMEOUT_S = 60.0
-STOP_POLL_S = 0.05
-#: How often ``status --watch`` asks by default.
-WATCH_EVERY_S = 1.0
-#: hydrate's interval-0 rows when neither a flag nor the config file sets them.
-HYDRATE_SNAPSHOT_ROWS = 100_000
-#: Where each environment variable goes when its flag is not given.
-ENVIRONMENT = {DATA_DIR_ENV: "data_dir", BLOB_ENV: "blob", STORE_ENV: "consensus"}
-
-
-def _size(text: str) -> int:
-    from ..config import parse_size
-
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _size_or_auto(text: str) -> int | str:
-    from ..config import AUTO
-
-    if text == AUTO:
-        return AUTO
-    try:
-        return _size(text)
-    except argparse.ArgumentTypeError as exc:
-        raise argparse.ArgumentTypeError(f"{exc}, or {AUTO}") from None
-
-
 def _host(config) -> str:
     """`` coalesced per host`` for a config or stats of ``coalesce`` host in a sharing mode."""
     return " coalesced per host" if config.coalesce == "host" and config.mode != "off" else ""
@@ -319,7 +208,7 @@ def config_of(args: argparse.Namespace):
     ``ValueError`` naming the key for an unknown key or a bad value, and the
     file if it is the file's (the file alone must make a valid config).
     """
-    from ..config import ClusterConfig, build, layered
+    from ..config import ClusterConfig
 
     fields = layered(ClusterConfig, args.config, vars(args), ENVIRONMENT)
     if "snapshot_rows" not in fields and fields.get("workload") == "hydrate":
@@ -544,7 +433,7 @@ def status_tables(status):
             p.name,
             str(p.pid),
             "yes" if p.alive else "NO",
-            f"{p.rss_bytes / (1 << 20):.1f} MiB",
+            f"{p.rss_bytes / MIB:.1f} MiB",
             f"{p.cpu_percent:.0f}",
         )
     return summary, procs
@@ -605,7 +494,7 @@ def summary_table(stats):
     from rich.table import Table
 
     def mib(n: float) -> str:
-        return f"{n / (1 << 20):.1f} MiB"
+        return f"{n / MIB:.1f} MiB"
 
     verified = {True: "yes: equals the expected collection", False: "NO", None: "not checked"}
     rows = [

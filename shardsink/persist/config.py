@@ -5,8 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from .._bounds import at_least, positive
-
-MIB = 1 << 20
+from .._units import MIB
 
 #: How often a consensus server's maintenance looks for the spine's merges. A look that finds none
 #: costs one state refresh; a cluster appending as fast as it can adds tens

@@ -11,6 +11,7 @@ import msgspec
 
 from .._curve import KEYS_ENV
 from ..datadir import DATA_DIR_ENV
+from ..options import Flag, add_options, build, layered
 from ..persist.config import SERVED_FIELDS, ShardConfig
 from ..storage.uri import BLOB_ENV, STORE_ENV
 
@@ -39,122 +40,62 @@ def register(commands, bench) -> None:
     stats.set_defaults(func=_stats)
 
 
-#: ``consensus serve``'s options, one per :class:`~.config.ServeConfig` field
-#: (``--config``'s keys): field, flag, metavar, help. Types and defaults come
-#: from the Struct, except the defaults :data:`DEFAULT_TEXT` words.
-SERVE_OPTIONS: tuple[tuple[str, str, str | None, str], ...] = (
-    (
-        "data_dir",
-        "--data-dir",
-        "D",
-        "serve D's stores (sqlite:///D/consensus.db, file://D/blob; D made 0700 if new) "
-        "and hold D's lock, so `shard` commands on D go through this server",
-    ),
+#: ``consensus serve``'s flag of every :class:`~.config.ServeConfig` field (its
+#: name, dashed; ``--config``'s keys): metavar, help, default in words, old spelling.
+FLAGS: dict[str, Flag] = {
+    "bind": Flag("ADDR", "ipc:///path (its directory is made 0700) or tcp://127.0.0.1:PORT "
+                 "(PORT 0: any; answers only CURVE clients with a key of --keys)",
+                 default="none: give it here or in the file"),
+    "keys": Flag("DIR", "the CURVE key directory of a tcp:// bind (made 0700 with the keys "
+                 "that are missing; clients use its server.key and client.key_secret)",
+                 default=f"${KEYS_ENV}, else D/keys"),
+    "data_dir": Flag("D", "serve D's stores (sqlite:///D/consensus.db, file://D/blob; D made "
+                     "0700 if new) and hold D's lock, so `shard` commands on D go through this "
+                     "server", default=f"${DATA_DIR_ENV}, else none"),
     # The environment, unlike the command line, is not shown to other users
     # (`ps`), so a URI holding a password belongs there.
-    ("store", "--store", "URI", "consensus store URI (sqlite:///..., ...; overrides D's)"),
-    ("blob", "--blob", "URI", "blob URI for rollups (file:///..., ...; overrides D's)"),
-    (
-        "bind",
-        "--bind",
-        "ADDR",
-        "ipc:///path (its directory is made 0700) or tcp://127.0.0.1:PORT (PORT 0: any; "
-        "answers only CURVE clients with a key of --keys)",
-    ),
-    (
-        "keys",
-        "--keys",
-        "DIR",
-        "the CURVE key directory of a tcp:// bind (made 0700 with the keys that are missing; "
-        "clients use its server.key and client.key_secret)",
-    ),
-    ("gc_interval_s", "--gc-interval", "S", "collect garbage every S seconds; 0: never"),
-    ("sweep_interval_s", "--sweep-interval", "S", "sweep leaked blobs every S seconds; 0: never"),
-    (
-        "compact_interval_s",
-        "--compact-interval",
-        "S",
-        "look for the spine's merges every S seconds, off the request loop, so batches in "
-        "state stay O(log n) (0: off, `shard compact` merges by hand)",
-    ),
-    (
-        "compact_slack",
-        "--compact-slack",
-        "N",
-        "merge once the merges remove N batches: about one blob part per N small batches, at "
-        "most N batches above the spine's bound",
-    ),
-    (
-        "writer_lease_ms",
-        "--writer-lease-ms",
-        "MS",
-        "a writer not seen (append or heartbeat) for this long leaves state; clients "
-        "heartbeat by it",
-    ),
-    (
-        "retain",
-        "--retain",
-        "T",
-        "maintenance keeps since this far behind the upper, in the shard's time unit, held "
-        "back by live readers (0: off)",
-    ),
-    *(
-        (
-            name,
-            f"--{name.replace('_', '-')}",
-            "N",
-            f"every shard's {name} here; a client opening a shard with another is refused",
-        )
+    "store": Flag("URI", "consensus store URI (sqlite:///..., ...; overrides D's)",
+                  default=f"${STORE_ENV}, else D's"),
+    "blob": Flag("URI", "blob URI for rollups (file:///..., ...; overrides D's)",
+                 default=f"${BLOB_ENV}, else D's"),
+    "gc_interval_s": Flag("S", "collect garbage every S seconds; 0: never", old="--gc-interval"),
+    "sweep_interval_s": Flag("S", "sweep leaked blobs every S seconds; 0: never",
+                             old="--sweep-interval"),
+    "compact_interval_s": Flag("S", "look for the spine's merges every S seconds, off the "
+                               "request loop, so batches in state stay O(log n) (0: off, `shard "
+                               "compact` merges by hand)", old="--compact-interval"),
+    "compact_slack": Flag("N", "merge once the merges remove N batches: about one blob part per "
+                          "N small batches, at most N batches above the spine's bound"),
+    "writer_lease_ms": Flag("MS", "a writer not seen (append or heartbeat) for this long leaves "
+                            "state; clients heartbeat by it",
+                            default=f"{ShardConfig().writer_lease_ms}, 15 minutes"),
+    "retain": Flag("T", "maintenance keeps since this far behind the upper, in the shard's time "
+                   "unit, held back by live readers (0: off)",
+                   default=f"{ShardConfig().retain}, an hour of up's milliseconds"),
+    **{
+        name: Flag("N", f"every shard's {name} here; a client opening a shard with another is "
+                   "refused")
         for name in SERVED_FIELDS
-    ),
-    (
-        "metrics_port",
-        "--metrics-port",
-        "P",
-        "serve Prometheus metrics at http://127.0.0.1:P/metrics; 0: a free port",
-    ),
-    (
-        "check_parts",
-        "--check-parts",
-        None,
-        "look up every append's blob parts before they commit (--no-check-parts only to "
-        "measure the cost: a part deleted before its append would then commit)",
-    ),
-)
-#: Defaults worded rather than shown as the Struct's value.
-DEFAULT_TEXT = {
-    "data_dir": f"${DATA_DIR_ENV}, else none",
-    "store": f"${STORE_ENV}, else D's",
-    "blob": f"${BLOB_ENV}, else D's",
-    "bind": "none: give it here or in the file",
-    "keys": f"${KEYS_ENV}, else D/keys",
-    "writer_lease_ms": f"{ShardConfig().writer_lease_ms}, 15 minutes",
-    "retain": f"{ShardConfig().retain}, an hour of up's milliseconds",
-    "metrics_port": "none",
-}
+    },
+    "metrics_port": Flag("P", "serve Prometheus metrics at http://127.0.0.1:P/metrics; 0: a "
+                         "free port"),
+    "check_parts": Flag(None, "look up every append's blob parts before they commit "
+                        "(--no-check-parts only to measure the cost: a part deleted before its "
+                        "append would then commit)"),
+}  # fmt: skip
 #: Where each environment variable goes when its flag is not given (a
 #: consensus child's are :data:`shardsink.server.serve.ROLE_ENV`).
 COMMAND_ENV = {DATA_DIR_ENV: "data_dir", STORE_ENV: "store", BLOB_ENV: "blob", KEYS_ENV: "keys"}
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``consensus serve``: ``--config`` and :data:`SERVE_OPTIONS`,
-    each given one setting its field (see :func:`serve_config`)."""
-    from ..config import add_config_option, scalar_type
+    """The options of ``consensus serve``: ``--config`` and a flag per
+    :class:`~.config.ServeConfig` field (:data:`FLAGS`), each given one
+    setting its field (see :func:`serve_config`)."""
     from .config import ServeConfig
 
-    defaults = ServeConfig()
-    types = {f.name: scalar_type(f.type) for f in msgspec.structs.fields(ServeConfig)}
-    add_config_option(
-        parser, ServeConfig, 'bind = "tcp://127.0.0.1:7000", compact_interval_s = 30.0'
-    )
-    for name, flag, metavar, text in SERVE_OPTIONS:
-        value = getattr(defaults, name)
-        default = DEFAULT_TEXT.get(name) or (f"{value:g}" if isinstance(value, float) else value)
-        kind = {"type": types[name], "metavar": metavar}
-        if types[name] is bool:
-            kind = {"action": argparse.BooleanOptionalAction}
-        parser.add_argument(flag, dest=name, help=f"{text} (default {default})", **kind)
+    example = 'bind = "tcp://127.0.0.1:7000", compact_interval_s = 30.0'
+    add_options(parser, ServeConfig, FLAGS, example)
 
 
 def serve_config(args: argparse.Namespace, environment: dict[str, str]):
@@ -162,7 +103,6 @@ def serve_config(args: argparse.Namespace, environment: dict[str, str]):
     given, else its variable of ``environment``, else ``--config``'s file,
     else the default. ``ValueError`` naming a bad key, a missing bind or
     stores named neither way."""
-    from ..config import build, layered
     from .config import ServeConfig
 
     fields = layered(ServeConfig, args.config, vars(args), environment)

@@ -97,8 +97,8 @@ def test_a_short_run_coalescing_per_host_loses_nothing(tmp_path) -> None:
 
 
 def test_the_command_line_runs_best_effort_and_prints_json(tmp_path) -> None:
-    argv = [sys.executable, "-m", "shardsink.cli", "chaos", "--duration", "20", "--seed", "4"]
-    argv += ["--groups", "1", "--workers", "3", "--mode", "best-effort", "--mean-gap", "1"]
+    argv = [sys.executable, "-m", "shardsink.cli", "chaos", "--duration-s", "20", "--seed", "4"]
+    argv += ["--groups", "1", "--workers", "3", "--mode", "best-effort", "--mean-gap-s", "1"]
     argv += ["--json", "--data-dir", str(tmp_path / "run")]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -113,7 +113,7 @@ def test_the_command_line_runs_best_effort_and_prints_json(tmp_path) -> None:
 
 
 def test_ctrl_c_stops_early_and_still_checks(tmp_path, popen) -> None:
-    argv = [sys.executable, "-m", "shardsink.cli", "chaos", "--duration", "300", "--seed", "5"]
+    argv = [sys.executable, "-m", "shardsink.cli", "chaos", "--duration-s", "300", "--seed", "5"]
     argv += ["--groups", "1", "--workers", "2", "--json", "--data-dir", str(tmp_path / "run")]
     started = time.monotonic()
     proc = popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -68,7 +68,7 @@ def test_a_killed_coordinators_writer_leaves_state_within_its_lease(tmp_path, po
         argv += ["--workers", "1", "--rows-per-interval", "8", "--interval-ms", "4000"]
         argv += ["--pace", "realtime", "--intervals", "1000"]
         # an append is retried for at most two thirds of the lease (up refuses more)
-        argv += ["--append-retry", str(LEASE_MS * 2 / 3 / 1000)]
+        argv += ["--append-retry-s", str(LEASE_MS * 2 / 3 / 1000)]
         up = popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 60
         while not (writers := _writers(server.address, blob)) - _own(server, writers):

@@ -48,7 +48,7 @@ def test_metrics_count_what_the_server_did(tmp_path, popen) -> None:
     proc, address, lines = _serve(
         popen,
         *("--data-dir", str(data), "--bind", f"ipc://{tmp_path}/sock/c", "--metrics-port", "0"),
-        *("--compact-interval", "0.2", "--compact-slack", "1"),
+        *("--compact-interval-s", "0.2", "--compact-slack", "1"),
     )
     url = lines[-1].removeprefix("metrics at ")
     assert url.startswith("http://127.0.0.1:") and url.endswith("/metrics"), lines

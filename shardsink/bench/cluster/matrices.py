@@ -9,10 +9,10 @@ from typing import Literal
 
 import msgspec
 
+from ..._units import MIB
 from ...config import AUTO, ClusterConfig
 from .. import scale
 
-MIB = 1 << 20
 UNLIMITED = 1 << 50  # "everything through the builder"
 CLUSTER_MODES = ("off", "best-effort", "barrier")
 #: What the trickle and scale sections compare side by side: ``(mode,
@@ -60,7 +60,7 @@ class BenchClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unkno
 def bench_config(fields: dict, source: str) -> BenchClusterConfig:
     """A :class:`BenchClusterConfig` of ``fields`` (:func:`~shardsink.config.build`),
     refusing a ``cluster`` key of :data:`RUN_FIELDS` by name."""
-    from ...config import build
+    from ...options import build
 
     taken = sorted(set(fields.get("cluster") or {}) & set(RUN_FIELDS))
     if taken:

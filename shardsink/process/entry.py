@@ -14,7 +14,7 @@ import sys
 
 from .parent import die_with
 from .roles import run_role
-from .zygote import serve
+from .zygote_server import serve
 
 
 def main(argv: list[str]) -> int:

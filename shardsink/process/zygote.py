@@ -44,12 +44,9 @@ pipes. Measured on this machine (``shardsink bench startup``): see README.
 from __future__ import annotations
 
 import contextlib
-import gc
 import itertools
-import logging
 import math
 import os
-import random
 import select
 import signal
 import socket
@@ -65,7 +62,6 @@ import msgspec
 
 from .child import Launch, Running
 from .parent import die_with_parent
-from .roles import resolve, run_role
 from .spawn import child_env, entry_argv
 from .zygote_messages import (
     MAX_MESSAGE,
@@ -73,14 +69,12 @@ from .zygote_messages import (
     Forked,
     Reap,
     Reaped,
-    Refused,
     ZygoteReply,
     ZygoteRequest,
-    decode_addressed,
     decode_reply,
-    decode_request,
     encode,
 )
+from .zygote_server import close_fds, close_fds_from, point_stdio, serve
 
 
 class ZygoteError(Exception):
@@ -236,7 +230,7 @@ class Zygote:
             if write_end is not None:
                 os.close(write_end)
         if not isinstance(reply, Forked) or len(fds) != 1:
-            _close(fds)
+            close_fds(fds)
             if read_end is not None:
                 os.close(read_end)
             raise ZygoteError(f"the zygote did not fork {launch.name}: {reply}")
@@ -269,7 +263,7 @@ class Zygote:
             deadline = time.monotonic() + self.timeout_s
             self._reap_orphans(deadline)
             reply, got = self._exchange(request, fds, deadline)
-        _close(got[keep:])
+        close_fds(got[keep:])
         return reply, got[:keep]
 
     def _exchange(
@@ -290,12 +284,12 @@ class Zygote:
                 sock.settimeout(remaining)
                 data, got, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 1)
                 if not data:
-                    _close(got)
+                    close_fds(got)
                     raise ZygoteError("the zygote is gone (its socket closed)")
                 try:
                     reply = decode_reply(data)
                 except msgspec.DecodeError as exc:
-                    _close(got)
+                    close_fds(got)
                     self._abandoned[request.id] = request
                     raise ZygoteError(f"a malformed answer from the zygote: {exc}") from exc
                 if reply.id == request.id:
@@ -323,7 +317,7 @@ class Zygote:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(reply.pid, signal.SIGKILL)
             self._orphans[reply.pid] = pidfd
-        _close(fds)
+        close_fds(fds)
 
     def _reap_orphans(self, deadline: float) -> None:
         """Have the zygote reap the orphans (see :meth:`_drop`) that are dead,
@@ -332,7 +326,7 @@ class Zygote:
             if not _exited(pidfd, 0):
                 continue
             reply, got = self._exchange(Reap(pid, id=next(self._ids)), (), deadline)
-            _close(got)
+            close_fds(got)
             if isinstance(reply, Reaped) and reply.returncode is None:
                 continue  # not reapable yet, though its pidfd said it exited: next time
             if self._orphans.pop(pid, None) is not None:  # else stop() closed it meanwhile
@@ -400,11 +394,6 @@ def _exited(pidfd: int, timeout_s: float | None) -> bool:
     return bool(poller.poll(ms))
 
 
-def _close(fds: Sequence[int]) -> None:
-    for fd in fds:
-        os.close(fd)
-
-
 class _ForkedZygote:
     """The zygote forked from this process: a direct child, so ``waitpid``
     works as for any child."""
@@ -422,9 +411,9 @@ class _ForkedZygote:
                 mine.close()
                 os.setpgid(0, 0)
                 die_with_parent(parent)
-                _point_stdio(log, log)
+                point_stdio(log, log)
                 os.dup2(theirs.fileno(), 3)
-                _close_fds_from(4)
+                close_fds_from(4)
                 serve(zygote.roles, socket.socket(fileno=3))
                 status = 0
             finally:
@@ -456,134 +445,3 @@ class _ForkedZygote:
         if self.returncode is None:  # unreaped, so the pid is still the zygote's
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, sig)
-
-
-# --- the zygote's side ---------------------------------------------------------------
-
-
-def serve(roles: Sequence[str], control: socket.socket) -> None:
-    """Import ``roles``, then serve forks on ``control`` until it closes (see
-    the module doc)."""
-    from setproctitle import setproctitle
-
-    setproctitle("shardsink zygote")
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    for role in roles:  # before the freeze: their modules' pages are then shared
-        try:
-            resolve(role)
-        except (ValueError, ImportError, AttributeError) as exc:
-            # it exits: its parent's next request finds it gone, and its log says why
-            print(f"zygote: no role {role!r}: {exc}", file=sys.stderr, flush=True)
-            return
-    gc.freeze()
-    while True:
-        try:
-            data, fds, _, _ = socket.recv_fds(control, MAX_MESSAGE, 1)
-        except OSError:
-            return
-        if not data:
-            return
-        try:
-            request = decode_request(data)
-        except msgspec.DecodeError as exc:
-            _close(fds)
-            print(f"zygote: a malformed request: {exc}", file=sys.stderr, flush=True)
-            refused = Refused(reason=f"malformed request: {exc}", id=_id_of(data))
-            socket.send_fds(control, [encode(refused)], [])
-            continue
-        if isinstance(request, Reap):
-            reaped = Reaped(request.pid, _reap(request.pid), id=request.id)
-            socket.send_fds(control, [encode(reaped)], [])
-            continue
-        try:
-            pid = _fork(request, fds, control)
-        except OSError as exc:
-            refused = Refused(reason=f"fork failed: {exc}", id=request.id)
-            socket.send_fds(control, [encode(refused)], [])
-            continue
-        finally:
-            _close(fds)
-        try:
-            pidfd = os.pidfd_open(pid)
-        except OSError as exc:
-            # nobody could watch it: it must not run (unreaped, so the pid is still its)
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            refused = Refused(reason=f"no pidfd for the child: {exc}", id=request.id)
-            socket.send_fds(control, [encode(refused)], [])
-            continue
-        try:
-            socket.send_fds(control, [encode(Forked(pid, id=request.id))], [pidfd])
-        finally:
-            os.close(pidfd)
-
-
-def _id_of(data: bytes) -> int | None:
-    """The ``id`` of a request that does not decode whole, if it shows one."""
-    try:
-        return decode_addressed(data).id
-    except msgspec.DecodeError:
-        return None
-
-
-def _reap(pid: int) -> int | None:
-    try:
-        got, status = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:  # not ours, or reaped already
-        return -signal.SIGKILL
-    return os.waitstatus_to_exitcode(status) if got else None
-
-
-def _fork(request: Fork, fds: list[int], control: socket.socket) -> int:
-    log = os.open(request.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    where = request.launch.stdout
-    if request.stdout_fd and fds:
-        stdout = fds[0]
-    elif where in ("log", "pipe"):
-        stdout = log
-    else:
-        path = os.devnull if where == "null" else where
-        stdout = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    zygote = os.getpid()
-    pid = os.fork()
-    if pid == 0:
-        status = 1
-        try:
-            control.close()
-            os.setpgid(0, request.pgid)
-            die_with_parent(zygote)
-            _point_stdio(stdout, log)
-            _close_fds_from(3)
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            # the parent's log handlers write to descriptors closed above
-            logging.root.handlers.clear()
-            os.environ.update(request.launch.env)
-            random.seed()
-            status = run_role(request.launch.role, request.launch.payload)
-        finally:
-            os._exit(status)
-    os.close(log)
-    if stdout not in (log, *fds):
-        os.close(stdout)
-    with contextlib.suppress(PermissionError, ProcessLookupError):
-        os.setpgid(pid, request.pgid or pid)
-    return pid
-
-
-def _point_stdio(stdout: int, stderr: int) -> None:
-    """Descriptors 0-2 to /dev/null, ``stdout`` and ``stderr``, and Python's
-    streams onto them (the parent's may wrap other descriptors, a test
-    runner's capture files for one)."""
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    os.dup2(stdout, 1)
-    os.dup2(stderr, 2)
-    sys.stdin = open(0, closefd=False)  # noqa: SIM115 (the process's own stream)
-    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
-    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-
-
-def _close_fds_from(low: int) -> None:
-    os.closerange(low, os.sysconf("SC_OPEN_MAX"))

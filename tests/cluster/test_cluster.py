@@ -8,7 +8,7 @@ import pytest
 from cluster_helpers import run_cluster, workers_with_rows
 
 from shardsink._curve import KEYS_ENV
-from shardsink.builder.builder import HELD_PER_SENDER_MAX
+from shardsink.builder.group import HELD_PER_SENDER_MAX
 from shardsink.cluster import Cluster, ClusterConfig, Workload
 from shardsink.coordinator.threshold import MAX_BYTES, MIN_BYTES, START_BYTES
 from shardsink.process import ConsensusProcess

@@ -9,7 +9,7 @@ import uuid
 from cluster_helpers import WRITER, BuilderHarness, rows_batch
 
 from shardsink import protocol
-from shardsink.builder.builder import GroupBuilder
+from shardsink.builder.group import GroupBuilder
 from shardsink.shm import Received
 from shardsink.storage.memory import MemoryBlob
 

@@ -6,14 +6,8 @@ c.run(); c.stats()``); ``shardsink up`` is its command line.
 
 from ..config import ClusterConfig
 from ..workloads import Workload
-from .cluster import (
-    Cluster,
-    ClusterError,
-    ClusterStats,
-    IntervalRecord,
-    ProcessInfo,
-    Supervision,
-)
+from .cluster import Cluster, ClusterError, IntervalRecord
+from .stats import ClusterStats, ProcessInfo, Supervision
 from .verify import Verification
 
 __all__ = [

@@ -42,7 +42,6 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-import msgspec
 import numpy as np
 import psutil
 
@@ -72,6 +71,7 @@ from ..workloads import SCHEMA, Workload
 from .control import ControlServer, ProcessStatus, Status
 from .dashboard import ControlSource, Dashboard
 from .metrics import Metrics, Supervised
+from .stats import ClusterStats, ProcessInfo, Supervision
 from .verify import Verification, verify
 
 log = logging.getLogger(__name__)
@@ -87,80 +87,6 @@ __all__ = [
     "ProcessInfo",
     "Supervision",
 ]
-
-
-class ProcessInfo(msgspec.Struct, frozen=True):
-    """A process of the cluster: ``kind`` is coordinator, consensus, builder or worker."""
-
-    kind: str
-    name: str
-    pid: int
-    pgid: int
-
-
-class Supervision(msgspec.Struct, frozen=True, kw_only=True):
-    """Group restarts, consensus-process restarts and abandoned attempts so far."""
-
-    restarts: int
-    consensus_restarts: int
-    abandoned_attempts: int
-
-
-class ClusterStats(msgspec.Struct, frozen=True, kw_only=True):
-    """What a cluster's runs did (DESIGN.md section 9, plus supervision).
-
-    Per-append figures average over the intervals appended; the append
-    latency percentiles are over the last
-    :data:`~shardsink.coordinator.coordinator.RECORDS_KEPT`. ``blob_puts`` and
-    ``blob_put_bytes`` count data parts (rollups apart, in ``rollup_puts``).
-    ``verified`` is ``None`` until the shard was read back. ``peak_rss`` maps
-    a process kind (coordinator, consensus, builder, worker) to the largest
-    peak resident bytes of any process of it; ``read-back`` is the
-    coordinator's peak while it read the shard back to verify it, measured
-    apart from its run.
-    ``startup_s`` is the time :meth:`Cluster.start` took (store checks,
-    consensus process and every group ready), ``start`` how children started
-    (fork or spawn). ``restarts`` counts group restarts and ``restart_s``
-    gives, per restart, the time from the kill to every member of the group
-    ready again; ``consensus_restarts`` counts restarts of the consensus
-    process, ``abandoned_attempts`` attempts not appended.
-    """
-
-    mode: str
-    coalesce: str
-    groups: int
-    workers: int
-    workload: str
-    rows_per_interval: int
-    snapshot_rows: int
-    shared_max_bytes: int | str
-    intervals: int
-    upper: int
-    appends: int
-    cas_per_append: float
-    blob_puts: int
-    blob_put_bytes: int
-    data_parts_per_append: float
-    inline_parts_per_append: float
-    inline_bytes_per_append: float
-    diff_bytes_per_append: float
-    own_batches_per_append: float
-    shared_batches_per_append: float
-    rows: int
-    wall_s: float
-    startup_s: float
-    start: str
-    rows_per_s: float
-    append_latency_ms_p50: float
-    append_latency_ms_p99: float
-    restarts: int
-    restart_s: list[float]
-    consensus_restarts: int
-    abandoned_attempts: int
-    rollup_puts: int
-    peak_rss: dict[str, int]
-    verified: bool | None
-    verify_detail: str = ""
 
 
 class Cluster:

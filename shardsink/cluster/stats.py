@@ -1,0 +1,87 @@
+"""What a cluster reports about itself: its processes (:class:`ProcessInfo`),
+its supervision so far (:class:`Supervision`) and the figures of its runs
+(:class:`ClusterStats`, the summary ``shardsink up`` prints and ``shardsink
+bench cluster`` keeps). Plain values: :class:`~shardsink.cluster.cluster.Cluster`
+fills them in; nothing here starts or reads anything.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+__all__ = ["ClusterStats", "ProcessInfo", "Supervision"]
+
+
+class ProcessInfo(msgspec.Struct, frozen=True):
+    """A process of the cluster: ``kind`` is coordinator, consensus, builder or worker."""
+
+    kind: str
+    name: str
+    pid: int
+    pgid: int
+
+
+class Supervision(msgspec.Struct, frozen=True, kw_only=True):
+    """Group restarts, consensus-process restarts and abandoned attempts so far."""
+
+    restarts: int
+    consensus_restarts: int
+    abandoned_attempts: int
+
+
+class ClusterStats(msgspec.Struct, frozen=True, kw_only=True):
+    """What a cluster's runs did (docs/architecture.md section 10, plus supervision).
+
+    Per-append figures average over the intervals appended; the append
+    latency percentiles are over the last
+    :data:`~shardsink.coordinator.coordinator.RECORDS_KEPT`. ``blob_puts`` and
+    ``blob_put_bytes`` count data parts (rollups apart, in ``rollup_puts``).
+    ``verified`` is ``None`` until the shard was read back. ``peak_rss`` maps
+    a process kind (coordinator, consensus, builder, worker) to the largest
+    peak resident bytes of any process of it; ``read-back`` is the
+    coordinator's peak while it read the shard back to verify it, measured
+    apart from its run.
+    ``startup_s`` is the time :meth:`Cluster.start
+    <shardsink.cluster.cluster.Cluster.start>` took (store checks, consensus
+    process and every group ready), ``start`` how children started (fork or
+    spawn). ``restarts`` counts group restarts and ``restart_s``
+    gives, per restart, the time from the kill to every member of the group
+    ready again; ``consensus_restarts`` counts restarts of the consensus
+    process, ``abandoned_attempts`` attempts not appended.
+    """
+
+    mode: str
+    coalesce: str
+    groups: int
+    workers: int
+    workload: str
+    rows_per_interval: int
+    snapshot_rows: int
+    shared_max_bytes: int | str
+    intervals: int
+    upper: int
+    appends: int
+    cas_per_append: float
+    blob_puts: int
+    blob_put_bytes: int
+    data_parts_per_append: float
+    inline_parts_per_append: float
+    inline_bytes_per_append: float
+    diff_bytes_per_append: float
+    own_batches_per_append: float
+    shared_batches_per_append: float
+    rows: int
+    wall_s: float
+    startup_s: float
+    start: str
+    rows_per_s: float
+    append_latency_ms_p50: float
+    append_latency_ms_p99: float
+    restarts: int
+    restart_s: list[float]
+    consensus_restarts: int
+    abandoned_attempts: int
+    rollup_puts: int
+    peak_rss: dict[str, int]
+    verified: bool | None
+    verify_detail: str = ""

@@ -1,7 +1,11 @@
-"""The code passes the project's ruff configuration (pyproject.toml)."""
+"""The code passes the project's ruff configuration (pyproject.toml) and the
+floors; no file of the repository points outside it; no function in
+shardsink/ is over 80 lines, no module over 600, the README over 200."""
 
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -37,3 +41,83 @@ def test_floors() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "floors KEPT" in result.stdout
+
+
+# --- the house: nothing points outside, nothing too long --------------------------------------
+
+#: What a file of the repository must not mention: the design document and
+#: the shared directory that lived beside the repository, not in it.
+OUTSIDE = re.compile(r"\.\./shared|DESIGN\.md|DESIGN section")
+FUNCTION_MAX_LINES = 80
+MODULE_MAX_LINES = 600
+README_MAX_LINES = 200
+
+
+def _tracked_files() -> list[Path]:
+    """Every file git tracks (the working tree's copy; one deleted but not yet
+    committed is skipped)."""
+    out = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True, timeout=60
+    ).stdout
+    return [ROOT / name for name in out.decode().split("\0") if name]
+
+
+def _text(path: Path) -> str | None:
+    """The file's text, ``None`` for a binary file (a NUL byte or not UTF-8)."""
+    data = path.read_bytes()
+    if b"\0" in data:
+        return None
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return None
+
+
+def _package_modules() -> list[Path]:
+    return sorted((ROOT / "shardsink").rglob("*.py"))
+
+
+def test_no_file_points_outside_the_repository() -> None:
+    """No tracked file mentions ``../shared`` or ``DESIGN.md``: the facts are
+    in docs/ (or stated where they are used)."""
+    offenders = []
+    for path in _tracked_files():
+        if path == Path(__file__).resolve() or not path.is_file():
+            continue
+        text = _text(path)
+        if text is None:
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            if OUTSIDE.search(line):
+                offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not offenders, "files point outside the repository:\n" + "\n".join(offenders)
+
+
+def test_no_function_over_80_lines() -> None:
+    """No function or method of shardsink/ spans more than 80 lines
+    (``def`` to its last line, decorators not counted)."""
+    offenders = []
+    for path in _package_modules():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > FUNCTION_MAX_LINES:
+                    offenders.append(
+                        f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {lines} lines"
+                    )
+    assert not offenders, f"functions over {FUNCTION_MAX_LINES} lines:\n" + "\n".join(offenders)
+
+
+def test_no_module_over_600_lines() -> None:
+    offenders = []
+    for path in _package_modules():
+        lines = len(path.read_text().splitlines())
+        if lines > MODULE_MAX_LINES:
+            offenders.append(f"{path.relative_to(ROOT)}: {lines} lines")
+    assert not offenders, f"modules over {MODULE_MAX_LINES} lines:\n" + "\n".join(offenders)
+
+
+def test_readme_at_most_200_lines() -> None:
+    lines = len((ROOT / "README.md").read_text().splitlines())
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines, more than {README_MAX_LINES}"

@@ -56,7 +56,8 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
       ``barrier`` mode (``off`` ignores it): ``group``, one builder per group
       writes one part per group and interval; ``host``, the group builders
       pass their finished shared-batch rows to one host builder, which writes
-      one part per host and interval (the README gives the figures).
+      one part per host and interval (figures: docs/benchmarks.md,
+      Coalescing).
     - ``shared_max_bytes``: a worker whose staged updates for an interval take
       more than this (Arrow bytes) writes its own batch; 0 disables sharing;
       ``"auto"`` starts at 1 MiB and tunes it every interval from the
@@ -75,7 +76,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
       travels inside the ZeroMQ message if its Arrow IPC size is at most this,
       through the worker's shared-memory arena otherwise; 0 sends every part
       through the arena. The default, 32 KiB, is the largest size at which
-      inline was measured faster (the README gives the figures).
+      inline was measured faster (figures: docs/benchmarks.md, Transport).
 
     Workload (``shardsink.workloads.Workload.of`` a config): ``workload``,
     ``rows_per_interval``, ``snapshot_rows`` (hydrate), ``intervals`` per run,

@@ -1,4 +1,4 @@
-"""The exact workloads of DESIGN.md section 8, and the collections they produce.
+"""The exact workloads of docs/architecture.md section 9, and the collections they produce.
 
 Interval ``i`` covers ``[i*T, (i+1)*T)`` and every update in it has
 ``ts = i*T``. Keys are ``int64``; the value of key ``k`` is ``format(k, "032x")``.

@@ -21,7 +21,8 @@ Arrow's thread pools) an arena of its own otherwise, and what an arena keeps
 free between passes ``malloc_trim`` returns only in whole pages. The figures
 behind the choice, a 2M-row merge in each environment in its own interpreter
 (``shardsink bench allocators``) and 20,000-interval soaks of each
-(``shardsink bench soak``), are in the README.
+(``shardsink bench soak``), are in docs/benchmarks.md (Allocators of the
+consensus process, Running for days).
 
 Library code that runs in users' processes (reads, ``Shard.compact``,
 verification) never calls anything here: a library has no business

@@ -70,12 +70,11 @@ REPS = 7
 # machine is shared, and shorter repetitions were mostly scheduling noise.
 BYTES_PER_REP = 256 << 20
 MIN_PARTS, MAX_PARTS = 16, 2000
-# The memcpy baseline's destination: 4x the 32 MiB last-level cache here
-# (memcpy into warm, cached memory runs at about 9.2 GB/s), so each copy
-# lands in mapped memory that is no longer cached, as parts do once an arena
-# cycles through more than the caches hold. A destination that stays cached
-# across copies (memcpy_cached) runs 2-3x faster at 1 MiB: a cache figure,
-# not the machine's limit for a stream of parts.
+# The memcpy baseline's destination: 4x the 32 MiB last-level cache here, so
+# each copy lands in mapped memory that is no longer cached, as parts do once
+# an arena cycles through more than the caches hold. The memcpy_cached row
+# (one warm buffer, same run) is the cache's figure beside it, not the
+# machine's limit for a stream of parts.
 RING_BYTES = 128 << 20
 # The shm builder acknowledges the parts it holds once they reach this many
 # bytes. Each acknowledgement is a message and wakes threads on both sides; but

@@ -33,7 +33,7 @@ UPDATE_ORDER = [("key", "ascending"), ("val", "ascending"), ("ts", "ascending")]
 #: 1 MiB: a reader decoding a part a chunk at a time holds one page and one
 #: dictionary of each column, and a dictionary of keys (all distinct) only
 #: grows the file before Parquet falls back to plain encoding. Measured by
-#: ``shardsink bench parts`` (README, Reading).
+#: ``shardsink bench parts`` (docs/benchmarks.md, Sorted parts).
 WRITE_OPTIONS = {"data_page_size": 128 << 10, "dictionary_pagesize_limit": 128 << 10}
 _TIME_FIELDS = (pa.field("ts", pa.uint64()), pa.field("diff", pa.int64()))
 

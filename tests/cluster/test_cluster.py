@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import psutil
 import pytest
-from cluster_helpers import run_cluster, workers_with_rows
 
 from shardsink._curve import KEYS_ENV
 from shardsink.builder.group import HELD_PER_SENDER_MAX
@@ -14,6 +13,7 @@ from shardsink.coordinator.threshold import MAX_BYTES, MIN_BYTES, START_BYTES
 from shardsink.process import ConsensusProcess
 from shardsink.server.config import ServeConfig
 from shardsink.shm import MESSAGE_PART_MAX_BYTES
+from tests.helpers.cluster import run_cluster, workers_with_rows
 
 #: Small but with every feature: churn retracts from interval 2 on; hydrate's
 #: interval 0 (1,500 rows per worker, ~90 KB) exceeds the 64 KiB threshold, so

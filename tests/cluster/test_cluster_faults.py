@@ -9,10 +9,10 @@ import signal
 import threading
 
 import pytest
-from cluster_helpers import assert_nothing_left, child_pids, run_cluster, sweep_leaked
 
 from shardsink import faults
 from shardsink.cluster import Cluster, ClusterConfig
+from tests.helpers.cluster import assert_nothing_left, child_pids, run_cluster, sweep_leaked
 
 #: 100 rows per worker: a shared batch is a Parquet part in blob, not inline.
 ROWS = 400

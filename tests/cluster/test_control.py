@@ -18,7 +18,6 @@ import msgspec
 import psutil
 import pytest
 import zmq
-from cli_helpers import ENV, scrape, shardsink, start_up
 
 from shardsink import datadir
 from shardsink.cluster import Cluster, ClusterConfig
@@ -32,6 +31,7 @@ from shardsink.cluster.control import (
     StopRequested,
 )
 from shardsink.shm import list_segments
+from tests.helpers.cli import ENV, scrape, shardsink, start_up
 
 
 def _up(popen, data: Path) -> tuple[subprocess.Popen, str]:

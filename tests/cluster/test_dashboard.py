@@ -14,7 +14,6 @@ import urllib.request
 import msgspec
 import psutil
 import pytest
-from cli_helpers import ROOT, shardsink, start_up
 
 from shardsink._http import HttpServer, parse_listen
 from shardsink.cli import main
@@ -22,6 +21,7 @@ from shardsink.cluster import ClusterConfig
 from shardsink.cluster.control import ProcessStatus, Status
 from shardsink.cluster.dashboard import Watch, observe, sample_of
 from shardsink.shm import list_segments
+from tests.helpers.cli import ROOT, shardsink, start_up
 
 #: Debian's chromium; Playwright's own browser builds are not fetched.
 CHROMIUM = "/usr/bin/chromium"

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from cluster_helpers import run_cluster
+
+from tests.helpers.cluster import run_cluster
 
 MIB = 1 << 20
 pytestmark = pytest.mark.slow

@@ -8,9 +8,9 @@ lost, nothing doubled) and nothing of the cluster is left."""
 from __future__ import annotations
 
 import pytest
-from cluster.cluster_helpers import run_cluster, sweep_leaked
 
 from shardsink import faults
+from tests.helpers.cluster import run_cluster, sweep_leaked
 
 #: 100 rows per worker: the host batch is a Parquet part in blob, not inline.
 ROWS = 400

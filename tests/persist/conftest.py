@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from persist_helpers import memory_stores
+
+from tests.helpers.persist import memory_stores
 
 
 @pytest.fixture(params=["memory", "file+sqlite"])

@@ -7,7 +7,6 @@ import msgspec
 import pytest
 from hypothesis import Phase, find, given, settings
 from hypothesis import strategies as st
-from persist_helpers import W1, blob_batch, inline_batch, s0
 
 from shardsink.persist import diff as D
 from shardsink.persist.commands import (
@@ -30,6 +29,7 @@ from shardsink.persist.commands import (
 )
 from shardsink.persist.state import BlobPart, ShardState
 from shardsink.persist.transitions import apply
+from tests.helpers.persist import W1, blob_batch, inline_batch, s0
 
 names = st.sampled_from(["a", "b", "c"])
 

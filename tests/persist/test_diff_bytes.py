@@ -4,11 +4,11 @@ many batches the shard holds."""
 from __future__ import annotations
 
 import pytest
-from persist_helpers import interval_rows, memory_stores
 
 from shardsink import open_shard
 from shardsink.persist import ShardConfig
 from shardsink.persist.state import encode_state
+from tests.helpers.persist import interval_rows, memory_stores
 
 
 @pytest.mark.parametrize("inline_max_bytes", [4096, 0], ids=["inline", "blob"])

@@ -7,7 +7,6 @@ import os
 import time
 
 import pytest
-from persist_helpers import interval_rows, memory_stores, rows_of, spine_pass, updates
 
 from shardsink import open_shard
 from shardsink.persist import ShardConfig
@@ -18,6 +17,7 @@ from shardsink.persist.gc import sweep_leaked_blobs
 from shardsink.persist.maintenance import register_writer
 from shardsink.persist.state import BlobPart, part_prefix
 from shardsink.storage import open_blob
+from tests.helpers.persist import interval_rows, memory_stores, rows_of, spine_pass, updates
 
 ALL_BLOB = ShardConfig(inline_max_bytes=0)
 #: A writer lease short enough for a test's fake clock to outlive, and the

@@ -8,7 +8,6 @@ import os
 import time
 
 import pytest
-from persist_helpers import interval_rows
 
 from shardsink import open_shard
 from shardsink.cli import main
@@ -18,6 +17,7 @@ from shardsink.persist.errors import PartsNotFound, StateMissing, WriterExpired
 from shardsink.persist.machine import CREATE_RACE_S
 from shardsink.persist.state import part_writer
 from shardsink.workloads import SCHEMA, Workload
+from tests.helpers.persist import interval_rows
 
 LEASE_MS = 60_000
 CONFIG = ShardConfig(inline_max_bytes=0, writer_lease_ms=LEASE_MS, leaked_blob_grace_ms=LEASE_MS)

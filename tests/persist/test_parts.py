@@ -5,13 +5,13 @@ from __future__ import annotations
 import msgspec
 import pyarrow as pa
 import pytest
-from persist_helpers import SCHEMA, interval_rows, rows_of, updates
 
 from shardsink.persist import parts as P
 from shardsink.persist.batches import load_part
 from shardsink.persist.errors import CorruptState
 from shardsink.persist.state import Part
 from shardsink.storage.memory import MemoryBlob
+from tests.helpers.persist import SCHEMA, interval_rows, rows_of, updates
 
 
 def test_consolidate_sums_drops_zeros_and_sorts():

@@ -11,7 +11,6 @@ import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from persist_helpers import SCHEMA, spine_pass, updates
 
 from shardsink import open_shard
 from shardsink.persist import parts as P
@@ -21,6 +20,7 @@ from shardsink.persist.errors import NotReadable
 from shardsink.persist.state import BlobPart
 from shardsink.persist.stats import ShardStats
 from shardsink.workloads import Workload
+from tests.helpers.persist import SCHEMA, spine_pass, updates
 
 CHURN = Workload("churn", rows_per_interval=300, interval_ms=10)
 INTERVALS = 8

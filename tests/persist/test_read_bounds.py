@@ -16,7 +16,6 @@ from functools import partial
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from persist_helpers import SCHEMA, updates
 
 from shardsink.persist import parts as P
 from shardsink.persist import windows as W
@@ -26,6 +25,7 @@ from shardsink.persist.state import Batch, BlobPart, InlinePart
 from shardsink.persist.stats import ShardStats
 from shardsink.storage import open_blob
 from shardsink.storage.memory import MemoryBlob
+from tests.helpers.persist import SCHEMA, updates
 
 PARTS = 8  # builders' parts of one interval, every one spanning every key
 WORKERS = 4  # workers' parts in each builder part

@@ -6,11 +6,11 @@ from __future__ import annotations
 import contextlib
 
 import pytest
-from persist_helpers import interval_rows, memory_stores, rows_of
 
 from shardsink import open_shard
 from shardsink.persist import CorruptState, PartMissing, ShardConfig, UpperMismatch
 from shardsink.storage import IndeterminateError, open_blob, open_consensus
+from tests.helpers.persist import interval_rows, memory_stores, rows_of
 
 ALL_BLOB = ShardConfig(inline_max_bytes=0)  # every part in blob
 

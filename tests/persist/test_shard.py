@@ -5,7 +5,6 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from persist_helpers import interval_rows, memory_stores, rows_of, updates
 
 from shardsink.persist import (
     NotReadable,
@@ -17,6 +16,7 @@ from shardsink.persist import (
 )
 from shardsink.persist import parts as P
 from shardsink.persist.state import BlobPart, InlinePart
+from tests.helpers.persist import interval_rows, memory_stores, rows_of, updates
 
 
 def open_(stores, **kw):

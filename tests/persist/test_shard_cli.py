@@ -13,13 +13,13 @@ import time
 import duckdb
 import pyarrow.parquet as pq
 import pytest
-from persist_helpers import interval_rows
 
 from shardsink import open_shard
 from shardsink.cli import main
 from shardsink.cli import shard as shard_cli
 from shardsink.persist.config import ShardConfig
 from shardsink.workloads import Workload
+from tests.helpers.persist import interval_rows
 
 
 @pytest.fixture

@@ -7,12 +7,12 @@ from __future__ import annotations
 import contextlib
 
 import pytest
-from persist_helpers import interval_rows, memory_stores, rows_of
 
 from shardsink import open_shard
 from shardsink.faults import FaultyBlob, FaultyConsensus
 from shardsink.persist import ShardConfig
 from shardsink.storage import StorageError, open_blob, open_consensus
+from tests.helpers.persist import interval_rows, memory_stores, rows_of
 
 N = 60
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from persist_helpers import memory_stores, rows_of, s0, spine_pass, updates
 
 from shardsink.persist import parts as P
 from shardsink.persist import spine
 from shardsink.persist.batches import load_part
 from shardsink.persist.shard import Shard
 from shardsink.persist.state import Batch, InlinePart
+from tests.helpers.persist import memory_stores, rows_of, s0, spine_pass, updates
 
 
 def _merge_round(state, shrink: st.DataObject):

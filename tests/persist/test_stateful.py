@@ -13,13 +13,13 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-from persist_helpers import memory_stores, rows_of, updates
 
 from shardsink import open_shard
 from shardsink.persist import NotReadable, ShardConfig, UpperMismatch
 from shardsink.persist.errors import WriterExpired
 from shardsink.persist.gc import sweep_leaked_blobs
 from shardsink.persist.state import InlinePart, part_writer
+from tests.helpers.persist import memory_stores, rows_of, updates
 
 CONFIG = ShardConfig(
     rollup_threshold=3,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from persist_helpers import W1, blob_batch, inline_batch, s0
 
 from shardsink.persist.commands import (
     COMMAND_DECODER,
@@ -39,6 +38,7 @@ from shardsink.persist.commands import (
 )
 from shardsink.persist.state import Batch, WriterState, check_shard_name
 from shardsink.persist.transitions import _HANDLERS, apply, retention_since
+from tests.helpers.persist import W1, blob_batch, inline_batch, s0
 
 
 def caa(batches, lo, hi, token="t1", writer=W1):

@@ -20,7 +20,7 @@ from shardsink.process import (
 )
 from shardsink.process.consensus import ROLE, decode_ready
 from shardsink.protocol import CHILD_ROLES
-from tests.process.roles_for_tests import EXIT, ROLES, SLEEP, TELL
+from tests.helpers.roles import EXIT, ROLES, SLEEP, TELL
 
 
 @pytest.fixture(params=["fork", "spawn"])

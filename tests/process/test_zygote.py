@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from shardsink.process import Child, Launch, SpawnStarter, Zygote, ZygoteError, kill_all
-from tests.process.roles_for_tests import EXIT, ROLES, SLEEP
+from tests.helpers.roles import EXIT, ROLES, SLEEP
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -114,7 +114,7 @@ _COORDINATOR = textwrap.dedent(
     import json, os, sys, tempfile, threading, pathlib
     import zmq
     from shardsink.process import Child, Launch, Zygote, kill_all
-    from tests.process.roles_for_tests import REPORT, ROLES
+    from tests.helpers.roles import REPORT, ROLES
 
     before = sys.argv[1] == "before"
     run = pathlib.Path(tempfile.mkdtemp())
@@ -178,7 +178,7 @@ def test_a_coordinator_killed_takes_its_zygote_and_children_along(popen, tmp_pat
         f"""
         import pathlib, sys, time
         from shardsink.process import Child, Launch, Zygote
-        from tests.process.roles_for_tests import ROLES, SLEEP
+        from tests.helpers.roles import ROLES, SLEEP
         run = pathlib.Path({str(tmp_path)!r})
         zygote = Zygote(ROLES, run).start()
         kids = [Child(Launch("worker", f"w{{i}}", SLEEP), zygote, run).start() for i in range(3)]

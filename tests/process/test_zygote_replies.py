@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from shardsink.process import Child, Launch, Zygote, ZygoteError, kill_all
-from tests.process.roles_for_tests import EXIT, ROLES, SLEEP
+from tests.helpers.roles import EXIT, ROLES, SLEEP
 
 #: Short enough that a stalled request gives up soon, long enough for a fork
 #: on a busy machine.

@@ -15,7 +15,6 @@ import threading
 import time
 
 import pytest
-from server_helpers import serving, settled_spine
 
 from shardsink import open_shard
 from shardsink.persist import spine
@@ -26,6 +25,7 @@ from shardsink.server import ServerClient
 from shardsink.server.config import ServeConfig
 from shardsink.storage import open_blob
 from shardsink.workloads import Workload
+from tests.helpers.server import serving, settled_spine
 
 LEASE_MS = 1500
 WORKLOAD = Workload("trickle", rows_per_interval=16, interval_ms=1)

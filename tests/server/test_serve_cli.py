@@ -11,11 +11,11 @@ import sys
 import time
 
 import pytest
-from cli_helpers import ENV, scrape, shardsink
 
 from shardsink import datadir, open_shard
 from shardsink.cli import main
 from shardsink.workloads import Workload
+from tests.helpers.cli import ENV, scrape, shardsink
 
 #: 2,000 rows an interval: every part is too large to go inline, so each is a blob PUT.
 WORKLOAD = Workload("churn", rows_per_interval=2000, interval_ms=1)

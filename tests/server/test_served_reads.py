@@ -18,7 +18,6 @@ import pyarrow as pa
 import pytest
 from fsspec.implementations.arrow import ArrowFSWrapper
 from pyarrow import fs as pafs
-from server_helpers import serving
 
 from shardsink import ConsensusServer, datadir, open_shard
 from shardsink.cli import main
@@ -26,6 +25,7 @@ from shardsink.persist.config import ShardConfig
 from shardsink.server import server as server_module
 from shardsink.storage import open_blob
 from shardsink.workloads import Workload
+from tests.helpers.server import serving
 
 CHURN = Workload("churn", rows_per_interval=500, interval_ms=10)
 INTERVALS = 6

@@ -5,13 +5,12 @@ from __future__ import annotations
 import threading
 import time
 
-from server_helpers import serving
-
 from shardsink import open_shard
 from shardsink.persist.config import ShardConfig
 from shardsink.server import ServerClient
 from shardsink.storage import open_blob
 from shardsink.workloads import Workload
+from tests.helpers.server import serving
 
 WORKLOAD = Workload("trickle", rows_per_interval=16, interval_ms=1)
 

@@ -11,7 +11,6 @@ import uuid
 
 import pytest
 import zmq
-from server_helpers import serving
 
 from shardsink import open_shard
 from shardsink._curve import ClientKeys, client_keys, server_keys
@@ -23,6 +22,7 @@ from shardsink.server.wire import Ping, RunCommand, encode
 from shardsink.storage import open_blob, open_consensus
 from shardsink.storage.errors import IndeterminateError
 from shardsink.workloads import Workload
+from tests.helpers.server import serving
 
 WORKLOAD = Workload("churn", rows_per_interval=20)
 ALL_BLOB = ShardConfig(inline_max_bytes=0)

@@ -6,7 +6,8 @@ import shutil
 import tempfile
 
 import pytest
-from shm_helpers import unique_cluster
+
+from tests.helpers.shm import unique_cluster
 
 
 @pytest.fixture

@@ -11,10 +11,10 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from shm_helpers import make_part, part_number, shm_ranges
 
 from shardsink.shm import Arena, SegmentName, SegmentReader, list_segments, size_bound
 from shardsink.shm.arena import write_stream
+from tests.helpers.shm import make_part, part_number, shm_ranges
 
 
 def _exact(batch: pa.RecordBatch) -> int:

@@ -6,9 +6,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from shm_helpers import Child, make_part, part_number, shm_ranges
-
 from shardsink.shm import Arena, PartReceiver, list_segments, sweep
+from tests.helpers.shm import Child, make_part, part_number, shm_ranges
 
 
 def _of(pid: int) -> list[str]:

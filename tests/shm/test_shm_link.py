@@ -10,7 +10,6 @@ import msgspec
 import pyarrow as pa
 import pytest
 import zmq
-from shm_helpers import Child, make_part, part_number, shm_ranges
 
 from shardsink.shm import (
     PartReceiver,
@@ -24,6 +23,7 @@ from shardsink.shm import (
 )
 from shardsink.shm.arena import write_stream
 from shardsink.shm.messages import Error, MessagePart, Part, decode_to_worker, encode
+from tests.helpers.shm import Child, make_part, part_number, shm_ranges
 
 
 def test_parts_arrive_intact_and_in_order(cluster, endpoint):

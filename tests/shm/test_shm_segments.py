@@ -10,7 +10,6 @@ import random
 import posix_ipc
 import pyarrow as pa
 import pytest
-from shm_helpers import make_part, part_number
 
 from shardsink.shm import (
     Arena,
@@ -25,6 +24,7 @@ from shardsink.shm import (
 )
 from shardsink.shm import segments as shm_segments
 from shardsink.shm.arena import write_stream
+from tests.helpers.shm import make_part, part_number
 
 
 @pytest.fixture

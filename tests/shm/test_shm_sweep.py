@@ -8,11 +8,11 @@ import os
 
 import posix_ipc
 import pytest
-from shm_helpers import make_part, unique_cluster
 
 from shardsink.cli import main
 from shardsink.shm import Arena, SegmentName, creator_alive, list_segments, sweep, unlink_cluster
 from shardsink.shm.sweep import process_start
+from tests.helpers.shm import make_part, unique_cluster
 
 
 @pytest.fixture

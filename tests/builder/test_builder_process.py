@@ -7,10 +7,10 @@ import threading
 import time
 
 import pytest
-from cluster_helpers import EMPTY, WRITER, BuilderHarness, rows_batch
 
 from shardsink import protocol
 from shardsink.shm import TransportTimeout
+from tests.helpers.cluster import EMPTY, WRITER, BuilderHarness, rows_batch
 
 
 @pytest.mark.parametrize("both_push", [True, False], ids=["both-pushed", "one-pushed"])

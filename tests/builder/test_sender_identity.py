@@ -6,12 +6,11 @@ from __future__ import annotations
 import logging
 import uuid
 
-from cluster_helpers import WRITER, BuilderHarness, rows_batch
-
 from shardsink import protocol
 from shardsink.builder.group import GroupBuilder
 from shardsink.shm import Received
 from shardsink.storage.memory import MemoryBlob
+from tests.helpers.cluster import WRITER, BuilderHarness, rows_batch
 
 
 def _part(sender: bytes, claimed: int, keys: list[int]) -> Received:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: The environment of a child ``shardsink``: this checkout's package.
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 

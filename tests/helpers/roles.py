@@ -8,10 +8,10 @@ import sys
 import threading
 import time
 
-SLEEP = "tests.process.roles_for_tests:sleep"
-REPORT = "tests.process.roles_for_tests:report"
-EXIT = "tests.process.roles_for_tests:exit_with"
-TELL = "tests.process.roles_for_tests:tell"
+SLEEP = "tests.helpers.roles:sleep"
+REPORT = "tests.helpers.roles:report"
+EXIT = "tests.helpers.roles:exit_with"
+TELL = "tests.helpers.roles:tell"
 #: What the tests' zygotes import before they fork.
 ROLES = (SLEEP, REPORT, EXIT, TELL)
 

@@ -1,0 +1,6 @@
+"""What several test modules share: real stores and rows (``persist``), a
+running consensus server (``server``), the ``shardsink`` command (``cli``),
+clusters and builder harnesses (``cluster``), shared-memory parts and helper
+children (``shm``), and trivial process roles (``roles``). Imported as
+``tests.helpers.NAME`` (pytest's ``pythonpath`` puts the repository root on
+``sys.path``)."""

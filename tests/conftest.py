@@ -170,6 +170,22 @@ def s3_server(request, tmp_path_factory):
     )
 
 
+@pytest.fixture(scope="session")
+def _ray_session(request):
+    from shardsink.testing.ray import RayTestCluster
+
+    return _service(request, lambda: RayTestCluster(nodes=3).start(), "Ray cluster")
+
+
+@pytest.fixture
+def ray_cluster(_ray_session):
+    """A real Ray cluster of three nodes on loopback, one for the whole
+    session (about 1.4 GiB). A test that removes a node adds one back; the
+    nodes it adds are the session's too (exempt from the leak check)."""
+    yield _ray_session
+    _SERVICE_PIDS.update(_ray_session.pids())
+
+
 _SERVICE_OUTCOMES: dict[str, dict[str, int]] = {"postgres": {}, "s3": {}}
 
 

@@ -21,11 +21,12 @@ import time
 from pathlib import Path
 from typing import IO, Protocol
 
-import msgspec
 import psutil
 
+from .._wire import Message
 
-class Launch(msgspec.Struct, frozen=True):
+
+class Launch(Message):
     """What a child runs: ``role`` (``package.module:function``, see
     :mod:`.roles`), given ``payload`` (never in argv: it may hold secrets).
     ``kind`` groups children in summaries (consensus, builder, worker, ...);

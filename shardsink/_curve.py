@@ -17,6 +17,11 @@ The keys of one deployment live in a *key directory* (mode 0700, every file
 
 The directory is ``SHARDSINK_KEYS`` if set, else ``keys/`` in the data dir.
 A server makes the keys that are missing; a client only reads them.
+
+A cluster's coordinator needs no directory: :func:`ephemeral_keys` makes
+one server key pair and one client key pair in memory for the life of the
+cluster, and the children get the client's in their launch payload (never
+argv, a log or a file). The ``repr`` of every key tuple hides the secret.
 """
 
 from __future__ import annotations
@@ -36,19 +41,27 @@ _SERVER, _CLIENT, _CLIENTS = "server", "client", "clients"
 
 
 class ServerKeys(NamedTuple):
-    """A CURVE server's key pair and the directory of the public keys it accepts."""
+    """A CURVE server's key pair and the public keys it accepts: the
+    directory of their ``.key`` files, or (in memory) the keys themselves
+    (z85)."""
 
     public: bytes
     secret: bytes
-    clients: Path
+    clients: Path | frozenset[bytes]
+
+    def __repr__(self) -> str:
+        return f"ServerKeys(public={self.public!r}, secret=***, clients={self.clients!r})"
 
 
 class ClientKeys(NamedTuple):
-    """A CURVE client's key pair and the server's public key."""
+    """A CURVE client's key pair and the server's public key (z85)."""
 
     server: bytes
     public: bytes
     secret: bytes
+
+    def __repr__(self) -> str:
+        return f"ClientKeys(server={self.server!r}, public={self.public!r}, secret=***)"
 
 
 def key_dir(data_dir: str | os.PathLike | None = None) -> Path | None:
@@ -81,6 +94,15 @@ def server_keys(directory: Path) -> ServerKeys:
     public, secret = _load(directory / f"{_SERVER}.key_secret")
     assert secret is not None
     return ServerKeys(public, secret, directory / _CLIENTS)
+
+
+def ephemeral_keys() -> tuple[ServerKeys, ClientKeys]:
+    """A fresh server key pair that accepts exactly one fresh client key
+    pair, and that client's keys: in memory only, for one cluster's life."""
+    server_public, server_secret = zmq.curve_keypair()
+    client_public, client_secret = zmq.curve_keypair()
+    server = ServerKeys(server_public, server_secret, frozenset({client_public}))
+    return server, ClientKeys(server_public, client_public, client_secret)
 
 
 def client_keys(directory: Path, address: str) -> ClientKeys:
@@ -125,19 +147,34 @@ def secure_client(sock: zmq.Socket, keys: ClientKeys) -> None:
 
 class CurveServer:
     """The CURVE side of a server's sockets in context ``ctx``: starts the
-    authenticator that accepts the public keys in ``keys.clients`` (read
-    again by :meth:`reload`). :meth:`secure` a socket before it binds;
-    :meth:`close` (idempotent) stops the authenticator."""
+    authenticator that accepts the public keys of ``keys.clients`` (a
+    directory is read again by :meth:`reload`). :meth:`secure` a socket
+    before it binds; :meth:`close` (idempotent) stops the authenticator.
+    ``denied`` counts the handshakes refused for an unknown client key."""
 
     def __init__(self, ctx: zmq.Context, keys: ServerKeys) -> None:
         self.keys = keys
+        self.denied = 0
+        self._accepted: frozenset[bytes] = frozenset()
+        self.reload()
         self._auth = ThreadAuthenticator(ctx)
         self._auth.start()
-        self.reload()
+        self._auth.configure_curve_callback(domain="*", credentials_provider=self)
         self._closed = False
 
     def reload(self) -> None:
-        self._auth.configure_curve(domain="*", location=str(self.keys.clients))
+        clients = self.keys.clients
+        if isinstance(clients, Path):
+            clients = frozenset(zmq.auth.load_certificates(clients))
+        self._accepted = frozenset(clients)
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        """Whether the client of public ``key`` (z85) may connect; called by
+        the authenticator's thread for every CURVE handshake."""
+        if key in self._accepted:
+            return True
+        self.denied += 1
+        return False
 
     def secure(self, sock: zmq.Socket) -> None:
         sock.curve_server = True

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from . import datadir
-from ._address import REMOTE_SCHEMES
+from ._address import REMOTE_SCHEMES, check_address
 from ._bounds import at_least, port, positive
 from ._http import parse_listen
 from ._units import MIB
@@ -93,6 +93,14 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     reader, ``shardsink chaos``) reach the shard across restarts of the
     coordinator.
 
+    ``coordinator_bind``: where the coordinator's socket, which every
+    builder and worker connects to, listens: empty for ``ipc://RUN_DIR/coord``
+    (this host only), or ``tcp://HOST:PORT`` (port 0: a free one; HOST
+    loopback, as every TCP bind of shardsink, :mod:`shardsink._address`),
+    secured with CURVE keys the coordinator makes for the cluster in memory
+    (:func:`shardsink._curve.ephemeral_keys`) and hands to the children in
+    their launch payload.
+
     Processes: ``start`` is how children start: ``fork`` from a zygote that
     has imported everything they need (milliseconds each, library pages
     shared), or ``spawn`` as fresh interpreters (about half a second of CPU
@@ -147,6 +155,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     consensus: str | None = None
     shard: str = "default"
     consensus_bind: str | None = None
+    coordinator_bind: str = ""
     start: Start = "fork"
     seed: int = 0
     start_timeout_s: float = 120.0
@@ -204,6 +213,17 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
                     f"consensus_bind {self.consensus_bind!r} is for the cluster's own consensus "
                     f"process, but consensus {self.consensus!r} names a running server"
                 )
+
+        if self.coordinator_bind:
+            if not self.coordinator_bind.startswith("tcp://"):
+                raise ValueError(
+                    f"invalid coordinator_bind {self.coordinator_bind!r}: tcp://HOST:PORT, or "
+                    "empty for the run directory's ipc socket"
+                )
+            try:
+                check_address(self.coordinator_bind, for_bind=True)
+            except ValueError as exc:
+                raise ValueError(f"coordinator_bind: {exc}") from None
 
     @property
     def n_workers(self) -> int:

@@ -37,6 +37,7 @@ import msgspec
 import pyarrow as pa
 import zmq
 
+from ._curve import ClientKeys, secure_client
 from ._wire import Message
 from .config import ClusterConfig, Mode
 from .persist import parts as P
@@ -257,6 +258,32 @@ class Handoff(Message, tag="handoff"):
 # --- coordinator -> child at launch ------------------------------------------------
 
 
+class CurveKeys(Message):
+    """The CURVE keys (z85 text) a child connects to a ``tcp://``
+    coordinator with: the coordinator's public key and the cluster's client
+    key pair (:func:`shardsink._curve.ephemeral_keys`). Its ``repr`` hides
+    the secret."""
+
+    server: str
+    public: str
+    secret: str
+
+    @classmethod
+    def of(cls, keys: ClientKeys) -> CurveKeys:
+        return cls(keys.server.decode(), keys.public.decode(), keys.secret.decode())
+
+    def client_keys(self) -> ClientKeys:
+        return ClientKeys(self.server.encode(), self.public.encode(), self.secret.encode())
+
+    def __repr__(self) -> str:
+        return f"CurveKeys(server={self.server!r}, public={self.public!r}, secret=***)"
+
+    def __rich_repr__(self):
+        yield "server", self.server
+        yield "public", self.public
+        yield "secret", "***"
+
+
 class ChildSpec(Message):
     """Everything a builder or worker process needs to start (its role and
     parent come in its argv, as for every child). ``coordinator``/``parts``/
@@ -264,6 +291,9 @@ class ChildSpec(Message):
     ``inline_max_bytes``: the shard's inline threshold. ``host_parts``/
     ``host_handoff``: the host builder's sockets, which a group builder
     connects to with ``coalesce`` host (empty otherwise).
+    ``coordinator_keys``: the CURVE keys to connect to a ``tcp://``
+    ``coordinator`` with (``None`` for ``ipc://``); secret, so the spec
+    travels only as the launch payload, and its ``repr`` hides them.
     """
 
     group: Count
@@ -276,6 +306,14 @@ class ChildSpec(Message):
     config: ClusterConfig
     host_parts: str = ""
     host_handoff: str = ""
+    coordinator_keys: CurveKeys | None = None
+
+    def connect_coordinator(self, sock: zmq.Socket) -> None:
+        """Connect ``sock`` to the coordinator, as a CURVE client with
+        ``coordinator_keys`` if the spec has them."""
+        if self.coordinator_keys is not None:
+            secure_client(sock, self.coordinator_keys.client_keys())
+        sock.connect(self.coordinator)
 
 
 #: The roles of a cluster's children (:mod:`shardsink.process.roles` names,

@@ -81,7 +81,7 @@ def run_builder(spec: protocol.ChildSpec, *, host: bool = False) -> int:
     upstream = HostLink(spec, ctx) if spec.host_parts and not host else None
     blob = open_blob(config.blob_uri)
     try:
-        coord.connect(spec.coordinator)
+        spec.connect_coordinator(coord)
         handoff.bind(check_address(spec.handoff, for_bind=True))
         coord.send(protocol.encode(protocol.Hello("builder", spec.group, 0, os.getpid())))
         members = _wait_members(coord, handoff, config.start_timeout_s)

@@ -74,6 +74,10 @@ FLAGS: dict[str, Flag] = {
     "shard": Flag("NAME", "the shard's name"),
     "consensus_bind": Flag("ADDR", "where the cluster's consensus process listens (ipc://... "
                            "or tcp://127.0.0.1:PORT)", default="a fresh ipc socket per run"),
+    "coordinator_bind": Flag("ADDR", "where the coordinator listens for its builders and "
+                             "workers: tcp://127.0.0.1:PORT (0: a free port), secured with "
+                             "CURVE keys made per run", default="an ipc socket in the run "
+                             "directory"),
     "start": Flag(None, "how children start: fork from a zygote that has imported what they "
                   "need, or spawn fresh interpreters"),
     "seed": Flag("X", "drives the run's random choices"),

@@ -59,6 +59,7 @@ import zmq
 
 from .. import faults, protocol
 from .._address import check_address
+from .._curve import CurveServer, ephemeral_keys
 from ..config import ClusterConfig, check_lease
 from ..persist.errors import PartsNotFound, PersistError, UpperMismatch, WriterExpired
 from ..persist.shard import Shard
@@ -229,8 +230,20 @@ class Coordinator:
         self._sock.setsockopt(zmq.LINGER, 0)
         # an unroutable send raises (and is logged) instead of vanishing
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self.address = f"ipc://{run_dir / 'coord'}"
-        self._sock.bind(check_address(self.address, for_bind=True))
+        #: CURVE keys a child connects to :attr:`address` with (``None``: ipc)
+        self.child_keys: protocol.CurveKeys | None = None
+        self._curve: CurveServer | None = None
+        if config.coordinator_bind:  # tcp: CURVE, keys made for this cluster, in memory only
+            server_keys, client_keys = ephemeral_keys()
+            self._curve = CurveServer(self._ctx, server_keys)
+            self._curve.secure(self._sock)
+            self._sock.setsockopt(zmq.IPV6, "[" in config.coordinator_bind)  # tcp://[::1]:P
+            self._sock.bind(check_address(config.coordinator_bind, for_bind=True))
+            self.address = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)  # port 0 resolved
+            self.child_keys = protocol.CurveKeys.of(client_keys)
+        else:
+            self.address = f"ipc://{run_dir / 'coord'}"
+            self._sock.bind(check_address(self.address, for_bind=True))
         self._current: tuple[int, int] | None = None
         self._minted_writer = self.writer.writer_id  # what the current attempt writes as
         self._reports: dict[tuple[int, int], protocol.Report] = {}
@@ -560,4 +573,6 @@ class Coordinator:
             except (StorageError, PersistError) as exc:
                 log.warning("could not expire the writer: %s", exc)
             self._sock.close()
+            if self._curve is not None:
+                self._curve.close()
             self._ctx.term()

@@ -92,7 +92,7 @@ class Worker:
 
     def start(self) -> None:
         """Connect, get welcomed by the builder, then say hello to the coordinator."""
-        self.coord.connect(self.spec.coordinator)
+        self.spec.connect_coordinator(self.coord)
         self.handoff.connect(self.spec.handoff)
         self.sender = PartSender(
             self.spec.parts,

@@ -101,6 +101,14 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     (:func:`shardsink._curve.ephemeral_keys`) and hands to the children in
     their launch payload.
 
+    Hosts: ``hosts`` is where the groups run: ``local`` (this machine), or
+    ``ray:ADDRESS`` (``ray:auto``, ``ray:HOST:PORT``, as ``ray.init`` takes
+    it): ``groups`` groups on each node of that Ray cluster (the first
+    ``max_hosts`` nodes, if not 0), each host's run by a host agent pinned to
+    its node (:mod:`shardsink.hosts`), the coordinator's socket TCP
+    (``coordinator_bind``, loopback if not given); a host whose agent has not
+    answered for ``host_timeout_s`` is gone and its groups run elsewhere.
+
     Processes: ``start`` is how children start: ``fork`` from a zygote that
     has imported everything they need (milliseconds each, library pages
     shared), or ``spawn`` as fresh interpreters (about half a second of CPU
@@ -156,6 +164,9 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     shard: str = "default"
     consensus_bind: str | None = None
     coordinator_bind: str = ""
+    hosts: str = "local"
+    max_hosts: int = 0
+    host_timeout_s: float = 10.0
     start: Start = "fork"
     seed: int = 0
     start_timeout_s: float = 120.0
@@ -225,6 +236,8 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             except ValueError as exc:
                 raise ValueError(f"coordinator_bind: {exc}") from None
 
+        _check_hosts(self.hosts, self.max_hosts, self.host_timeout_s)
+
     @property
     def n_workers(self) -> int:
         """Workers in the whole cluster (``groups * workers``)."""
@@ -283,3 +296,13 @@ def _check_uri(name: str, uri: str, schemes: tuple[str, ...]) -> None:
             f"invalid {name} URI {redact(uri)!r}: a cluster's processes share it, so it must be "
             f"one of {', '.join(s + '://' for s in schemes)}"
         )
+
+
+def _check_hosts(hosts: str, max_hosts: int, host_timeout_s: float) -> None:
+    scheme, _, address = hosts.partition(":")
+    if hosts != "local" and (scheme != "ray" or not address):
+        raise ValueError(f"invalid hosts {hosts!r}: local, ray:auto or ray:HOST:PORT")
+    if max_hosts < 0:
+        raise ValueError(f"max_hosts must be at least 0 (0: every node), not {max_hosts}")
+    if host_timeout_s <= 0:
+        raise ValueError(f"host_timeout_s must be positive, not {host_timeout_s}")

@@ -78,6 +78,11 @@ FLAGS: dict[str, Flag] = {
                              "workers: tcp://127.0.0.1:PORT (0: a free port), secured with "
                              "CURVE keys made per run", default="an ipc socket in the run "
                              "directory"),
+    "hosts": Flag("local|ray:ADDRESS", "where the groups run: this machine, or --groups groups "
+                  "on each node of the Ray cluster at ADDRESS (auto, or HOST:PORT)"),
+    "max_hosts": Flag("N", "use at most N of the Ray cluster's nodes (0: all)"),
+    "host_timeout_s": Flag("S", "a host whose agent has not answered for S seconds is gone; "
+                           "its groups run on the others"),
     "start": Flag(None, "how children start: fork from a zygote that has imported what they "
                   "need, or spawn fresh interpreters"),
     "seed": Flag("X", "drives the run's random choices"),

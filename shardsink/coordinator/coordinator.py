@@ -61,6 +61,7 @@ from .. import faults, protocol
 from .._address import check_address
 from .._curve import CurveServer, ephemeral_keys
 from ..config import ClusterConfig, check_lease
+from ..hosts.ray import RemoteAgent
 from ..persist.errors import PartsNotFound, PersistError, UpperMismatch, WriterExpired
 from ..persist.shard import Shard
 from ..persist.writer import Writer
@@ -68,7 +69,9 @@ from ..process import Child, ConsensusProcess, Starter
 from ..storage.errors import StorageError
 from .accounting import Accepted, AccountingError, batches_of, check
 from .errors import ClusterError
-from .supervisor import LocalGroups, Supervisor
+from .groups import GroupHost, LocalGroups, Sockets
+from .ray_groups import RayGroups
+from .supervisor import Supervisor
 from .threshold import Threshold, observe
 from .threshold import of as threshold_of
 
@@ -207,6 +210,7 @@ class Coordinator:
         shard: Shard,
         consensus: ConsensusProcess | None,
         starter: Starter,
+        agents: list[RemoteAgent] | None = None,
     ) -> None:
         self.config = config
         self.cluster_id = cluster_id
@@ -252,7 +256,12 @@ class Coordinator:
         #: raises propagates out of the operation in progress, as Ctrl-C does.
         self.on_poll: Callable[[], None] | None = None
         inline_max_bytes = shard.state(refresh=False).inline_max_bytes
-        host = LocalGroups(config, cluster_id, run_dir, self.address, inline_max_bytes, starter)
+        sockets = Sockets(config, cluster_id, self.address, inline_max_bytes, self.child_keys)
+        host: GroupHost = (
+            LocalGroups(sockets, run_dir, starter)
+            if agents is None
+            else RayGroups(sockets, agents, host_timeout_s=config.host_timeout_s)
+        )
         self.supervisor = Supervisor(
             config, host, self._send, self._poll, consensus, poll_ms=POLL_MS
         )

@@ -1,11 +1,10 @@
 """The supervisor of a cluster's processes: start, watch, restart, memory.
 
-A cluster's process groups run on a :class:`GroupHost`: it launches a group
-(one builder leading the OS process group, and its workers) and kills one
-whole. :class:`LocalGroups` runs them on this machine, started by a
-:class:`~shardsink.process.Starter` (the zygote's forks, or fresh
-interpreters); an orchestrator of groups on other hosts would implement the
-same three calls.
+A cluster's process groups run on a :class:`~.groups.GroupHost`
+(``groups.py``): it launches a group (one builder leading the OS process
+group, and its workers), kills members, and says which died; the supervisor
+touches its members through it only, on this machine
+(:class:`~.groups.LocalGroups`) or on the nodes of a Ray cluster alike.
 
 The supervisor learns of its children through the coordinator's socket
 (:meth:`Supervisor.on_hello`, :meth:`Supervisor.on_failure`) and by watching
@@ -32,127 +31,19 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Protocol
 
 import msgspec
 
 from .. import protocol
 from ..config import ClusterConfig
-from ..process import Child, ConsensusProcess, Launch, Starter, kill_all, peak_rss, reap
-from ..shm import sweep
+from ..process import ConsensusProcess, peak_rss
 from .errors import ClusterError
+from .groups import Group, GroupHost, Member
 
 log = logging.getLogger(__name__)
 
 #: How often peak memory of the children is sampled.
 RSS_EVERY_S = 0.25
-
-
-@dataclass
-class Group:
-    """The processes of one group: its builder leads the OS process group."""
-
-    index: int
-    builder: Child
-    workers: list[Child]
-    ready: set[str] = field(default_factory=set)
-
-    @property
-    def members(self) -> list[Child]:
-        return [self.builder, *self.workers]
-
-    def dead(self) -> list[Child]:
-        return [c for c in self.members if not c.alive()]
-
-
-class GroupHost(Protocol):
-    """Where a cluster's process groups run.
-
-    ``launch(index)`` starts group ``index`` (its members say hello to the
-    coordinator when they are ready); ``launch_host()`` starts the host
-    builder; ``kill(group)`` kills every member and returns once none runs;
-    ``after_kill()`` cleans what killed members left (their shared-memory
-    segments)."""
-
-    def launch(self, index: int) -> Group: ...
-
-    def launch_host(self) -> Child: ...
-
-    def kill(self, group: Group) -> None: ...
-
-    def after_kill(self) -> None: ...
-
-
-class LocalGroups:
-    """Process groups on this machine, started by ``starter``; each member
-    gets its :class:`~shardsink.protocol.ChildSpec` as its payload."""
-
-    def __init__(
-        self,
-        config: ClusterConfig,
-        cluster_id: str,
-        run_dir: Path,
-        coordinator: str,
-        inline_max_bytes: int,
-        starter: Starter,
-    ) -> None:
-        self.config = config
-        self.cluster_id = cluster_id
-        self.run_dir = run_dir
-        self.coordinator = coordinator
-        self.inline_max_bytes = inline_max_bytes
-        self.starter = starter
-
-    def launch(self, index: int) -> Group:
-        builder = self._child(index, 0, protocol.BUILDER_ROLE, f"g{index}/b", None).start()
-        workers: list[Child] = []
-        try:
-            for w in range(self.config.workers):
-                worker = self._child(index, w, protocol.WORKER_ROLE, f"g{index}/w{w}", builder)
-                workers.append(worker.start())
-        except BaseException:
-            kill_all([builder, *workers])
-            raise
-        return Group(index, builder, workers)
-
-    def launch_host(self) -> Child:
-        return self._child(0, 0, protocol.HOST_BUILDER_ROLE, "host", None, sockets="host").start()
-
-    def _child(
-        self,
-        g: int,
-        index: int,
-        role: str,
-        name: str,
-        leader: Child | None,
-        *,
-        sockets: str | None = None,
-    ) -> Child:
-        """A member of group ``g`` (the host builder: ``sockets`` "host")."""
-        sockets = sockets or f"g{g}"
-        host = self.config.host_builder
-        spec = protocol.ChildSpec(
-            group=g,
-            index=index,
-            cluster_id=self.cluster_id,
-            coordinator=self.coordinator,
-            parts=f"ipc://{self.run_dir / f'{sockets}.parts'}",
-            handoff=f"ipc://{self.run_dir / f'{sockets}.handoff'}",
-            inline_max_bytes=self.inline_max_bytes,
-            config=self.config,
-            host_parts=f"ipc://{self.run_dir / 'host.parts'}" if host else "",
-            host_handoff=f"ipc://{self.run_dir / 'host.handoff'}" if host else "",
-        )
-        kind = "worker" if role == protocol.WORKER_ROLE else "builder"
-        launch = Launch(kind=kind, name=name, role=role, payload=protocol.encode_spec(spec))
-        return Child(launch, self.starter, self.run_dir, leader=leader)
-
-    def kill(self, group: Group) -> None:
-        kill_all(group.members)
-
-    def after_kill(self) -> None:
-        sweep(self.cluster_id)  # the killed members' segments: their creators are dead
 
 
 @dataclass
@@ -176,7 +67,7 @@ class Supervisor:
         self,
         config: ClusterConfig,
         host: GroupHost,
-        send: Callable[[Child, msgspec.Struct], None],
+        send: Callable[[Member, msgspec.Struct], None],
         poll: Callable[[int], None],
         consensus: ConsensusProcess | None,
         *,
@@ -190,7 +81,7 @@ class Supervisor:
         self.poll_ms = poll_ms
         self.groups: dict[int, Group] = {}
         #: The host builder (``coalesce`` host), ``None`` otherwise.
-        self.host_builder: Child | None = None
+        self.host_builder: Member | None = None
         self._host_ready = False
         self._host_failed: str | None = None
         self.counters = SupervisionCounters()
@@ -262,10 +153,10 @@ class Supervisor:
                     + log_tails(group.dead())
                 )
             self.sample_rss(force=True, own=False)
-            self.host.kill(group)
+            self.host.kill(group.members)
             self._failed.pop(g, None)
         if self.host_builder is not None:  # every group is in failed (failed_groups)
-            kill_all([self.host_builder])
+            self.host.kill([self.host_builder])
             self._launch_host()
         for g in sorted(failed):
             self.groups[g] = self.host.launch(g)
@@ -279,6 +170,7 @@ class Supervisor:
         builder, a failure of it or of any group fails every group (see the
         module doc)."""
         failed: dict[int, str] = {}
+        self.host.watch()
         if groups is None or self.host_builder is not None:
             groups = list(self.groups)
         for g in groups:
@@ -302,7 +194,7 @@ class Supervisor:
 
     # --- what the children say -------------------------------------------------------
 
-    def member(self, identity: str) -> tuple[Group | None, Child] | None:
+    def member(self, identity: str) -> tuple[Group | None, Member] | None:
         """The group and child whose routing id is ``identity`` (no group for
         the host builder)."""
         if self.host_builder is not None and self.host_builder.name == identity:
@@ -313,7 +205,7 @@ class Supervisor:
                     return group, child
         return None
 
-    def on_hello(self, group: Group | None, child: Child, hello: protocol.Hello) -> None:
+    def on_hello(self, group: Group | None, child: Member, hello: protocol.Hello) -> None:
         if hello.pid != child.pid:
             return  # a killed incarnation's hello, delivered late
         if group is None:  # the host builder: its senders are the group builders
@@ -324,7 +216,7 @@ class Supervisor:
         if hello.role == "builder":
             self.send(child, protocol.Members(tuple(w.pid for w in group.workers)))
 
-    def on_failure(self, group: Group | None, child: Child, failure: protocol.Failure) -> None:
+    def on_failure(self, group: Group | None, child: Member, failure: protocol.Failure) -> None:
         if failure.pid == child.pid:
             log.warning("%s failed: %s", child.name, failure.reason)
             if group is None:
@@ -346,12 +238,12 @@ class Supervisor:
             self.sample_rss(force=True, own=False)
             self.consensus.restart()
 
-    def members(self) -> list[Child]:
+    def members(self) -> list[Member]:
         """Every builder and worker: the members of the groups and the host builder."""
         out = [c for group in self.groups.values() for c in group.members]
         return out if self.host_builder is None else [self.host_builder, *out]
 
-    def children(self) -> list[Child]:
+    def children(self) -> list[Member]:
         """Every child process this supervisor started (consensus included)."""
         out = self.members()
         if self.consensus is not None and self.consensus.child.proc is not None:
@@ -365,16 +257,17 @@ class Supervisor:
         if not force and now - self._last_rss < RSS_EVERY_S:
             return
         self._last_rss = now
+        # a reaped child's pid may be another's now
+        samples = [(c.kind, self.host.peak_rss(c)) for c in self.members() if c.returncode is None]
+        consensus = self.consensus.child if self.consensus is not None else None
+        if consensus is not None and consensus.proc is not None and consensus.returncode is None:
+            samples.append((consensus.kind, peak_rss(consensus.pid)))
+        if own:
+            samples.append(("coordinator", peak_rss(os.getpid())))
         peaks = self.counters.peak_rss
-        for child in self.children():
-            if child.returncode is not None:  # reaped: its pid may be another's now
-                continue
-            rss = peak_rss(child.pid)
-            if rss is not None and rss > peaks.get(child.kind, 0):
-                peaks[child.kind] = rss
-        mine = peak_rss(os.getpid()) if own else None
-        if mine is not None and mine > peaks.get("coordinator", 0):
-            peaks["coordinator"] = mine
+        for kind, rss in samples:
+            if rss is not None and rss > peaks.get(kind, 0):
+                peaks[kind] = rss
 
     # --- shutdown -----------------------------------------------------------------------
 
@@ -385,14 +278,11 @@ class Supervisor:
         for child in members:
             if child.alive():
                 self.send(child, protocol.Shutdown())
-        try:
-            reap(members, timeout_s)
-        except TimeoutError as exc:
-            log.warning("%s; killing them", exc)
-        kill_all(members)  # TimeoutError if one is stuck even past SIGKILL
+        self.host.stop(members, timeout_s)
+        self.host.close()
 
 
-def log_tails(children: list[Child]) -> str:
+def log_tails(children: list[Member]) -> str:
     """The tails of the logs of ``children``, each under a header naming it."""
     tails = [f"\n--- {c.name} (pid {c.pid}) log ---\n{c.log_tail()}" for c in children]
     return "".join(t for t in tails if t.strip())

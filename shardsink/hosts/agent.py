@@ -71,7 +71,11 @@ class Locate(Message, tag=True):
     """Where the agent runs."""
 
 
-AgentRequest = StartChild | Kill | Poll | Locate
+class Sweep(Message, tag=True):
+    """Unlink the segments of the cluster whose creators are dead."""
+
+
+AgentRequest = StartChild | Kill | Poll | Locate | Sweep
 
 
 class Started(Message, tag=True):
@@ -139,6 +143,9 @@ class HostAgent:
             return Done()
         if isinstance(request, Poll):
             return Polled(tuple(self.exited()))
+        if isinstance(request, Sweep):
+            sweep(self.cluster_id)
+            return Done()
         return Located(Where(socket.gethostname(), os.getpid(), str(self.run_dir)))
 
     def start(self, launch: Launch, leader: str = "") -> int:

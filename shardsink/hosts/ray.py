@@ -16,6 +16,7 @@ default, see :mod:`shardsink.testing.ray` for the tests').
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -58,26 +59,32 @@ class RemoteAgent:
     actor: Any
     where: Where | None = None
 
-    def call(self, request: Any, timeout_s: float) -> AgentReply:
-        """Send ``request`` and return its reply. :class:`AgentGone` if the
-        agent is gone, :class:`AgentError` if it refused, ``TimeoutError`` if
-        it does not answer in ``timeout_s``."""
+    def submit(self, request: Any) -> Any:
+        """Send ``request``; the Ray object reference its reply will be."""
+        return self.actor.handle.remote(encode(request))
+
+    def reply(self, ref: Any, timeout_s: float) -> AgentReply:
+        """The reply ``ref`` (from :meth:`submit`) stands for. :class:`AgentGone`
+        if the agent is gone, :class:`AgentError` if it refused,
+        ``TimeoutError`` if it does not answer in ``timeout_s``."""
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError
 
+        who = f"the agent on node {self.node_id}"
         try:
-            reply = decode_reply(
-                ray.get(self.actor.handle.remote(encode(request)), timeout=timeout_s)
-            )
+            answer = ray.get(ref, timeout=timeout_s)
         except RayActorError as exc:
-            raise AgentGone(f"the agent on node {self.node_id} is gone: {exc}") from None
+            raise AgentGone(f"{who} is gone: {exc}") from None
         except GetTimeoutError:
-            raise TimeoutError(
-                f"the agent on node {self.node_id} did not answer in {timeout_s}s"
-            ) from None
+            raise TimeoutError(f"{who} did not answer in {timeout_s}s") from None
+        reply = decode_reply(answer)
         if isinstance(reply, Refused):
-            raise AgentError(f"the agent on node {self.node_id}: {reply.reason}")
+            raise AgentError(f"{who}: {reply.reason}")
         return reply
+
+    def call(self, request: Any, timeout_s: float) -> AgentReply:
+        """Send ``request`` and wait for its reply (errors: :meth:`reply`)."""
+        return self.reply(self.submit(request), timeout_s)
 
     def close(self, timeout_s: float) -> None:
         """Stop the agent's processes and the actor; nothing if it is gone."""
@@ -89,13 +96,42 @@ class RemoteAgent:
         ray.kill(self.actor, no_restart=True)
 
 
+#: Read once, when ``ray`` is imported: "0" keeps a 127.0.0.1 bootstrap
+#: address as it is. Otherwise Ray, assuming a cluster spans machines,
+#: resolves it to this machine's routable address, where a cluster of
+#: loopback nodes does not listen, and waits there for ever.
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def keep_loopback() -> None:
+    """Make Ray keep loopback addresses (see :data:`LOOPBACK_ENV`), in this
+    process and the ones it starts. ``RuntimeError`` if ``ray`` was imported
+    without it: too late to change."""
+    import sys
+
+    if os.environ.get(LOOPBACK_ENV) == "0":
+        return
+    if "ray" in sys.modules:
+        raise RuntimeError(
+            f"ray was imported before {LOOPBACK_ENV}=0 was set: it would resolve a loopback "
+            "address to this machine's routable one; set it in the environment"
+        )
+    os.environ[LOOPBACK_ENV] = "0"
+
+
 def connect(address: str) -> None:
     """Join the Ray cluster at ``address`` (``auto`` or ``HOST:PORT``) as a
-    driver, unless this process already is one."""
+    driver, unless this process already is one (a loopback ``HOST``: see
+    :func:`keep_loopback`)."""
+    host = address.rpartition(":")[0]
+    loopback = host in ("localhost", "::1", "[::1]") or host.startswith("127.")
+    if loopback:
+        keep_loopback()
     import ray
 
     if not ray.is_initialized():
-        ray.init(address=address, log_to_driver=False)
+        ip = {"_node_ip_address": "127.0.0.1"} if loopback else {}
+        ray.init(address=address, log_to_driver=False, **ip)
 
 
 def alive_nodes() -> list[str]:

@@ -6,6 +6,7 @@ child runs ``python -m shardsink.process`` and a role named
 from .child import (
     Child,
     Launch,
+    Launched,
     Running,
     Starter,
     kill_all,
@@ -28,6 +29,7 @@ __all__ = [
     "ConsensusProcess",
     "ConsensusStartError",
     "Launch",
+    "Launched",
     "NotReady",
     "ParentChannel",
     "Ready",

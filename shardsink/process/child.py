@@ -70,7 +70,22 @@ class Starter(Protocol):
     def run(self, launch: Launch, *, log_path: Path, pgid: int) -> Running: ...
 
 
-class Child:
+class Launched:
+    """What a started :class:`Launch` goes by: its ``kind`` and ``name``
+    (a :class:`Child` here, or a member a host agent started elsewhere)."""
+
+    launch: Launch
+
+    @property
+    def kind(self) -> str:
+        return self.launch.kind
+
+    @property
+    def name(self) -> str:
+        return self.launch.name
+
+
+class Child(Launched):
     """A child process of one :class:`Launch`, started by ``starter`` in
     ``run_dir`` (its log is ``run_dir/NAME.log``). With a ``leader``, it joins
     the leader's process group (started first); without, it leads its own."""
@@ -85,14 +100,6 @@ class Child:
         self.proc: Running | None = None
         self.pgid = 0
         self.starts = 0
-
-    @property
-    def kind(self) -> str:
-        return self.launch.kind
-
-    @property
-    def name(self) -> str:
-        return self.launch.name
 
     @property
     def pid(self) -> int:

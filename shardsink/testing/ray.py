@@ -9,23 +9,19 @@ is declared dead in about a second. Nodes are removed with ``remove_node``
 :meth:`RayTestCluster.stop` (Ray's own ``Cluster.shutdown``), never with
 ``ray stop``.
 
-Loopback needs one setting: Ray resolves a bootstrap address of 127.0.0.1 to
-the machine's routable address (it assumes a cluster spans machines), where
-nothing listens; ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, read once when
-``ray`` is imported, makes it keep 127.0.0.1. So this module must be
-imported before ``ray`` is, and sets it for the processes Ray starts too.
+Loopback needs one setting, made before ``ray`` is imported
+(:func:`shardsink.hosts.ray.keep_loopback`).
 """
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
 
-_LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+from ..hosts.ray import keep_loopback
 
 #: Ray's own tests' health-check settings: a dead node noticed in ~1 s.
 FAST_HEALTH_CHECKS = {
@@ -50,17 +46,10 @@ class RayTestCluster:
 
     def start(self, timeout_s: float = 120.0) -> RayTestCluster:
         """Start every node and connect this process as the driver. Raises
-        ``RuntimeError`` naming the setting if ``ray`` was imported first
-        without it, ``TimeoutError`` if the nodes are not up in time."""
-        if os.environ.get(_LOOPBACK_ENV) != "0":
-            import sys
-
-            if "ray" in sys.modules:
-                raise RuntimeError(
-                    f"ray was imported before shardsink.testing.ray set {_LOOPBACK_ENV}=0; "
-                    "its nodes would advertise a non-loopback address"
-                )
-            os.environ[_LOOPBACK_ENV] = "0"
+        ``RuntimeError`` if ``ray`` was imported before the loopback setting
+        (:func:`~shardsink.hosts.ray.keep_loopback`), ``TimeoutError`` if the
+        nodes are not up in time."""
+        keep_loopback()
         import ray
         from ray.cluster_utils import Cluster
 

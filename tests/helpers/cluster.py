@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import psutil
 import pyarrow as pa
+import pytest
 import zmq
 
 from shardsink import open_shard, protocol
@@ -167,15 +168,27 @@ class BuilderHarness:
         self.close()
 
 
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_gone(pids: list[int], timeout_s: float) -> float:
+    """Seconds until none of ``pids`` runs; fails the test after ``timeout_s``."""
+    began = time.monotonic()
+    while time.monotonic() - began < timeout_s:
+        if not any(running(p) for p in pids):
+            return time.monotonic() - began
+        time.sleep(0.05)
+    pytest.fail(f"processes {[p for p in pids if running(p)]} still run {timeout_s}s later")
+
+
 def assert_nothing_left(pids: list[int], cluster_id: str) -> None:
     """No process of ``pids`` runs and no segment of the cluster exists."""
-    alive = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                alive.append(pid)
-        except psutil.NoSuchProcess:
-            pass
+    alive = [pid for pid in pids if running(pid)]
     assert not alive, f"processes of the cluster still run: {alive}"
     assert list_segments(cluster_id) == [], list_segments(cluster_id)
 

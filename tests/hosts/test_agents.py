@@ -8,7 +8,6 @@ import os
 import time
 import uuid
 
-import psutil
 import pytest
 
 from shardsink.hosts.agent import (
@@ -27,6 +26,7 @@ from shardsink.hosts.agent import (
 )
 from shardsink.process import Launch
 from tests.helpers.cli import ROOT
+from tests.helpers.cluster import wait_gone
 from tests.helpers.roles import EXIT, ROLES, SLEEP
 
 ENV = {"PYTHONPATH": str(ROOT)}
@@ -38,24 +38,6 @@ def _sleeper(name: str, seconds: str = "60") -> Launch:
 
 def _ask(agent: HostAgent, request):
     return decode_reply(agent.handle(encode(request)))
-
-
-def _gone(pids: list[int], timeout_s: float) -> float:
-    """Seconds until none of ``pids`` runs; fails after ``timeout_s``."""
-    began = time.monotonic()
-    while time.monotonic() - began < timeout_s:
-        running = [p for p in pids if psutil.pid_exists(p) and _not_zombie(p)]
-        if not running:
-            return time.monotonic() - began
-        time.sleep(0.05)
-    pytest.fail(f"processes {running} still run {timeout_s}s later")
-
-
-def _not_zombie(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 @pytest.mark.parametrize("start", ["fork", "spawn"])
@@ -84,7 +66,7 @@ def test_an_agent_starts_watches_and_kills_its_hosts_children(start):
     finally:
         agent.close()
         agent.close()
-    _gone([leader.pid, member.pid], 10)
+    wait_gone([leader.pid, member.pid], 10)
     assert not agent.run_dir.exists()
 
 

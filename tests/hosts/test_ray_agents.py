@@ -14,6 +14,7 @@ from shardsink.hosts.agent import Kill, StartChild, Started
 from shardsink.hosts.ray import AgentGone, place_agents
 from shardsink.process import Launch
 from tests.helpers.cli import ROOT
+from tests.helpers.cluster import running, wait_gone
 from tests.helpers.roles import ROLES, SLEEP
 
 ENV = {"PYTHONPATH": str(ROOT)}
@@ -35,22 +36,6 @@ def _ancestors(pid: int) -> set[int]:
     return {p.pid for p in psutil.Process(pid).parents()}
 
 
-def _wait_gone(pids: list[int], timeout_s: float) -> float:
-    began = time.monotonic()
-    while time.monotonic() - began < timeout_s:
-        if not [p for p in pids if _running(p)]:
-            return time.monotonic() - began
-        time.sleep(0.05)
-    pytest.fail(f"{[p for p in pids if _running(p)]} still run {timeout_s}s later")
-
-
-def _running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 def test_an_agent_per_node_runs_its_children_on_that_node(ray_cluster):
     nodes = ray_cluster.node_ids()
     agents = place_agents(f"t{uuid.uuid4().hex[:8]}", ROLES, env=ENV, timeout_s=60)
@@ -63,7 +48,7 @@ def test_an_agent_per_node_runs_its_children_on_that_node(ray_cluster):
     finally:
         for agent in agents:
             agent.close(TIMEOUT_S)
-    _wait_gone(list(pids.values()), 10)
+    wait_gone(list(pids.values()), 10)
 
 
 def test_a_node_removed_without_grace_leaves_no_child_of_its_agent(ray_cluster):
@@ -74,7 +59,7 @@ def test_a_node_removed_without_grace_leaves_no_child_of_its_agent(ray_cluster):
         victim = next(a for a in agents if a.node_id != head)
         removed = time.monotonic()
         ray_cluster.remove_node(victim.node_id)
-        gone_s = _wait_gone([pids[victim.node_id]], 15)
+        gone_s = wait_gone([pids[victim.node_id]], 15)
         dead_s = ray_cluster.wait_dead(victim.node_id, 30)
         with pytest.raises(AgentGone):
             victim.call(Kill(), TIMEOUT_S)
@@ -84,10 +69,10 @@ def test_a_node_removed_without_grace_leaves_no_child_of_its_agent(ray_cluster):
             f"in {dead_s:.2f}s, its agent refused {refused_s:.2f}s after the removal"
         )
         survivors = [a for a in agents if a is not victim]
-        assert all(_running(pids[a.node_id]) for a in survivors)
+        assert all(running(pids[a.node_id]) for a in survivors)
     finally:
         for agent in agents:
             agent.close(TIMEOUT_S)
         if len(ray_cluster.node_ids()) < 3:
             ray_cluster.add_node()
-    _wait_gone(list(pids.values()), 10)
+    wait_gone(list(pids.values()), 10)

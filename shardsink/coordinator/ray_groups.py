@@ -1,0 +1,256 @@
+"""Process groups on the nodes of a Ray cluster, through their host agents.
+
+:class:`RayGroups` is the :class:`~.groups.GroupHost` of a cluster whose
+groups run on other hosts: one :class:`~shardsink.hosts.ray.RemoteAgent` per
+node, pinned there; group ``g`` runs on host ``g mod H`` of the ``H`` placed
+at the start, its members' launches built as :class:`~.groups.LocalGroups`
+builds them, with that host's run directory. What the agents say reaches the
+supervisor through :meth:`RayGroups.watch`, which never blocks: a poll is in
+flight per agent and is read once its reply is there.
+
+A host is gone when its agent is (its node removed or dead: Ray's GCS says
+so after its health checks) or has not answered for ``host_timeout_s``; its
+members are then dead (``-9``) and the supervisor restarts their groups, each
+on the live host running the fewest groups. Within a host, parts still go
+from worker to builder through shared memory; between hosts every socket is
+TCP (the coordinator's with CURVE).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from .. import protocol
+from ..hosts.agent import AgentReply, Kill, Poll, Polled, StartChild, Started, Sweep
+from ..hosts.ray import AgentError, AgentGone, RemoteAgent, connect, place_agents
+from ..process import Launch, Launched
+from .errors import ClusterError
+from .groups import Group, Member, Sockets, group_launches, members_of
+
+log = logging.getLogger(__name__)
+
+KILLED = -signal.SIGKILL
+
+
+class RemoteMember(Launched):
+    """A member started by ``agent`` (pid ``pid`` on its host). Its log lives
+    on its host, in the agent's run directory."""
+
+    def __init__(self, launch: Launch, agent: RemoteAgent, pid: int, pgid: int) -> None:
+        self.launch = launch
+        self.agent = agent
+        self._pid = pid
+        self.pgid = pgid
+        self.exit: int | None = None
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.exit
+
+    def alive(self) -> bool:
+        return self.exit is None
+
+    def log_tail(self, limit: int = 2000) -> str:
+        where = self.agent.where.run_dir if self.agent.where is not None else "?"
+        return f"(on node {self.agent.node_id}: {where})"
+
+    def __repr__(self) -> str:
+        return f"RemoteMember({self.name!r}, pid={self.pid}, node={self.agent.node_id[:8]})"
+
+
+class RayGroups:
+    """The groups of one cluster on ``agents`` (see the module doc)."""
+
+    def __init__(
+        self, sockets: Sockets, agents: list[RemoteAgent], *, host_timeout_s: float
+    ) -> None:
+        if not agents:
+            raise ClusterError("no host to run the groups on")
+        self.sockets = sockets
+        self.placed = list(agents)
+        self.alive = list(agents)
+        self.host_timeout_s = host_timeout_s
+        self.members: dict[str, RemoteMember] = {}
+        self.group_host: dict[int, RemoteAgent] = {}
+        self._polls: dict[str, Any] = {}
+        self._answered = {a.node_id: time.monotonic() for a in agents}
+        self._closed = False
+
+    # --- GroupHost --------------------------------------------------------------------
+
+    def launch(self, index: int) -> Group:
+        agent = self._host_for(index)
+        self.group_host[index] = agent
+        assert agent.where is not None
+        builder_launch, *worker_launches = group_launches(
+            self.sockets, Path(agent.where.run_dir), index
+        )
+        builder = self._start(agent, builder_launch, leader=None)
+        workers = [self._start(agent, launch, leader=builder) for launch in worker_launches]
+        return Group(index, builder, list(workers))
+
+    def launch_host(self) -> Member:
+        raise ClusterError(
+            "coalesce host runs one host builder per host; on Ray hosts it is not built yet "
+            "(use --coalesce group)"
+        )
+
+    def kill(self, members: list[Member]) -> None:
+        by_agent: dict[str, list[RemoteMember]] = {}
+        for member in members_of(members, RemoteMember):
+            if member.alive():
+                by_agent.setdefault(member.agent.node_id, []).append(member)
+        for chosen in by_agent.values():
+            agent = chosen[0].agent
+            self._ask(agent, Kill(tuple(m.name for m in chosen)))
+            for member in chosen:
+                member.exit = KILLED
+
+    def stop(self, members: list[Member], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while any(m.alive() for m in members) and time.monotonic() < deadline:
+            self.watch()
+            time.sleep(0.05)
+        self.kill(members)
+
+    def after_kill(self) -> None:
+        for agent in list(self.alive):
+            self._ask(agent, Sweep())
+
+    def watch(self) -> None:
+        """Read the polls whose replies are in, send the next ones; a gone
+        agent's, or one silent past ``host_timeout_s``, members are dead."""
+        import ray
+
+        now = time.monotonic()
+        for agent in list(self.alive):
+            ref = self._polls.get(agent.node_id)
+            if ref is None:
+                self._polls[agent.node_id] = agent.submit(_POLL)
+                continue
+            ready, _ = ray.wait([ref], timeout=0)
+            if not ready:
+                if now - self._answered[agent.node_id] > self.host_timeout_s:
+                    self._lose(agent, f"no answer for {self.host_timeout_s}s")
+                continue
+            del self._polls[agent.node_id]
+            reply = self._ask(agent, ref=ref)
+            if not isinstance(reply, Polled):
+                continue
+            self._answered[agent.node_id] = now
+            for exited in reply.exited:
+                member = self.members.get(exited.name)
+                if member is not None and member.pid == exited.pid:
+                    member.exit = exited.returncode
+
+    def peak_rss(self, member: Member) -> int | None:
+        return None  # on another host: its /proc is not this one's
+
+    def close(self) -> None:
+        """Stop every agent (and so its processes). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for agent in self.placed:
+            agent.close(self.host_timeout_s)
+
+    # --- hosts ------------------------------------------------------------------------
+
+    def _host_for(self, index: int) -> RemoteAgent:
+        """Group ``index``'s host: its first one while alive, else the live
+        host running the fewest groups."""
+        first = self.placed[index % len(self.placed)]
+        if first in self.alive:
+            return first
+        if not self.alive:
+            raise ClusterError("every host of the cluster is gone")
+        load = {a.node_id: 0 for a in self.alive}
+        for g, agent in self.group_host.items():
+            if g != index and agent.node_id in load:
+                load[agent.node_id] += 1
+        return min(self.alive, key=lambda a: load[a.node_id])
+
+    def _start(self, agent: RemoteAgent, launch: Launch, leader: RemoteMember | None) -> Member:
+        member = RemoteMember(launch, agent, pid=0, pgid=0)
+        self.members[launch.name] = member
+        started = None
+        if (leader is None or leader.alive()) and agent in self.alive:
+            started = self._ask(agent, StartChild(launch, leader.name if leader else ""))
+        if not isinstance(started, Started):
+            member.exit = KILLED  # not started: the supervisor restarts the group
+            return member
+        member._pid = started.pid
+        member.pgid = leader.pid if leader is not None else started.pid
+        return member
+
+    def _ask(
+        self, agent: RemoteAgent, request: Any = None, *, ref: Any = None
+    ) -> AgentReply | None:
+        """``agent``'s reply to ``request`` (or the one ``ref`` stands for);
+        ``None`` if it refused (logged) or is gone (the host is lost)."""
+        if agent not in self.alive:
+            return None
+        try:
+            if ref is None:
+                ref = agent.submit(request)
+            return agent.reply(ref, self.host_timeout_s)
+        except (AgentGone, TimeoutError) as exc:
+            self._lose(agent, str(exc))
+        except AgentError as exc:
+            log.warning("%s", exc)
+        return None
+
+    def _lose(self, agent: RemoteAgent, why: str) -> None:
+        if agent not in self.alive:
+            return
+        log.warning("host %s (node %s) is gone: %s", _host_name(agent), agent.node_id, why)
+        self.alive.remove(agent)
+        self._polls.pop(agent.node_id, None)
+        for member in self.members.values():
+            if member.agent is agent and member.alive():
+                member.exit = KILLED
+
+
+_POLL = Poll()
+
+
+def _host_name(agent: RemoteAgent) -> str:
+    return agent.where.host if agent.where is not None else "?"
+
+
+def ray_address(hosts: str) -> str | None:
+    """The Ray address a checked ``hosts`` names (``ray:auto``,
+    ``ray:HOST:PORT``), or ``None`` for ``local``."""
+    return None if hosts == "local" else hosts.partition(":")[2]
+
+
+def place(
+    address: str, cluster_id: str, *, start: str, max_hosts: int, timeout_s: float
+) -> list[RemoteAgent]:
+    """Join the Ray cluster at ``address`` and place one host agent per node
+    (at most ``max_hosts``, if not 0), each with a zygote serving the
+    cluster's roles (``start`` "fork") or starting fresh interpreters.
+    :class:`ClusterError` naming the cause if Ray or a node cannot be used."""
+    if importlib.util.find_spec("ray") is None:  # not imported: connect() sets it up first
+        needs = "pip install 'shardsink[ray]'"
+        raise ClusterError(f"--hosts ray:... needs Ray: {needs}")
+    try:
+        connect(address)
+        return place_agents(
+            cluster_id,
+            protocol.CHILD_ROLES,
+            start="fork" if start == "fork" else "spawn",
+            max_hosts=max_hosts,
+            timeout_s=timeout_s,
+        )
+    except (AgentError, TimeoutError, ConnectionError) as exc:
+        raise ClusterError(f"placing host agents on the Ray cluster at {address}: {exc}") from None

@@ -1,0 +1,95 @@
+"""A cluster whose groups run on the nodes of a real three-node Ray cluster
+on loopback (the session's ``ray_cluster``): one host agent per node, the
+coordinator's socket TCP with CURVE, parts per append one per group, the
+shard verified; a node removed mid-run has its groups placed on the others."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psutil
+
+from shardsink.cluster import Cluster, ClusterConfig
+from shardsink.coordinator.ray_groups import RemoteMember
+from tests.helpers.cluster import assert_nothing_left, child_pids
+
+
+def _config(tmp_path, ray_cluster, **overrides) -> ClusterConfig:
+    settings = {
+        "hosts": f"ray:{ray_cluster.address}",
+        "groups": 1,
+        "workers": 2,
+        "mode": "barrier",
+        "rows_per_interval": 60,
+        "intervals": 4,
+        "start_timeout_s": 60.0,
+        "interval_timeout_s": 30.0,
+        "host_timeout_s": 10.0,
+        **overrides,
+    }
+    return ClusterConfig(data_dir=str(tmp_path / "data"), **settings)
+
+
+def _agent_pids(cluster: Cluster) -> dict[int, int]:
+    """Each group's host agent's pid, by group."""
+    host = cluster.coordinator.supervisor.host
+    return {g: agent.where.pid for g, agent in host.group_host.items()}
+
+
+def test_groups_on_every_node_each_run_where_they_were_placed(tmp_path, ray_cluster):
+    nodes = ray_cluster.node_ids()
+    with Cluster(_config(tmp_path, ray_cluster)) as cluster:
+        assert cluster.config.groups == len(nodes)  # --groups on each host
+        groups = cluster.coordinator.supervisor.groups
+        agents = _agent_pids(cluster)
+        assert len(set(agents.values())) == len(nodes)
+        for g, group in groups.items():  # every member descends from its own host's agent
+            for member in group.members:
+                assert isinstance(member, RemoteMember)
+                parents = {p.pid for p in psutil.Process(member.pid).parents()}
+                assert agents[g] in parents, (member, agents[g])
+        pids = child_pids(cluster)
+        stats = cluster.run()
+    assert stats.verified
+    assert stats.shared_batches_per_append == len(nodes)  # one part per group, on each host
+    assert_nothing_left(pids, cluster.cluster_id)
+
+
+def test_a_node_removed_mid_run_has_its_groups_placed_on_the_others(tmp_path, ray_cluster):
+    head = ray_cluster.node_ids()[0]
+    config = _config(tmp_path, ray_cluster, intervals=12, interval_ms=250, pace="realtime")
+    appended: list[float] = []
+    try:
+        with Cluster(config) as cluster:
+            host = cluster.coordinator.supervisor.host
+            victim_group, victim = next(
+                (g, a) for g, a in host.group_host.items() if a.node_id != head
+            )
+            pids = child_pids(cluster)
+            removed: list[float] = []
+
+            def remove_after_two_appends() -> None:
+                while len(appended) < 2:
+                    time.sleep(0.02)
+                removed.append(time.monotonic())
+                ray_cluster.remove_node(victim.node_id)
+
+            remover = threading.Thread(target=remove_after_two_appends, daemon=True)
+            remover.start()
+            stats = cluster.run(on_append=lambda record: appended.append(time.monotonic()))
+            remover.join(30)
+            moved_to = host.group_host[victim_group]
+            restart_s = [round(t, 2) for t in cluster.restart_times()]
+        assert stats.verified and stats.restarts >= 1
+        assert moved_to is not victim and moved_to in host.alive
+        after = [t for t in appended if t > removed[0]]
+        gaps = [b - a for a, b in zip([removed[0], *after], after, strict=False)]
+        print(
+            f"node removed: appends after it {len(after)}, the longest wait for one "
+            f"{max(gaps):.2f}s, group restarts took {restart_s}"
+        )
+        assert_nothing_left(pids, cluster.cluster_id)
+    finally:
+        if len(ray_cluster.node_ids()) < 3:
+            ray_cluster.add_node()

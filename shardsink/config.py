@@ -108,6 +108,9 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     its node (:mod:`shardsink.hosts`), the coordinator's socket TCP
     (``coordinator_bind``, loopback if not given); a host whose agent has not
     answered for ``host_timeout_s`` is gone and its groups run elsewhere.
+    Every host writes blobs: a ``file://`` store with more than one host is
+    refused unless ``blob_shared`` says its directory is the same on every
+    host (a shared mount, or one machine).
 
     Processes: ``start`` is how children start: ``fork`` from a zygote that
     has imported everything they need (milliseconds each, library pages
@@ -165,6 +168,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     consensus_bind: str | None = None
     coordinator_bind: str = ""
     hosts: str = "local"
+    blob_shared: bool = False
     max_hosts: int = 0
     host_timeout_s: float = 10.0
     start: Start = "fork"

@@ -105,7 +105,9 @@ class SharedBatch(Message):
     through a shared-memory segment (the others came inline in the message).
     ``lag_s``: the builder's lag, from taking the last finisher's finishing
     part to handing the batch off (writing what it still held, and any
-    linger), for the ``auto`` threshold."""
+    linger), for the ``auto`` threshold. A host batch (``coalesce`` host)
+    is ``host``'s: the index of the host builder that built it (its
+    contributors are groups)."""
 
     group: Count
     generation: Count
@@ -115,6 +117,7 @@ class SharedBatch(Message):
     blob_put_bytes: Count
     segment_parts: Count = 0
     lag_s: Seconds = 0.0
+    host: Count = 0
 
 
 class GroupShare(Message):
@@ -122,14 +125,16 @@ class GroupShare(Message):
     batch, whose rows (``contributors``: worker index in the group -> rows)
     its builder passed to the host builder, in host batch generation
     ``host_generation``; ``segment_parts`` counts its parts with rows that
-    reached the group builder through a shared-memory segment. Reported by the
-    generation's last finisher, whether or not it received the host batch."""
+    reached the group builder through a shared-memory segment; ``host``: the
+    index of that host builder. Reported by the generation's last finisher,
+    whether or not it received the host batch."""
 
     group: Count
     generation: Count
     contributors: dict[Count, Count]
     host_generation: Count
     segment_parts: Count = 0
+    host: Count = 0
 
 
 class Contribution(Message):
@@ -294,6 +299,9 @@ class ChildSpec(Message):
     ``coordinator_keys``: the CURVE keys to connect to a ``tcp://``
     ``coordinator`` with (``None`` for ``ipc://``); secret, so the spec
     travels only as the launch payload, and its ``repr`` hides them.
+    ``host``: the index of the host the child runs on, whose host builder a
+    group builder sends to (``coalesce`` host); a host builder's
+    ``host_groups`` are the groups that send to it (empty: every group).
     """
 
     group: Count
@@ -307,6 +315,8 @@ class ChildSpec(Message):
     host_parts: str = ""
     host_handoff: str = ""
     coordinator_keys: CurveKeys | None = None
+    host: Count = 0
+    host_groups: tuple[Count, ...] = ()
 
     def connect_coordinator(self, sock: zmq.Socket) -> None:
         """Connect ``sock`` to the coordinator, as a CURVE client with
@@ -349,6 +359,11 @@ def queued(sock: zmq.Socket, decode: Callable[[bytes], T], what: str) -> Iterato
             yield decode(raw)
         except msgspec.DecodeError as exc:
             log.warning("malformed message from %s: %s", what, exc)
+
+
+def host_builder_name(host: int) -> str:
+    """The name and routing id of host ``host``'s host builder."""
+    return "host" if host == 0 else f"host{host}"
 
 
 def worker_identity(index: int) -> bytes:

@@ -189,6 +189,13 @@ def ray_cluster(_ray_session):
 _SERVICE_OUTCOMES: dict[str, dict[str, int]] = {"postgres": {}, "s3": {}}
 
 
+def pytest_collection_modifyitems(items) -> None:
+    """Tests on the Ray cluster run last: joining it as a driver starts Ray's
+    threads in this process for good, after which forking is unsafe and a
+    zygote execs instead (the zygote tests would see ``spawn``)."""
+    items.sort(key=lambda item: "ray_cluster" in getattr(item, "fixturenames", ()))
+
+
 def pytest_runtest_logreport(report) -> None:
     """Count outcomes of the tests that need a real service."""
     if report.when != "call" and not (report.when == "setup" and report.outcome != "passed"):

@@ -68,7 +68,7 @@ def run_builder(spec: protocol.ChildSpec, *, host: bool = False) -> int:
     from ..workloads import SCHEMA
 
     config = spec.config
-    name = "host" if host else f"g{spec.group}"
+    name = protocol.host_builder_name(spec.host) if host else f"g{spec.group}"
     ctx = zmq.Context()
     coord = ctx.socket(zmq.DEALER)
     coord.setsockopt(zmq.IDENTITY, (name if host else f"{name}/b").encode())
@@ -94,7 +94,7 @@ def run_builder(spec: protocol.ChildSpec, *, host: bool = False) -> int:
             upstream.connect(config.start_timeout_s)
         group = GroupBuilder(
             spec.group,
-            config.groups if host else config.workers,
+            (spec.host_groups or tuple(range(config.groups))) if host else config.workers,
             blob,
             config.shard,
             inline_max_bytes=spec.inline_max_bytes,
@@ -103,6 +103,7 @@ def run_builder(spec: protocol.ChildSpec, *, host: bool = False) -> int:
             linger_s=config.best_effort_linger_ms / 1000,
             upstream=upstream,
             host=host,
+            host_index=spec.host,
         )
         _loop(receiver, group, coord, handoff)
         return 0

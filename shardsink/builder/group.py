@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -104,13 +104,15 @@ class GroupBuilder:
     finished last there). The group's host handle on an id is finished once
     every worker of the group is done with it (:meth:`_forward`). ``host``:
     this is the host builder, whose workers are the group builders; a finished
-    batch names the group that receives it.
+    batch names the group that receives it. ``senders``: how many workers
+    (numbered from 0), or their numbers (a host builder's: the groups of its
+    host). ``host_index``: the host whose host builder this is, or sends to.
     """
 
     def __init__(
         self,
         group: int,
-        n_workers: int,
+        senders: int | Sequence[int],
         blob: Blob,
         shard: str,
         *,
@@ -120,17 +122,19 @@ class GroupBuilder:
         linger_s: float = 0.0,
         upstream: HostLink | None = None,
         host: bool = False,
+        host_index: int = 0,
     ) -> None:
         self.group = group
-        self.label = "host" if host else f"group {group}"
+        self.label = protocol.host_builder_name(host_index) if host else f"group {group}"
         self.upstream = upstream
         self.host = host
+        self.host_index = host_index
         self._relays: dict[BatchId, list[_Relay]] = {}
         self.blob = blob
         self.shard = shard
         self.inline_max_bytes = inline_max_bytes
         self.target_bytes = target_bytes
-        self.machine = SharedBatches(n_workers, linger_s=linger_s)
+        self.machine = SharedBatches(senders, linger_s=linger_s)
         self._ack = ack
         self._generations: dict[tuple[BatchId, int], _Generation] = {}
         self._failed: dict[tuple[BatchId, int], str] = {}
@@ -139,7 +143,7 @@ class GroupBuilder:
         self._finish_taken: dict[tuple[BatchId, int], float] = {}
         self._newest: BatchId | None = None
         self._abandoned: BatchId | None = None
-        self._senders = {protocol.worker_identity(w): w for w in range(n_workers)}
+        self._senders = {protocol.worker_identity(w): w for w in self.machine.workers}
 
     def take(self, part: Received) -> tuple[BatchId, int] | None:
         """Take one part; return ``(bid, worker)`` if it finishes the worker's
@@ -238,7 +242,12 @@ class GroupBuilder:
         out = []
         for i, r in enumerate(waiting):
             share = protocol.GroupShare(
-                self.group, r.generation, r.contributors, answer.generation, r.segment_parts
+                self.group,
+                r.generation,
+                r.contributors,
+                answer.generation,
+                r.segment_parts,
+                host=self.host_index,
             )
             shared = answer.shared if i == len(waiting) - 1 else None
             handoff = protocol.Handoff(
@@ -421,6 +430,7 @@ class GroupBuilder:
             blob_put_bytes=gen.builder.stats.blob_put_bytes,
             segment_parts=gen.segment_parts,
             lag_s=0.0 if taken is None else time.monotonic() - taken,
+            host=self.host_index if self.host else 0,
         )
 
     def _orphan(self, orphaned: list[Orphaned]) -> None:

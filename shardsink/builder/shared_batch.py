@@ -38,7 +38,7 @@ deleted instead of silently lost.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 BatchId = tuple[int, int]
@@ -128,14 +128,17 @@ class _Entry:
 
 
 class SharedBatches:
-    """The shared batches of one group with ``n_workers`` workers (see module doc)."""
+    """The shared batches of one group (see module doc): ``workers`` is how
+    many, numbered from 0, or their numbers (a host builder's are the
+    groups that send to it)."""
 
-    def __init__(self, n_workers: int, *, linger_s: float = 0.0) -> None:
-        if n_workers < 1:
-            raise ValueError(f"n_workers must be >= 1, got {n_workers}")
+    def __init__(self, workers: int | Iterable[int], *, linger_s: float = 0.0) -> None:
+        self.workers = frozenset(range(workers) if isinstance(workers, int) else workers)
+        if not self.workers:
+            raise ValueError(f"a group needs at least one worker, got {workers!r}")
         if linger_s < 0:
             raise ValueError(f"linger_s must be >= 0, got {linger_s}")
-        self.n_workers = n_workers
+        self.n_workers = len(self.workers)
         self.linger_s = linger_s
         self._entries: dict[BatchId, _Entry] = {}
         self._resolved: list[Resolved] = []
@@ -317,5 +320,5 @@ class SharedBatches:
         raise ProtocolError(f"worker {worker} has no open handle on batch id {bid}")
 
     def _check_worker(self, worker: int) -> None:
-        if not 0 <= worker < self.n_workers:
-            raise ProtocolError(f"worker {worker} is not in [0, {self.n_workers})")
+        if worker not in self.workers:
+            raise ProtocolError(f"worker {worker} is not one of {sorted(self.workers)}")

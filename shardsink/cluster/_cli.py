@@ -80,6 +80,8 @@ FLAGS: dict[str, Flag] = {
                              "directory"),
     "hosts": Flag("local|ray:ADDRESS", "where the groups run: this machine, or --groups groups "
                   "on each node of the Ray cluster at ADDRESS (auto, or HOST:PORT)"),
+    "blob_shared": Flag(None, "the file:// blob directory is the same on every host (a shared "
+                        "mount, or one machine); needed for file:// with more than one host"),
     "max_hosts": Flag("N", "use at most N of the Ray cluster's nodes (0: all)"),
     "host_timeout_s": Flag("S", "a host whose agent has not answered for S seconds is gone; "
                            "its groups run on the others"),

@@ -531,6 +531,14 @@ class Cluster:
             max_hosts=config.max_hosts,
             timeout_s=config.start_timeout_s,
         )
+        if config.blob_uri.startswith("file://") and len(agents) > 1 and not config.blob_shared:
+            for agent in agents:
+                agent.close(timeout_s=10.0)
+            raise ClusterError(
+                f"blob store {config.blob_uri} is a directory, and every host must reach it: "
+                f"use s3://, or say the directory is shared by every one of the "
+                f"{len(agents)} hosts (--blob-shared)"
+            )
         self.config = msgspec.structs.replace(
             config,
             groups=config.groups * len(agents),

@@ -157,8 +157,9 @@ def _note_received(ledger: _Ledger, shared: SharedBatch, g: int, who: str, host:
     """Record the shared batch worker ``who`` of group ``g`` received;
     :class:`AccountingError` if it is another group's or was already
     received."""
-    # a group's batch is keyed by its generation; a host batch by the host's
-    key = (0 if host else shared.group, shared.generation)
+    # a group's batch is keyed by its group and generation; a host batch by its
+    # host builder and that one's generation
+    key = (shared.host if host else shared.group, shared.generation)
     if shared.group != g:
         raise AccountingError(f"{who} received a shared batch of group {shared.group}")
     if key in ledger.received:
@@ -226,7 +227,7 @@ def _host_level(
 ) -> tuple[dict[tuple[int, int], dict[int, int]], int]:
     """Every group generation's contributions matched against the generation
     its last finisher delivered; returns what the host batches must hold,
-    keyed as received host batches are (``(0, host generation)`` ->
+    keyed as received host batches are (``(host, host generation)`` ->
     group -> rows), and the segment parts of the group generations."""
     at_host: dict[tuple[int, int], dict[int, int]] = {}
     segment_parts = 0
@@ -246,13 +247,15 @@ def _host_level(
         segment_parts += share.segment_parts
         rows = sum(contributions.values())
         if rows:
-            host = at_host.setdefault((0, share.host_generation), {})
+            host = at_host.setdefault((share.host, share.host_generation), {})
             host[key[0]] = host.get(key[0], 0) + rows
     return at_host, segment_parts
 
 
 def _name(key: tuple[int, int], host: bool) -> str:
-    return f"host batch {key[1]}" if host else f"shared batch {key}"
+    if not host:
+        return f"shared batch {key}"
+    return f"host batch {key[1]}" if key[0] == 0 else f"host {key[0]}'s batch {key[1]}"
 
 
 def _members(contributions: dict[int, int], host: bool) -> str:

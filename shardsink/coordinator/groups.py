@@ -71,8 +71,10 @@ class GroupHost(Protocol):
     """Where a cluster's process groups run.
 
     ``launch(index)`` starts group ``index`` (its members say hello to the
-    coordinator when they are ready); ``launch_host()`` starts the host
-    builder; ``kill(members)`` SIGKILLs members and returns once none runs;
+    coordinator when they are ready); ``launch_hosts()`` starts a host
+    builder on each host, by host index (``coalesce`` host), and
+    ``host_of(index)`` is the host group ``index`` runs, or will run, on;
+    ``kill(members)`` SIGKILLs members and returns once none runs;
     ``stop(members, timeout_s)`` waits up to ``timeout_s`` for members asked
     to exit, then kills the rest; ``after_kill()`` cleans what killed members
     left (their shared-memory segments); ``watch()`` brings what
@@ -82,7 +84,9 @@ class GroupHost(Protocol):
 
     def launch(self, index: int) -> Group: ...
 
-    def launch_host(self) -> Member: ...
+    def launch_hosts(self) -> dict[int, Member]: ...
+
+    def host_of(self, index: int) -> int: ...
 
     def kill(self, members: list[Member]) -> None: ...
 
@@ -111,12 +115,21 @@ class Sockets:
 
 
 def member_launch(
-    sockets: Sockets, run_dir: Path, g: int, index: int, role: str, name: str, *, ipc: str = ""
+    sockets: Sockets,
+    run_dir: Path,
+    g: int,
+    index: int,
+    role: str,
+    name: str,
+    *,
+    host: int = 0,
+    host_groups: tuple[int, ...] = (),
+    ipc: str = "",
 ) -> Launch:
     """The launch of member ``index`` of group ``g`` (the host builder:
-    ``ipc`` "host") on a host whose run directory is ``run_dir``."""
+    ``ipc`` "host") on host ``host``, whose run directory is ``run_dir``."""
     ipc = ipc or f"g{g}"
-    host = sockets.config.host_builder
+    coalesced = sockets.config.host_builder
     spec = protocol.ChildSpec(
         group=g,
         index=index,
@@ -126,29 +139,45 @@ def member_launch(
         handoff=f"ipc://{run_dir / f'{ipc}.handoff'}",
         inline_max_bytes=sockets.inline_max_bytes,
         config=sockets.config,
-        host_parts=f"ipc://{run_dir / 'host.parts'}" if host else "",
-        host_handoff=f"ipc://{run_dir / 'host.handoff'}" if host else "",
+        host_parts=f"ipc://{run_dir / 'host.parts'}" if coalesced else "",
+        host_handoff=f"ipc://{run_dir / 'host.handoff'}" if coalesced else "",
         coordinator_keys=sockets.coordinator_keys,
+        host=host,
+        host_groups=host_groups,
     )
     kind = "worker" if role == protocol.WORKER_ROLE else "builder"
     return Launch(kind=kind, name=name, role=role, payload=protocol.encode_spec(spec))
 
 
-def group_launches(sockets: Sockets, run_dir: Path, g: int) -> list[Launch]:
-    """Group ``g``'s builder, then its workers."""
-    builder = member_launch(sockets, run_dir, g, 0, protocol.BUILDER_ROLE, f"g{g}/b")
+def group_launches(sockets: Sockets, run_dir: Path, g: int, host: int = 0) -> list[Launch]:
+    """Group ``g``'s builder, then its workers, on host ``host``."""
+    builder = member_launch(sockets, run_dir, g, 0, protocol.BUILDER_ROLE, f"g{g}/b", host=host)
     return [
         builder,
         *(
-            member_launch(sockets, run_dir, g, w, protocol.WORKER_ROLE, f"g{g}/w{w}")
+            member_launch(sockets, run_dir, g, w, protocol.WORKER_ROLE, f"g{g}/w{w}", host=host)
             for w in range(sockets.config.workers)
         ),
     ]
 
 
-def host_launch(sockets: Sockets, run_dir: Path) -> Launch:
-    """The host builder's launch (``coalesce`` host)."""
-    return member_launch(sockets, run_dir, 0, 0, protocol.HOST_BUILDER_ROLE, "host", ipc="host")
+def host_launch(
+    sockets: Sockets, run_dir: Path, host: int = 0, groups: tuple[int, ...] = ()
+) -> Launch:
+    """Host ``host``'s host builder (``coalesce`` host), for ``groups``
+    (empty: every group)."""
+    name = protocol.host_builder_name(host)
+    return member_launch(
+        sockets,
+        run_dir,
+        0,
+        0,
+        protocol.HOST_BUILDER_ROLE,
+        name,
+        host=host,
+        host_groups=groups,
+        ipc="host",
+    )
 
 
 class LocalGroups:
@@ -171,8 +200,12 @@ class LocalGroups:
             raise
         return Group(index, builder, list(workers))
 
-    def launch_host(self) -> Member:
-        return Child(host_launch(self.sockets, self.run_dir), self.starter, self.run_dir).start()
+    def launch_hosts(self) -> dict[int, Member]:
+        launch = host_launch(self.sockets, self.run_dir)
+        return {0: Child(launch, self.starter, self.run_dir).start()}
+
+    def host_of(self, index: int) -> int:
+        return 0
 
     def kill(self, members: list[Member]) -> None:
         kill_all(members_of(members, Child))

@@ -2,18 +2,20 @@
 
 :class:`RayGroups` is the :class:`~.groups.GroupHost` of a cluster whose
 groups run on other hosts: one :class:`~shardsink.hosts.ray.RemoteAgent` per
-node, pinned there; group ``g`` runs on host ``g mod H`` of the ``H`` placed
-at the start, its members' launches built as :class:`~.groups.LocalGroups`
-builds them, with that host's run directory. What the agents say reaches the
-supervisor through :meth:`RayGroups.watch`, which never blocks: a poll is in
-flight per agent and is read once its reply is there.
+node, pinned there. Group ``g`` runs on host ``g mod H`` of the ``H`` placed
+at the start (the live hosts in turn once that one is gone), and with
+``coalesce`` host each host that runs groups runs its own host builder;
+members' launches are built as :class:`~.groups.LocalGroups` builds them,
+with their host's run directory. What the agents say reaches the supervisor
+through :meth:`RayGroups.watch`, which never blocks: a poll is in flight per
+agent and is read once its reply is there.
 
 A host is gone when its agent is (its node removed or dead: Ray's GCS says
 so after its health checks) or has not answered for ``host_timeout_s``; its
-members are then dead (``-9``) and the supervisor restarts their groups, each
-on the live host running the fewest groups. Within a host, parts still go
-from worker to builder through shared memory; between hosts every socket is
-TCP (the coordinator's with CURVE).
+members are then dead (``-9``) and the supervisor restarts their groups on
+the live hosts. Within a host, parts still go from worker to builder (and to
+the host builder) through shared memory; between hosts every socket is TCP
+(the coordinator's with CURVE).
 """
 
 from __future__ import annotations
@@ -26,15 +28,17 @@ from pathlib import Path
 from typing import Any
 
 from .. import protocol
-from ..hosts.agent import AgentReply, Kill, Poll, Polled, StartChild, Started, Sweep
+from ..hosts.agent import AgentReply, Kill, Poll, Polled, StartChild, Started, Sweep, Tail, Text
 from ..hosts.ray import AgentError, AgentGone, RemoteAgent, connect, place_agents
 from ..process import Launch, Launched
 from .errors import ClusterError
-from .groups import Group, Member, Sockets, group_launches, members_of
+from .groups import Group, Member, Sockets, group_launches, host_launch, members_of
 
 log = logging.getLogger(__name__)
 
 KILLED = -signal.SIGKILL
+#: How long a failure report waits for a log tail from another host.
+TAIL_TIMEOUT_S = 5.0
 
 
 class RemoteMember(Launched):
@@ -60,8 +64,13 @@ class RemoteMember(Launched):
         return self.exit is None
 
     def log_tail(self, limit: int = 2000) -> str:
-        where = self.agent.where.run_dir if self.agent.where is not None else "?"
-        return f"(on node {self.agent.node_id}: {where})"
+        """Its log's tail, asked of its agent (a line saying why not, if
+        the agent is gone or silent)."""
+        try:
+            reply = self.agent.call(Tail(self.name, limit), TAIL_TIMEOUT_S)
+        except (AgentError, TimeoutError) as exc:
+            return f"(its log is on node {self.agent.node_id}: {exc})"
+        return reply.text if isinstance(reply, Text) else ""
 
     def __repr__(self) -> str:
         return f"RemoteMember({self.name!r}, pid={self.pid}, node={self.agent.node_id[:8]})"
@@ -88,21 +97,33 @@ class RayGroups:
     # --- GroupHost --------------------------------------------------------------------
 
     def launch(self, index: int) -> Group:
-        agent = self._host_for(index)
+        host = self.host_of(index)
+        agent = self.placed[host]
         self.group_host[index] = agent
-        assert agent.where is not None
         builder_launch, *worker_launches = group_launches(
-            self.sockets, Path(agent.where.run_dir), index
+            self.sockets, self._run_dir(agent), index, host
         )
         builder = self._start(agent, builder_launch, leader=None)
         workers = [self._start(agent, launch, leader=builder) for launch in worker_launches]
         return Group(index, builder, list(workers))
 
-    def launch_host(self) -> Member:
-        raise ClusterError(
-            "coalesce host runs one host builder per host; on Ray hosts it is not built yet "
-            "(use --coalesce group)"
-        )
+    def launch_hosts(self) -> dict[int, Member]:
+        out: dict[int, Member] = {}
+        for host, agent in enumerate(self.placed):
+            groups = tuple(g for g in range(self.sockets.config.groups) if self.host_of(g) == host)
+            if groups:
+                launch = host_launch(self.sockets, self._run_dir(agent), host, groups)
+                out[host] = self._start(agent, launch, leader=None)
+        return out
+
+    def host_of(self, index: int) -> int:
+        """Group ``index``'s host: host ``index mod H`` of the ``H`` placed
+        while it lives, else the live ones in turn."""
+        if not self.alive:
+            raise ClusterError("every host of the cluster is gone")
+        first = self.placed[index % len(self.placed)]
+        agent = first if first in self.alive else self.alive[index % len(self.alive)]
+        return self.placed.index(agent)
 
     def kill(self, members: list[Member]) -> None:
         by_agent: dict[str, list[RemoteMember]] = {}
@@ -165,19 +186,10 @@ class RayGroups:
 
     # --- hosts ------------------------------------------------------------------------
 
-    def _host_for(self, index: int) -> RemoteAgent:
-        """Group ``index``'s host: its first one while alive, else the live
-        host running the fewest groups."""
-        first = self.placed[index % len(self.placed)]
-        if first in self.alive:
-            return first
-        if not self.alive:
-            raise ClusterError("every host of the cluster is gone")
-        load = {a.node_id: 0 for a in self.alive}
-        for g, agent in self.group_host.items():
-            if g != index and agent.node_id in load:
-                load[agent.node_id] += 1
-        return min(self.alive, key=lambda a: load[a.node_id])
+    @staticmethod
+    def _run_dir(agent: RemoteAgent) -> Path:
+        assert agent.where is not None  # located when placed
+        return Path(agent.where.run_dir)
 
     def _start(self, agent: RemoteAgent, launch: Launch, leader: RemoteMember | None) -> Member:
         member = RemoteMember(launch, agent, pid=0, pgid=0)

@@ -14,14 +14,15 @@ coordinator, samples peak memory and restarts a dead consensus process on its
 store. Each group restart is timed from the kill to every member's hello
 (``restart_s``).
 
-With ``coalesce`` host (in a sharing mode) the host also runs one host
-builder (kind ``builder``, name ``host``), started before the groups and told
-the pids of their builders, the only creators of segments it reads. Each
-group builder's part sender and the host builder's receiver are one channel
-numbered from 0 per sender, so neither side can be restarted alone: if the
-host builder or any group fails, the host builder and every group are killed
-and started again (each group counted as a restart), and the attempt in
-flight is abandoned.
+With ``coalesce`` host (in a sharing mode) each host also runs one host
+builder (kind ``builder``, name ``host``, ``host1``, ... by host index,
+:func:`~shardsink.protocol.host_builder_name`), started before the groups and
+told the pids of its host's group builders, the only creators of segments it
+reads. Each group builder's part sender and its host builder's receiver are
+one channel numbered from 0 per sender, so neither side can be restarted
+alone: if a host builder or any group fails, every host builder and every
+group are killed and started again (each group counted as a restart; a
+group's host may change), and the attempt in flight is abandoned.
 """
 
 from __future__ import annotations
@@ -80,9 +81,9 @@ class Supervisor:
         self.consensus = consensus
         self.poll_ms = poll_ms
         self.groups: dict[int, Group] = {}
-        #: The host builder (``coalesce`` host), ``None`` otherwise.
-        self.host_builder: Member | None = None
-        self._host_ready = False
+        #: The host builders by host (``coalesce`` host), none otherwise.
+        self.host_builders: dict[int, Member] = {}
+        self._hosts_ready: set[int] = set()
         self._host_failed: str | None = None
         self.counters = SupervisionCounters()
         self._failed: dict[int, str] = {}
@@ -91,17 +92,17 @@ class Supervisor:
     # --- start and restart ----------------------------------------------------------
 
     def start(self) -> None:
-        """Launch the host builder if any, every group, and wait until all are ready."""
-        self._launch_host()
+        """Launch the host builders if any, every group, and wait until all are ready."""
+        self._launch_hosts()
         for g in range(self.config.groups):
             self.groups[g] = self.host.launch(g)
         self.await_ready(list(self.groups))
 
-    def _launch_host(self) -> None:
+    def _launch_hosts(self) -> None:
         if self.config.host_builder:
-            self._host_ready = False
+            self._hosts_ready = set()
             self._host_failed = None
-            self.host_builder = self.host.launch_host()
+            self.host_builders = self.host.launch_hosts()
 
     def await_ready(self, groups: list[int]) -> None:
         """Wait until every member of ``groups`` said hello; a group whose
@@ -110,7 +111,7 @@ class Supervisor:
         deadline = time.monotonic() + self.config.start_timeout_s
         while True:
             pending = [g for g in groups if len(self.groups[g].ready) < self.config.workers + 1]
-            host_pending = self.host_builder is not None and not self._host_ready
+            host_pending = [b for h, b in self.host_builders.items() if h not in self._hosts_ready]
             if not pending and not host_pending:
                 return
             if time.monotonic() > deadline:
@@ -119,10 +120,8 @@ class Supervisor:
                     if c.name not in self.groups[g].ready
                 ]  # fmt: skip
                 stuck = [c for g in pending for c in self.groups[g].members]
-                if host_pending:
-                    assert self.host_builder is not None
-                    late.append(self.host_builder.name)
-                    stuck.append(self.host_builder)
+                late.extend(b.name for b in host_pending)
+                stuck.extend(host_pending)
                 raise ClusterError(
                     f"{', '.join(late)} did not start within {self.config.start_timeout_s}s"
                     + log_tails(stuck)
@@ -155,9 +154,9 @@ class Supervisor:
             self.sample_rss(force=True, own=False)
             self.host.kill(group.members)
             self._failed.pop(g, None)
-        if self.host_builder is not None:  # every group is in failed (failed_groups)
-            self.host.kill([self.host_builder])
-            self._launch_host()
+        if self.host_builders:  # every group is in failed (failed_groups)
+            self.host.kill(list(self.host_builders.values()))
+            self._launch_hosts()
         for g in sorted(failed):
             self.groups[g] = self.host.launch(g)
         self.host.after_kill()
@@ -171,7 +170,7 @@ class Supervisor:
         module doc)."""
         failed: dict[int, str] = {}
         self.host.watch()
-        if groups is None or self.host_builder is not None:
+        if groups is None or self.host_builders:
             groups = list(self.groups)
         for g in groups:
             dead = self.groups[g].dead()
@@ -181,12 +180,12 @@ class Supervisor:
                 failed[g] = ", ".join(
                     f"{c.name} (pid {c.pid}) exited with {c.returncode}" for c in dead
                 )
-        if self.host_builder is None:
+        if not self.host_builders:
             return failed
-        host = self.host_builder
         why = self._host_failed
-        if why is None and not host.alive():
-            why = f"the host builder (pid {host.pid}) exited with {host.returncode}"
+        for b in self.host_builders.values():
+            if why is None and not b.alive():
+                why = f"the host builder {b.name} (pid {b.pid}) exited with {b.returncode}"
         if why is None and not failed:
             return {}
         first = why or next(f"group {g}: {r}" for g, r in sorted(failed.items()))
@@ -196,9 +195,10 @@ class Supervisor:
 
     def member(self, identity: str) -> tuple[Group | None, Member] | None:
         """The group and child whose routing id is ``identity`` (no group for
-        the host builder)."""
-        if self.host_builder is not None and self.host_builder.name == identity:
-            return None, self.host_builder
+        a host builder)."""
+        for builder in self.host_builders.values():
+            if builder.name == identity:
+                return None, builder
         for group in self.groups.values():
             for child in group.members:
                 if child.name == identity:
@@ -208,9 +208,13 @@ class Supervisor:
     def on_hello(self, group: Group | None, child: Member, hello: protocol.Hello) -> None:
         if hello.pid != child.pid:
             return  # a killed incarnation's hello, delivered late
-        if group is None:  # the host builder: its senders are the group builders
-            self._host_ready = True
-            self.send(child, protocol.Members(tuple(g.builder.pid for g in self.groups.values())))
+        if group is None:  # a host builder: its senders are its host's group builders
+            host = next(h for h, b in self.host_builders.items() if b is child)
+            self._hosts_ready.add(host)
+            senders = [
+                g.builder.pid for i, g in self.groups.items() if self.host.host_of(i) == host
+            ]
+            self.send(child, protocol.Members(tuple(senders)))
             return
         group.ready.add(child.name)
         if hello.role == "builder":
@@ -239,9 +243,9 @@ class Supervisor:
             self.consensus.restart()
 
     def members(self) -> list[Member]:
-        """Every builder and worker: the members of the groups and the host builder."""
+        """Every builder and worker: the host builders and the groups' members."""
         out = [c for group in self.groups.values() for c in group.members]
-        return out if self.host_builder is None else [self.host_builder, *out]
+        return [*self.host_builders.values(), *out]
 
     def children(self) -> list[Member]:
         """Every child process this supervisor started (consensus included)."""

@@ -75,7 +75,14 @@ class Sweep(Message, tag=True):
     """Unlink the segments of the cluster whose creators are dead."""
 
 
-AgentRequest = StartChild | Kill | Poll | Locate | Sweep
+class Tail(Message, tag=True):
+    """The last ``limit`` bytes of child ``name``'s log."""
+
+    name: str
+    limit: int = 2000
+
+
+AgentRequest = StartChild | Kill | Poll | Locate | Sweep | Tail
 
 
 class Started(Message, tag=True):
@@ -94,13 +101,17 @@ class Done(Message, tag=True):
     pass
 
 
+class Text(Message, tag=True):
+    text: str
+
+
 class Refused(Message, tag=True):
     """The request failed: why, in one line."""
 
     reason: str
 
 
-AgentReply = Started | Polled | Located | Done | Refused
+AgentReply = Started | Polled | Located | Done | Text | Refused
 
 encode = msgspec.msgpack.Encoder().encode
 decode_request = msgspec.msgpack.Decoder(AgentRequest).decode
@@ -146,6 +157,10 @@ class HostAgent:
         if isinstance(request, Sweep):
             sweep(self.cluster_id)
             return Done()
+        if isinstance(request, Tail):
+            if request.name not in self.children:
+                raise RuntimeError(f"no child named {request.name}")
+            return Text(self.children[request.name].log_tail(request.limit))
         return Located(Where(socket.gethostname(), os.getpid(), str(self.run_dir)))
 
     def start(self, launch: Launch, leader: str = "") -> int:

@@ -98,11 +98,27 @@ def test_protocol_errors():
         m.push(BID, 0, 1)
     with pytest.raises(ProtocolError, match="no open handle"):
         m.finish(BID, 0)
-    with pytest.raises(ProtocolError, match="not in"):
+    with pytest.raises(ProtocolError, match=r"worker 2 is not one of \[0, 1\]"):
         m.join(BID, BEST_EFFORT, 2)
     m.join(BID, BEST_EFFORT, 0)
     with pytest.raises(ProtocolError, match="pushed -1 rows"):
         m.push(BID, 0, -1)
+
+
+def test_a_host_builders_workers_are_its_hosts_groups():
+    """A host builder's senders are the groups of its host, numbered as they
+    are: a barrier waits for exactly those, and no other group may join."""
+    m = SharedBatches((1, 4))
+    with pytest.raises(ProtocolError, match=r"worker 0 is not one of \[1, 4\]"):
+        m.join(BID, BARRIER, 0)
+    for g in (1, 4):
+        m.join(BID, BARRIER, g)
+        m.push(BID, g, 2)
+    assert isinstance(m.finish(BID, 1), NotLast)  # a barrier's last is the last to finish
+    last = m.finish(BID, 4)
+    assert isinstance(last, Last) and last.contributors == {1: 2, 4: 2}
+    with pytest.raises(ValueError, match="at least one worker"):
+        SharedBatches(())
 
 
 def test_handle_dropped_without_finishing():

@@ -21,6 +21,8 @@ from shardsink.hosts.agent import (
     Refused,
     StartChild,
     Started,
+    Tail,
+    Text,
     decode_reply,
     encode,
 )
@@ -61,6 +63,7 @@ def test_an_agent_starts_watches_and_kills_its_hosts_children(start):
         assert _ask(agent, Poll()) == Polled(())  # each exit is reported once
         assert _ask(agent, Kill(("g0/w0",))) == Done()
         assert [e.name for e in _ask(agent, Poll()).exited] == ["g0/w0"]
+        assert isinstance(_ask(agent, Tail("g0/w1")), Text)  # its log, empty or not
         located = _ask(agent, Locate())
         assert isinstance(located, Located) and located.where.run_dir == str(agent.run_dir)
     finally:
@@ -78,6 +81,8 @@ def test_an_agent_refuses_what_it_cannot_do_in_one_line():
         assert isinstance(unknown_leader, Refused) and "no child 'g0/b'" in unknown_leader.reason
         unknown = _ask(agent, Kill(("g9/b",)))
         assert isinstance(unknown, Refused) and "g9/b" in unknown.reason
+        no_log = _ask(agent, Tail("g9/w0"))
+        assert isinstance(no_log, Refused) and "g9/w0" in no_log.reason
     finally:
         agent.close()
     assert isinstance(_ask(agent, Poll()), Refused)  # closed

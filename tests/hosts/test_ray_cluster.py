@@ -9,8 +9,9 @@ import threading
 import time
 
 import psutil
+import pytest
 
-from shardsink.cluster import Cluster, ClusterConfig
+from shardsink.cluster import Cluster, ClusterConfig, ClusterError
 from shardsink.coordinator.ray_groups import RemoteMember
 from tests.helpers.cluster import assert_nothing_left, child_pids
 
@@ -26,6 +27,7 @@ def _config(tmp_path, ray_cluster, **overrides) -> ClusterConfig:
         "start_timeout_s": 60.0,
         "interval_timeout_s": 30.0,
         "host_timeout_s": 10.0,
+        "blob_shared": True,  # every node is this machine
         **overrides,
     }
     return ClusterConfig(data_dir=str(tmp_path / "data"), **settings)
@@ -37,9 +39,10 @@ def _agent_pids(cluster: Cluster) -> dict[int, int]:
     return {g: agent.where.pid for g, agent in host.group_host.items()}
 
 
-def test_groups_on_every_node_each_run_where_they_were_placed(tmp_path, ray_cluster):
+@pytest.mark.parametrize("coalesce", ["group", "host"])
+def test_groups_on_every_node_each_run_where_they_were_placed(tmp_path, ray_cluster, coalesce):
     nodes = ray_cluster.node_ids()
-    with Cluster(_config(tmp_path, ray_cluster)) as cluster:
+    with Cluster(_config(tmp_path, ray_cluster, coalesce=coalesce)) as cluster:
         assert cluster.config.groups == len(nodes)  # --groups on each host
         groups = cluster.coordinator.supervisor.groups
         agents = _agent_pids(cluster)
@@ -52,13 +55,20 @@ def test_groups_on_every_node_each_run_where_they_were_placed(tmp_path, ray_clus
         pids = child_pids(cluster)
         stats = cluster.run()
     assert stats.verified
-    assert stats.shared_batches_per_append == len(nodes)  # one part per group, on each host
+    # one group per host: one part per host per append, by either builder
+    assert stats.data_parts_per_append + stats.inline_parts_per_append == len(nodes)
+    assert stats.shared_batches_per_append == len(nodes)
     assert_nothing_left(pids, cluster.cluster_id)
 
 
-def test_a_node_removed_mid_run_has_its_groups_placed_on_the_others(tmp_path, ray_cluster):
+@pytest.mark.parametrize("coalesce", ["group", "host"])
+def test_a_node_removed_mid_run_has_its_groups_placed_on_the_others(
+    tmp_path, ray_cluster, coalesce
+):
     head = ray_cluster.node_ids()[0]
-    config = _config(tmp_path, ray_cluster, intervals=12, interval_ms=250, pace="realtime")
+    config = _config(
+        tmp_path, ray_cluster, coalesce=coalesce, intervals=12, interval_ms=250, pace="realtime"
+    )
     appended: list[float] = []
     try:
         with Cluster(config) as cluster:
@@ -86,10 +96,46 @@ def test_a_node_removed_mid_run_has_its_groups_placed_on_the_others(tmp_path, ra
         after = [t for t in appended if t > removed[0]]
         gaps = [b - a for a, b in zip([removed[0], *after], after, strict=False)]
         print(
-            f"node removed: appends after it {len(after)}, the longest wait for one "
-            f"{max(gaps):.2f}s, group restarts took {restart_s}"
+            f"coalesce {coalesce}, node removed: appends after it {len(after)}, the longest "
+            f"wait for one {max(gaps):.2f}s, group restarts took {restart_s}"
         )
         assert_nothing_left(pids, cluster.cluster_id)
     finally:
         if len(ray_cluster.node_ids()) < 3:
             ray_cluster.add_node()
+
+
+@pytest.mark.postgres
+@pytest.mark.s3
+def test_one_part_per_host_with_postgresql_and_s3(
+    tmp_path, ray_cluster, postgres_server, s3_server
+):
+    """What a fleet runs: PostgreSQL consensus, S3 blobs every host reaches,
+    one host builder per host: exactly one part per host per append."""
+    nodes = ray_cluster.node_ids()
+    config = _config(
+        tmp_path,
+        ray_cluster,
+        coalesce="host",
+        rows_per_interval=3000,
+        consensus=postgres_server.new_database(),
+        blob=s3_server.blob_uri(s3_server.new_bucket()),
+        blob_shared=False,
+    )
+    with Cluster(config) as cluster:
+        pids = child_pids(cluster)
+        stats = cluster.run()
+    assert stats.verified
+    assert stats.data_parts_per_append + stats.inline_parts_per_append == len(nodes)
+    print(
+        f"{len(nodes)} hosts, PostgreSQL and S3, coalesce host: "
+        f"{stats.data_parts_per_append:.2f} data + {stats.inline_parts_per_append:.2f} inline "
+        f"parts per append, {stats.blob_puts} blob PUTs over {stats.appends} appends"
+    )
+    assert_nothing_left(pids, cluster.cluster_id)
+
+
+def test_a_file_blob_store_on_several_hosts_must_be_declared_shared(tmp_path, ray_cluster):
+    config = _config(tmp_path, ray_cluster, blob_shared=False)
+    with pytest.raises(ClusterError, match="every host must reach it"):
+        Cluster(config).start()

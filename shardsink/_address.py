@@ -2,8 +2,10 @@
 
 One policy for every socket of the project (consensus server, cluster control,
 the shared-memory part channel): ``ipc://`` sockets live in a directory only
-this user can enter (mode 0700), and TCP binds are loopback only and answer
-only CURVE clients (:mod:`shardsink._curve`).
+this user can enter (mode 0700). TCP binds are loopback only, except for the
+sockets that answer only CURVE clients (:mod:`shardsink._curve`: the
+consensus server's and the coordinator's), which bind the address they are
+configured with so that other machines reach them.
 """
 
 from __future__ import annotations
@@ -20,14 +22,17 @@ from urllib.parse import urlsplit
 REMOTE_SCHEMES = ("tcp", "ipc")
 
 
-def check_address(addr: str, *, for_bind: bool) -> str:
+def check_address(addr: str, *, for_bind: bool, curve: bool = False) -> str:
     """Validate a ZeroMQ address; return it unchanged.
 
     Accepted: ``ipc:///absolute/path`` whose directory, if it exists, is ours
     with mode 0700 (a bind creates it so when missing; a connect to a missing
     one is allowed, since the binder will create it), and ``tcp://HOST:PORT``
     where a bind HOST must be loopback (``127.x.x.x``, ``::1`` or
-    ``localhost``) and PORT may be ``*`` or ``0`` for a free port.
+    ``localhost``) and PORT may be ``*`` or ``0`` for a free port. A socket
+    that answers only CURVE clients (``curve``: the consensus server's and
+    the coordinator's TCP binds) may bind any address it is configured with,
+    so that other machines reach it.
     Raises ``ValueError`` naming the address and the problem.
     """
     forms = "accepted forms: ipc:///absolute/path, tcp://127.0.0.1:PORT"
@@ -48,8 +53,11 @@ def check_address(addr: str, *, for_bind: bool) -> str:
         host = parts.hostname
         if not host or (port is None and not rest.endswith(":*")):
             raise ValueError(f"invalid address {addr!r}: expected HOST:PORT; {forms}")
-        if for_bind and not _is_loopback(host):
-            raise ValueError(f"refusing to bind {addr!r}: only loopback addresses may be bound")
+        if for_bind and not curve and not _is_loopback(host):
+            raise ValueError(
+                f"refusing to bind {addr!r}: only loopback addresses may be bound by a socket "
+                "that does not require CURVE keys"
+            )
         return addr
     raise ValueError(f"invalid address {addr!r}: unsupported scheme {scheme!r}; {forms}")
 

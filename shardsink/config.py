@@ -236,7 +236,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
                     "empty for the run directory's ipc socket"
                 )
             try:
-                check_address(self.coordinator_bind, for_bind=True)
+                check_address(self.coordinator_bind, for_bind=True, curve=True)
             except ValueError as exc:
                 raise ValueError(f"coordinator_bind: {exc}") from None
 

@@ -1,4 +1,5 @@
-"""One address policy for every ZeroMQ socket: private ipc directories, loopback binds."""
+"""One address policy for every ZeroMQ socket: private ipc directories, loopback
+binds but for CURVE-only sockets."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ def test_addresses_are_checked(tmp_path) -> None:
         assert check_address(good, for_bind=True) == good
     with pytest.raises(ValueError, match="only loopback"):
         check_address("tcp://0.0.0.0:5000", for_bind=True)
+    # a socket answering only CURVE clients binds where it is configured to
+    assert check_address("tcp://10.1.2.3:5000", for_bind=True, curve=True) == "tcp://10.1.2.3:5000"
     with pytest.raises(ValueError, match="must be absolute"):
         check_address("ipc://relative/x", for_bind=True)
     with pytest.raises(ValueError, match="unsupported scheme 'udp'"):

@@ -242,7 +242,7 @@ class Coordinator:
             self._curve = CurveServer(self._ctx, server_keys)
             self._curve.secure(self._sock)
             self._sock.setsockopt(zmq.IPV6, "[" in config.coordinator_bind)  # tcp://[::1]:P
-            self._sock.bind(check_address(config.coordinator_bind, for_bind=True))
+            self._sock.bind(check_address(config.coordinator_bind, for_bind=True, curve=True))
             self.address = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)  # port 0 resolved
             self.child_keys = protocol.CurveKeys.of(client_keys)
         else:

@@ -108,7 +108,7 @@ class ConsensusProcess:
             )
         self.store = redact(store)
         # checked here, so a bad address is named before a child fails to bind it
-        self.bind = check_address(config.bind, for_bind=True)
+        self.bind = check_address(config.bind, for_bind=True, curve=True)  # the server's is CURVE
         self._own_dir = run_dir is None
         self.run_dir = (
             Path(tempfile.mkdtemp(prefix="shardsink-consensus-")) if run_dir is None else run_dir

@@ -41,7 +41,7 @@ class RpcServer:
     def __init__(
         self, addr: str, ctx: zmq.Context | None = None, keys: ServerKeys | None = None
     ) -> None:
-        check_address(addr, for_bind=True)
+        check_address(addr, for_bind=True, curve=True)  # tcp:// needs keys, below
         if needs_keys(addr) and keys is None:
             raise ValueError(
                 f"binding {addr!r} needs CURVE keys, so that only clients with the key are "

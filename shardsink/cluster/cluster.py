@@ -42,7 +42,6 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-import msgspec
 import numpy as np
 import psutil
 
@@ -52,8 +51,7 @@ from ..config import ClusterConfig
 from ..connect import open_shard
 from ..coordinator.coordinator import Coordinator, IntervalRecord, interval_of
 from ..coordinator.errors import ClusterError
-from ..coordinator.ray_groups import place, ray_address
-from ..hosts.ray import RemoteAgent
+from ..coordinator.ray_groups import close_agents, place_hosts
 from ..persist.config import ShardConfig
 from ..persist.errors import ShardNotFound
 from ..persist.shard import Shard
@@ -189,11 +187,14 @@ class Cluster:
                 keys=keys_for(address, config.data_path),
             )
             interval_of(self.shard.upper, config.interval_ms, config.shard)
-            agents = self._place_hosts()
+            self.config, agents = place_hosts(self.config, self.cluster_id)
             config = self.config
-            self.coordinator = Coordinator(
-                config, self.cluster_id, self.run_dir, self.shard, self.consensus, starter, agents
-            )
+            args = (config, self.cluster_id, self.run_dir, self.shard, self.consensus, starter)
+            try:
+                self.coordinator = Coordinator(*args, agents)
+            except BaseException:  # its supervisor would have closed them; it never held them
+                close_agents(agents or [])
+                raise
             self.coordinator.start()
             self.control = ControlServer(self.run_dir, self.status)
             self.coordinator.on_poll = self.control.poll
@@ -515,36 +516,6 @@ class Cluster:
             return SpawnStarter()
         self.zygote = Zygote(protocol.CHILD_ROLES, run_dir, timeout_s=self.config.start_timeout_s)
         return self.zygote.start()
-
-    def _place_hosts(self) -> list[RemoteAgent] | None:
-        """With ``hosts`` ``ray:ADDRESS``: a host agent on each Ray node, and
-        the config made the whole cluster's (``groups`` on each host, a TCP
-        coordinator socket: loopback unless ``coordinator_bind`` says)."""
-        config = self.config
-        address = ray_address(config.hosts)
-        if address is None:
-            return None
-        agents = place(
-            address,
-            self.cluster_id,
-            start=config.start,
-            max_hosts=config.max_hosts,
-            timeout_s=config.start_timeout_s,
-        )
-        if config.blob_uri.startswith("file://") and len(agents) > 1 and not config.blob_shared:
-            for agent in agents:
-                agent.close(timeout_s=10.0)
-            raise ClusterError(
-                f"blob store {config.blob_uri} is a directory, and every host must reach it: "
-                f"use s3://, or say the directory is shared by every one of the "
-                f"{len(agents)} hosts (--blob-shared)"
-            )
-        self.config = msgspec.structs.replace(
-            config,
-            groups=config.groups * len(agents),
-            coordinator_bind=config.coordinator_bind or "tcp://127.0.0.1:0",
-        )
-        return agents
 
     def _shard_config(self, retry_for_s: float) -> ShardConfig:
         return ShardConfig(

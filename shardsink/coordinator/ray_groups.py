@@ -27,7 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from .. import protocol
+from ..config import ClusterConfig
 from ..hosts.agent import AgentReply, Kill, Poll, Polled, StartChild, Started, Sweep, Tail, Text
 from ..hosts.ray import AgentError, AgentGone, RemoteAgent, connect, place_agents
 from ..process import Launch, Launched
@@ -42,19 +45,18 @@ TAIL_TIMEOUT_S = 5.0
 
 
 class RemoteMember(Launched):
-    """A member started by ``agent`` (pid ``pid`` on its host). Its log lives
-    on its host, in the agent's run directory."""
+    """A member started by ``agent`` (pid ``pid`` on its host; 0 and
+    ``exit`` -9 for one that could not be started there). Its log lives on
+    its host, in the agent's run directory."""
 
-    def __init__(self, launch: Launch, agent: RemoteAgent, pid: int, pgid: int) -> None:
+    def __init__(
+        self, launch: Launch, agent: RemoteAgent, pid: int, pgid: int, exit: int | None = None
+    ) -> None:
         self.launch = launch
         self.agent = agent
-        self._pid = pid
+        self.pid = pid
         self.pgid = pgid
-        self.exit: int | None = None
-
-    @property
-    def pid(self) -> int:
-        return self._pid
+        self.exit = exit
 
     @property
     def returncode(self) -> int | None:
@@ -89,7 +91,6 @@ class RayGroups:
         self.alive = list(agents)
         self.host_timeout_s = host_timeout_s
         self.members: dict[str, RemoteMember] = {}
-        self.group_host: dict[int, RemoteAgent] = {}
         self._polls: dict[str, Any] = {}
         self._answered = {a.node_id: time.monotonic() for a in agents}
         self._closed = False
@@ -98,8 +99,7 @@ class RayGroups:
 
     def launch(self, index: int) -> Group:
         host = self.host_of(index)
-        agent = self.placed[host]
-        self.group_host[index] = agent
+        agent = self.agent_of(index)
         builder_launch, *worker_launches = group_launches(
             self.sockets, self._run_dir(agent), index, host
         )
@@ -124,6 +124,10 @@ class RayGroups:
         first = self.placed[index % len(self.placed)]
         agent = first if first in self.alive else self.alive[index % len(self.alive)]
         return self.placed.index(agent)
+
+    def agent_of(self, index: int) -> RemoteAgent:
+        """The agent of group ``index``'s host (:meth:`host_of`)."""
+        return self.placed[self.host_of(index)]
 
     def kill(self, members: list[Member]) -> None:
         by_agent: dict[str, list[RemoteMember]] = {}
@@ -192,16 +196,15 @@ class RayGroups:
         return Path(agent.where.run_dir)
 
     def _start(self, agent: RemoteAgent, launch: Launch, leader: RemoteMember | None) -> Member:
-        member = RemoteMember(launch, agent, pid=0, pgid=0)
-        self.members[launch.name] = member
         started = None
         if (leader is None or leader.alive()) and agent in self.alive:
             started = self._ask(agent, StartChild(launch, leader.name if leader else ""))
-        if not isinstance(started, Started):
-            member.exit = KILLED  # not started: the supervisor restarts the group
-            return member
-        member._pid = started.pid
-        member.pgid = leader.pid if leader is not None else started.pid
+        if isinstance(started, Started):
+            pgid = leader.pid if leader is not None else started.pid
+            member = RemoteMember(launch, agent, started.pid, pgid)
+        else:  # not started: dead at once, so the supervisor restarts the group
+            member = RemoteMember(launch, agent, 0, 0, exit=KILLED)
+        self.members[launch.name] = member
         return member
 
     def _ask(
@@ -237,6 +240,45 @@ _POLL = Poll()
 
 def _host_name(agent: RemoteAgent) -> str:
     return agent.where.host if agent.where is not None else "?"
+
+
+def place_hosts(
+    config: ClusterConfig, cluster_id: str
+) -> tuple[ClusterConfig, list[RemoteAgent] | None]:
+    """With ``hosts`` ``ray:ADDRESS``: a host agent on each Ray node, and the
+    config made the whole cluster's (``groups`` on each host, a TCP
+    coordinator socket: loopback unless ``coordinator_bind`` says); with
+    ``local``, ``config`` and no agents. :class:`ClusterError` for a
+    ``file://`` blob store on several hosts not declared shared."""
+    address = ray_address(config.hosts)
+    if address is None:
+        return config, None
+    agents = place(
+        address,
+        cluster_id,
+        start=config.start,
+        max_hosts=config.max_hosts,
+        timeout_s=config.start_timeout_s,
+    )
+    if config.blob_uri.startswith("file://") and len(agents) > 1 and not config.blob_shared:
+        close_agents(agents)
+        raise ClusterError(
+            f"blob store {config.blob_uri} is a directory, and every host must reach it: "
+            f"use s3://, or say the directory is shared by every one of the "
+            f"{len(agents)} hosts (--blob-shared)"
+        )
+    whole = msgspec.structs.replace(
+        config,
+        groups=config.groups * len(agents),
+        coordinator_bind=config.coordinator_bind or "tcp://127.0.0.1:0",
+    )
+    return whole, agents
+
+
+def close_agents(agents: list[RemoteAgent]) -> None:
+    """Stop host agents no supervisor holds (their processes go with them)."""
+    for agent in agents:
+        agent.close(timeout_s=10.0)
 
 
 def ray_address(hosts: str) -> str | None:

@@ -36,7 +36,7 @@ def _config(tmp_path, ray_cluster, **overrides) -> ClusterConfig:
 def _agent_pids(cluster: Cluster) -> dict[int, int]:
     """Each group's host agent's pid, by group."""
     host = cluster.coordinator.supervisor.host
-    return {g: agent.where.pid for g, agent in host.group_host.items()}
+    return {g: host.agent_of(g).where.pid for g in cluster.coordinator.supervisor.groups}
 
 
 @pytest.mark.parametrize("coalesce", ["group", "host"])
@@ -74,7 +74,9 @@ def test_a_node_removed_mid_run_has_its_groups_placed_on_the_others(
         with Cluster(config) as cluster:
             host = cluster.coordinator.supervisor.host
             victim_group, victim = next(
-                (g, a) for g, a in host.group_host.items() if a.node_id != head
+                (g, host.agent_of(g))
+                for g in range(config.groups * 3)
+                if host.agent_of(g).node_id != head
             )
             pids = child_pids(cluster)
             removed: list[float] = []
@@ -89,7 +91,7 @@ def test_a_node_removed_mid_run_has_its_groups_placed_on_the_others(
             remover.start()
             stats = cluster.run(on_append=lambda record: appended.append(time.monotonic()))
             remover.join(30)
-            moved_to = host.group_host[victim_group]
+            moved_to = host.agent_of(victim_group)
             restart_s = [round(t, 2) for t in cluster.restart_times()]
         assert stats.verified and stats.restarts >= 1
         assert moved_to is not victim and moved_to in host.alive

@@ -33,6 +33,7 @@ import uuid
 from pathlib import Path
 
 from ..storage.uri import BLOB_ENV, STORE_ENV
+from . import appends_shards
 from . import clients as racing
 
 
@@ -55,7 +56,21 @@ def register(bench: argparse._SubParsersAction) -> None:
         default="on",
         help="both: also through a server that does not look parts up (default on)",
     )
-    parser.set_defaults(func=_run)
+    parser.add_argument(
+        "--shards",
+        type=racing.counts,
+        metavar="S[,S...]",
+        help="many shards through one server against raw compare-and-set on the same store "
+        "(--clients: clients per run, default one per shard; see appends_shards)",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="with --shards: runs of each pair (default 1)"
+    )
+    parser.add_argument(
+        "--out", type=Path, metavar="DIR", help="with --shards: results.json, report.md, plot"
+    )
+    # None tells --shards runs that --clients was not given (one client per shard)
+    parser.set_defaults(func=_run, clients=None)
 
 
 def _client(argv: list[str]) -> None:
@@ -87,11 +102,14 @@ def _client(argv: list[str]) -> None:
                 upper_mismatches += 1
                 upper = exc.actual
             latencies_us.append(round((time.perf_counter() - started) * 1e6))
+        stats = shard.stats()
         racing.report(
             {
                 "appended": appended,
                 "upper_mismatches": upper_mismatches,
-                "cas_mismatches": shard.stats().cas_mismatches,
+                "cas_mismatches": stats.cas_mismatches,
+                "versions": stats.versions,
+                "diff_bytes": stats.diff_bytes,
                 "latencies_us": latencies_us,
             }
         )
@@ -143,6 +161,13 @@ def _run(args: argparse.Namespace) -> int:
     from ..server.config import ServeConfig
     from ..storage.uri import redact
 
+    if args.shards:
+        if args.blob_parts or args.part_checks != "on":
+            raise ValueError("--shards runs inline appends: drop --blob-parts and --part-checks")
+        return appends_shards.run(args)
+    if args.out or args.repeats != 1:
+        raise ValueError("--out and --repeats go with --shards")
+    args.clients = args.clients or [1, 4]
     racing.check_stores(args.store, args.seconds)
     console = Console() if sys.stdout.isatty() else Console(width=200)
     runs = []

@@ -17,6 +17,7 @@ import select
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -43,11 +44,13 @@ def race(
     seconds: float,
     what: str,
     env: dict[str, str] | None = None,
+    on_go: Callable[[], None] | None = None,
 ) -> list[dict]:
     """Start one client per ``argvs`` entry running ``entry`` (``module:function``),
     with ``env`` added to its environment (where store URIs go: an argv shows
     in ``ps``), release them together once all are ready, and return their
-    reports.
+    reports. ``on_go``, if given, is called just before they are released
+    (where a caller samples what the measured time is to cover).
 
     Raises ``RuntimeError`` naming ``what`` if a client fails to start, to
     finish within ``seconds`` plus a grace, or to report; every client is
@@ -68,14 +71,19 @@ def race(
             for argv in argvs
         ]
         try:
-            return _drive(procs, seconds, what)
+            return _drive(procs, seconds, what, on_go)
         finally:
             for proc in procs:
                 if proc.poll() is None:
                     proc.kill()
 
 
-def _drive(procs: list[subprocess.Popen[bytes]], seconds: float, what: str) -> list[dict]:
+def _drive(
+    procs: list[subprocess.Popen[bytes]],
+    seconds: float,
+    what: str,
+    on_go: Callable[[], None] | None,
+) -> list[dict]:
     deadline = time.monotonic() + START_TIMEOUT_S
     for c, proc in enumerate(procs):
         readable, _, _ = select.select([proc.stdout], [], [], max(0, deadline - time.monotonic()))
@@ -84,6 +92,8 @@ def _drive(procs: list[subprocess.Popen[bytes]], seconds: float, what: str) -> l
                 f"bench client {c} did not get ready for {what} within {START_TIMEOUT_S:.0f}s "
                 f"(exit code {proc.poll()}); see its error above"
             )
+    if on_go is not None:
+        on_go()
     for proc in procs:
         proc.stdin.write(b"go\n")
     reports = []
@@ -120,7 +130,7 @@ def add_race_arguments(parser: argparse.ArgumentParser) -> None:
         help="consensus store (sqlite:///abs/path.db or postgresql://...); repeat to compare",
     )
     parser.add_argument(
-        "--clients", type=_client_counts, default=[1, 4], help="client counts (default 1,4)"
+        "--clients", type=counts, default=[1, 4], help="client counts (default 1,4)"
     )
     parser.add_argument(
         "--seconds", type=float, default=5.0, help="measured seconds per run (default 5)"
@@ -145,7 +155,7 @@ def check_stores(stores: list[str], seconds: float) -> None:
         open_consensus(uri).close()
 
 
-def _client_counts(text: str) -> list[int]:
+def counts(text: str) -> list[int]:
     try:
         counts = [int(part) for part in text.split(",")]
     except ValueError:

@@ -87,12 +87,14 @@ def _reread(store: Consensus, shard: str) -> VersionedData | None:
     return store.head(shard)
 
 
-def race(uri: str, shard: str, n_clients: int, seconds: float, payload_bytes: int = 128) -> dict:
-    """Run one measurement: ``n_clients`` processes racing for ``seconds``.
-    Raises ``RuntimeError`` if a client fails to start or to report."""
+def race(uri: str, shards: list[str], seconds: float, payload_bytes: int = 128) -> dict:
+    """Run one measurement: a process per entry of ``shards`` appending to
+    that shard for ``seconds`` (several on one shard race). Raises
+    ``RuntimeError`` if a client fails to start or to report."""
+    n_clients = len(shards)
     reports = racing.race(
         "shardsink.bench.consensus:_client",
-        [[shard, str(c), str(payload_bytes), str(seconds)] for c in range(n_clients)],
+        [[shard, str(c), str(payload_bytes), str(seconds)] for c, shard in enumerate(shards)],
         seconds,
         redact(uri),
         env={STORE_ENV: uri},
@@ -131,7 +133,7 @@ def _run(args: argparse.Namespace) -> int:
     for uri in args.store:
         for clients in args.clients:
             with console.status(f"{redact(uri)}: {clients} client(s), {args.seconds:g}s"):
-                runs.append(race(uri, args.shard, clients, args.seconds, args.bytes))
+                runs.append(race(uri, [args.shard] * clients, args.seconds, args.bytes))
     table = Table(title=f"compare-and-set on one shard, {args.seconds:g}s per run")
     for column in (
         "store",

@@ -1,0 +1,255 @@
+"""``shardsink bench appends --shards S[,S...] [--clients C[,C...]]``: many
+shards through one consensus server against raw compare-and-set on the
+same store, in the same run.
+
+For each ``--store`` and each pair of a shard count S and a client count C
+(C >= S; without ``--clients``, one client per shard), C client processes
+append for ``--seconds``, client i to shard i mod S:
+
+- ``server``: through one consensus server on the store (loopback
+  ``tcp://`` with CURVE, as a server on another machine's clients is
+  reached), each append a 4-row inline batch;
+- ``raw``: each client compare-and-sets its shard's versions straight on the
+  store, payloads of the server run's mean diff size.
+
+``--repeats`` runs each pair that many times, the two variants in turn.
+Reported: appends (committed versions) per second, the server's share of
+raw, the server's CPU time per append (user + system of its process over
+the measured seconds, ``psutil``), append latency p50 and p99. ``--out DIR``
+writes ``results.json``, ``report.md`` and ``appends.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from .._curve import KEYS_ENV
+from ..storage.uri import BLOB_ENV, STORE_ENV, redact
+from . import clients as racing
+from .consensus import race as raw_race
+
+#: The columns of the console table and of ``report.md``: header, key, format.
+COLUMNS = [
+    ("store", "store", "{}"),
+    ("shards", "shards", "{}"),
+    ("clients", "clients", "{}"),
+    ("server appends/s", "server_per_s", "{:,.0f}"),
+    ("raw CaS/s", "raw_per_s", "{:,.0f}"),
+    ("server/raw", "ratio", "{:.2f}"),
+    ("server CPU ms/append", "server_cpu_ms", "{:.3f}"),
+    ("p50 ms", "append_ms_p50", "{:.2f}"),
+    ("p99 ms", "append_ms_p99", "{:.2f}"),
+    ("raw p50 ms", "raw_ms_p50", "{:.2f}"),
+    ("CaS mismatches", "cas_mismatches", "{}"),
+]
+
+
+def pairs(shards: list[int], clients: list[int] | None) -> list[tuple[int, int]]:
+    """The ``(shards, clients)`` runs; ``ValueError`` if a run would leave a
+    shard without a client."""
+    if clients is None:
+        return [(s, s) for s in shards]
+    out = [(s, c) for s in shards for c in clients]
+    for s, c in out:
+        if c < s:
+            raise ValueError(
+                f"--clients {c} is fewer than --shards {s}: every shard needs a client "
+                "(client i appends to shard i mod S)"
+            )
+    return out
+
+
+def server_run(
+    server: tuple[str, int, str], blob: str, shards: int, clients: int, seconds: float
+) -> dict:
+    """``clients`` processes appending 4-row inline batches through the
+    ``server`` (its address, its pid, its CURVE key directory) to ``shards``
+    fresh shards; its CPU seconds over the measured time come from its pid."""
+    import psutil
+
+    address, pid, keys = server
+    process = psutil.Process(pid)
+    prefix = f"bench-s{shards}-c{clients}-{uuid.uuid4().hex[:8]}"
+    cpu: list[float] = []
+
+    def sample() -> None:
+        times = process.cpu_times()
+        cpu.append(times.user + times.system)
+
+    reports = racing.race(
+        "shardsink.bench.appends:_client",
+        [[f"{prefix}-{i % shards}", str(seconds), "inline"] for i in range(clients)],
+        seconds,
+        f"server appends, {shards} shard(s)",
+        env={BLOB_ENV: blob, STORE_ENV: address, KEYS_ENV: keys},
+        on_go=sample,
+    )
+    sample()
+    latencies = sorted(x for r in reports for x in r["latencies_us"])
+    appended = sum(r["appended"] for r in reports)
+    versions = sum(r["versions"] for r in reports)
+    return {
+        "appends": appended,
+        "server_per_s": appended / seconds,
+        "server_cpu_s": cpu[1] - cpu[0],
+        "server_cpu_ms": (cpu[1] - cpu[0]) * 1000 / max(appended, 1),
+        "upper_mismatches": sum(r["upper_mismatches"] for r in reports),
+        "cas_mismatches": sum(r["cas_mismatches"] for r in reports),
+        "diff_bytes_mean": sum(r["diff_bytes"] for r in reports) / max(versions, 1),
+        "append_ms_p50": racing.quantile_ms(latencies, 0.5),
+        "append_ms_p99": racing.quantile_ms(latencies, 0.99),
+    }
+
+
+def raw_run(store: str, shards: int, clients: int, seconds: float, payload_bytes: int) -> dict:
+    """``clients`` processes compare-and-setting ``shards`` fresh shards on
+    ``store`` directly (client i on shard i mod S)."""
+    prefix = f"raw-s{shards}-c{clients}-{uuid.uuid4().hex[:8]}"
+    got = raw_race(
+        store, [f"{prefix}-{i % shards}" for i in range(clients)], seconds, payload_bytes
+    )
+    return {
+        "raw_per_s": got["committed_per_s"],
+        "raw_mismatches": got["mismatches"],
+        "raw_errors": got["errors"],
+        "raw_ms_p50": got["cas_ms_p50"],
+        "raw_ms_p99": got["cas_ms_p99"],
+    }
+
+
+def measure(
+    store: str, blob: str, scratch: Path, runs: list[tuple[int, int]], seconds: float, repeats: int
+) -> list[dict]:
+    """Every run of ``runs`` on ``store``, ``repeats`` times, server then raw
+    (raw's payloads are the size of the server's diffs just measured);
+    one row per run with each figure the median over its repeats."""
+    from ..process import ConsensusProcess
+    from ..server.config import ServeConfig
+
+    keys = str(scratch / "keys")
+    rows = []
+    measured: dict[tuple[int, int], list[dict]] = {run: [] for run in runs}
+    serving = ServeConfig(bind="tcp://127.0.0.1:0", keys=keys)
+    with ConsensusProcess(store, blob, serving) as server:
+        served = (server.address, server.pids()[0], keys)
+        for _ in range(repeats):
+            for shards, clients in runs:
+                got = server_run(served, blob, shards, clients, seconds)
+                got |= raw_run(store, shards, clients, seconds, round(got["diff_bytes_mean"]))
+                measured[(shards, clients)].append(got)
+    for (shards, clients), repeats_of in measured.items():
+        row = {"store": redact(store), "shards": shards, "clients": clients, "seconds": seconds}
+        for key in repeats_of[0]:
+            row[key] = statistics.median(r[key] for r in repeats_of)
+        row["ratio"] = row["server_per_s"] / row["raw_per_s"] if row["raw_per_s"] else 0.0
+        row["repeats"] = repeats_of
+        rows.append(row)
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    """The command: measure, print the table, write ``--json`` / ``--out``."""
+    from rich.console import Console
+    from rich.table import Table
+
+    runs = pairs(args.shards, args.clients)
+    if args.repeats < 1:
+        raise ValueError(f"--repeats must be at least 1, got {args.repeats}")
+    racing.check_stores(args.store, args.seconds)
+    console = Console() if sys.stdout.isatty() else Console(width=200)
+    started = time.monotonic()
+    rows: list[dict] = []
+    scratch = Path(tempfile.mkdtemp(prefix="shardsink-bench-shards-"))
+    try:
+        for store in args.store:
+            with console.status(f"{redact(store)}: {len(runs)} run(s) x {args.repeats}"):
+                rows += measure(
+                    store, f"file://{scratch}/blob", scratch, runs, args.seconds, args.repeats
+                )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    table = Table(title=f"appends through one server vs raw CaS, {args.seconds:g}s per run")
+    for header, _, _ in COLUMNS:
+        table.add_column(header, justify="left" if header == "store" else "right")
+    for row in table_rows(rows):
+        table.add_row(*row)
+    console.print(table)
+    command = "shardsink " + shlex.join(redact(a) for a in sys.argv[1:])
+    if args.json:
+        args.json.write_text(json.dumps({"command": command, "runs": rows}, indent=2) + "\n")
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(
+            json.dumps({"command": command, "runs": rows}, indent=2) + "\n"
+        )
+        write_report(rows, args.out, command, time.monotonic() - started)
+        plot(rows, args.out / "appends.png")
+        console.print(f"report written to {args.out / 'report.md'}")
+    return 0
+
+
+def table_rows(rows: list[dict]) -> list[list[str]]:
+    return [[fmt.format(row[key]) for _, key, fmt in COLUMNS] for row in rows]
+
+
+def write_report(rows: list[dict], out: Path, command: str, elapsed_s: float) -> Path:
+    """``report.md``: the command, the machine, the table and the plot."""
+    lines = [
+        "# shardsink bench appends --shards",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"{platform.system()} {platform.machine()}; total {elapsed_s:.0f} s.",
+        "",
+        "Each row: the median of its repeats; `server/raw` is the server's appends/s "
+        "over raw compare-and-sets/s on the same store in the same run.",
+        "",
+        "| " + " | ".join(h for h, _, _ in COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
+    lines += ["| " + " | ".join(cells) + " |" for cells in table_rows(rows)]
+    lines += ["", "![appends/s and server CPU per append](appends.png)", ""]
+    path = out / "report.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def plot(rows: list[dict], path: Path) -> Path:
+    """Appends/s (server and raw) and server CPU per append against shards."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for k, store in enumerate(dict.fromkeys(r["store"] for r in rows)):
+        mine = [r for r in rows if r["store"] == store]
+        xs = [r["shards"] for r in mine]
+        label = re.sub(r"[?].*", "", store)[:40]
+        axes[0].plot(xs, [r["server_per_s"] for r in mine], "o-", color=f"C{k}", label=label)
+        axes[0].plot(
+            xs, [r["raw_per_s"] for r in mine], "s:", color=f"C{k}", label=f"{label}: raw CaS"
+        )
+        axes[1].plot(xs, [r["server_cpu_ms"] for r in mine], "o-", color=f"C{k}", label=label)
+    for ax, title in zip(axes, ("appends/s", "server CPU ms per append"), strict=True):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("shards (one server)")
+        ax.set_title(title)
+        ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -24,6 +24,7 @@ from ..datadir import DATA_DIR_ENV
 from ..options import Flag, add_options, build, layered
 from ..persist.config import ShardConfig
 from ..storage.uri import BLOB_ENV, STORE_ENV
+from . import _logs
 
 #: Runs with at least this many intervals get a progress bar.
 PROGRESS_MIN_INTERVALS = 10
@@ -146,6 +147,7 @@ def register(commands, bench) -> None:
     )
     up.set_defaults(func=_up)
     _register_control(commands, ClusterConfig().data_dir)
+    _logs.register(commands, ClusterConfig().data_dir)
 
 
 def _register_control(commands, data_dir: str) -> None:
@@ -243,8 +245,9 @@ def _up(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     interrupted = False
     term = _TermHandler()
+    cluster = Cluster(config)
     try:
-        with term, Cluster(config) as cluster:
+        with term, cluster:
             console.print(
                 f"cluster {cluster.cluster_id}: {config.groups}x{config.workers} {config.mode}"
                 f"{_host(config)}, "
@@ -277,14 +280,27 @@ def _up(args: argparse.Namespace) -> int:
             stats = cluster.stats()
     except ClusterError as exc:
         print(f"shardsink up: error: {exc}", file=sys.stderr)
+        _name_logs(cluster, config.data_path)
         return 1
     if args.json:
         print(msgspec.json.encode(stats).decode())
     else:
         Console().print(summary_table(stats))
+    if stats.restarts or stats.consensus_restarts or stats.verified is False:
+        _name_logs(cluster, config.data_path)
     if interrupted:
         return 130
     return 0 if stats.verified in (True, None) else 1
+
+
+def _name_logs(cluster, data_dir: str) -> None:
+    """Say where the run's logs are kept, after something failed."""
+    if cluster.logs is not None:
+        print(
+            f"shardsink up: the processes' logs are in {cluster.logs}; "
+            f"shardsink logs --data-dir {data_dir} shows them",
+            file=sys.stderr,
+        )
 
 
 class _TermHandler:

@@ -23,6 +23,9 @@ cluster starts in a fraction of a second, and the children share the
 libraries' pages. ``start="spawn"`` starts each child as a fresh interpreter
 instead. The consensus process always starts as a fresh interpreter, with
 the server's allocator environment (:mod:`shardsink.process.consensus`).
+Every child's log is kept in ``DATA_DIR/logs/STAMP-CLUSTER/`` (:attr:`Cluster.logs`;
+bounded and rotated, :mod:`shardsink.process.logs`), also after the run.
+
 Children die with the coordinator (``PR_SET_PDEATHSIG`` through the zygote);
 that fires when the *thread* that started the zygote exits, so keep the
 thread that called :meth:`Cluster.start` alive while the cluster runs.
@@ -61,6 +64,7 @@ from ..process import (
     SpawnStarter,
     Starter,
     Zygote,
+    logs,
     make_run_dir,
     peak_rss,
     reset_own_peak_rss,
@@ -79,6 +83,8 @@ log = logging.getLogger(__name__)
 
 #: :meth:`Cluster.status` gives rates and latencies over this many seconds.
 STATUS_WINDOW_S = 60.0
+#: How often the children's logs are checked for rotation while the cluster runs.
+ROTATE_EVERY_S = 5.0
 
 __all__ = [
     "Cluster",
@@ -111,6 +117,9 @@ class Cluster:
         self.zygote: Zygote | None = None
         self.coordinator: Coordinator | None = None
         self.run_dir: Path | None = None
+        #: where this run's logs are kept (``DATA_DIR/logs/...``), once started
+        self.logs: Path | None = None
+        self._rotated_at = 0.0
         #: where the run's fault budgets and firings are (see the module doc);
         #: ``None`` when nothing is armed
         self.fault_dir: Path | None = None
@@ -144,7 +153,10 @@ class Cluster:
         try:
             sweep()  # segments of dead processes, of any cluster
             # first: the run's budgets cover every fault point it reaches, its store checks too
-            self.run_dir = make_run_dir(self.cluster_id)
+            self.run_dir = make_run_dir(
+                self.cluster_id, keep_logs=datadir.create(config.data_path) / logs.LOGS
+            )
+            self.logs = (self.run_dir / logs.LOGS).resolve()
             self.fault_dir = self._fault_budgets.enter_context(
                 faults.run_budgets(self.run_dir / "faults")
             )
@@ -197,7 +209,7 @@ class Cluster:
                 raise
             self.coordinator.start()
             self.control = ControlServer(self.run_dir, self.status)
-            self.coordinator.on_poll = self.control.poll
+            self.coordinator.on_poll = self._on_poll
             if self._lock is not None:  # its lock is where `shardsink status` finds it
                 self._lock.update(control=self.control.address)
             if config.metrics_port is not None:
@@ -248,6 +260,8 @@ class Cluster:
                 self._fault_budgets.close()
                 if self.run_dir is not None:
                     shutil.rmtree(self.run_dir, ignore_errors=True)
+                if self.logs is not None:
+                    logs.end(self.logs)
                 if self._lock is not None:
                     self._lock.close()
 
@@ -492,6 +506,14 @@ class Cluster:
         )
 
     # --- helpers ---------------------------------------------------------------------------
+
+    def _on_poll(self) -> None:
+        assert self.control is not None and self.logs is not None
+        self.control.poll()
+        now = time.monotonic()
+        if now - self._rotated_at >= ROTATE_EVERY_S:
+            self._rotated_at = now
+            logs.rotate_all(self.logs)
 
     def _forget_appended_before(self, moment: float) -> None:
         """Keep :meth:`status`'s window only: a run that nobody asks for its

@@ -3,6 +3,7 @@ a zygote, dying with their parent, stopped, killed and restarted alike. Every
 child runs ``python -m shardsink.process`` and a role named
 ``package.module:function`` (:mod:`.roles`)."""
 
+from . import logs
 from .child import (
     Child,
     Launch,
@@ -44,6 +45,7 @@ __all__ = [
     "enter_member",
     "fork_is_safe",
     "kill_all",
+    "logs",
     "make_run_dir",
     "marked",
     "module_payload",

@@ -24,6 +24,7 @@ from typing import IO, Protocol
 import psutil
 
 from .._wire import Message
+from . import logs
 
 
 class Launch(Message):
@@ -87,8 +88,9 @@ class Launched:
 
 class Child(Launched):
     """A child process of one :class:`Launch`, started by ``starter`` in
-    ``run_dir`` (its log is ``run_dir/NAME.log``). With a ``leader``, it joins
-    the leader's process group (started first); without, it leads its own."""
+    ``run_dir`` (its log: :func:`~.logs.log_file`, where this process notes
+    each start and exit, :mod:`.logs`). With a ``leader``, it joins the
+    leader's process group (started first); without, it leads its own."""
 
     def __init__(
         self, launch: Launch, starter: Starter, run_dir: Path, leader: Child | None = None
@@ -96,10 +98,13 @@ class Child(Launched):
         self.launch = launch
         self.starter = starter
         self.leader = leader
-        self.log_path = run_dir / f"{launch.name.replace('/', '-')}.log"
+        self.log_path = logs.log_file(run_dir, launch.name)
         self.proc: Running | None = None
         self.pgid = 0
         self.starts = 0
+        self._exit_noted = False
+        #: the signal this process last sent it (its log then says so), ``None`` before
+        self.sent: int | None = None
 
     @property
     def pid(self) -> int:
@@ -116,14 +121,33 @@ class Child(Launched):
         if self.proc is not None and self.proc.poll() is None:
             raise RuntimeError(f"{self.name} (pid {self.pid}) is still running")
         pgid = 0 if self.leader is None else self.leader.pid
+        logs.rotate(self.log_path)
         self.proc = self.starter.run(self.launch, log_path=self.log_path, pgid=pgid)
         self.pgid = pgid or self.proc.pid
         self.starts += 1
+        self._exit_noted, self.sent = False, None
+        logs.note(self.log_path, f"{self.name} started: pid {self.proc.pid}")
         return self
 
     def alive(self) -> bool:
         """Whether it is running (reaps it if it exited)."""
-        return self.proc is not None and self.proc.poll() is None
+        if self.proc is None:
+            return False
+        if self.proc.poll() is None:
+            return True
+        self.note_exit()
+        return False
+
+    def note_exit(self) -> None:
+        """Say in its log how it ended, once per start, if it has been reaped."""
+        if self.proc is None or self.proc.returncode is None or self._exit_noted:
+            return
+        self._exit_noted = True
+        code = self.proc.returncode
+        words = logs.exit_words(code)
+        if self.sent is not None and code == -self.sent:
+            words += ", sent by its parent"
+        logs.note(self.log_path, f"{self.name} (pid {self.proc.pid}) {words}")
 
     def wait(self, timeout_s: float) -> int | None:
         """Its exit status once it exits (reaped), or ``None`` if it still
@@ -139,6 +163,7 @@ class Child(Launched):
         ``grace_s``. Whether it exited by itself (an exited child: True)."""
         if self.alive():
             assert self.proc is not None
+            self.sent = sig
             self.proc.send_signal(sig)
         try:
             reap([self], grace_s)
@@ -157,6 +182,8 @@ class Child(Launched):
         return self.start()
 
     def log_tail(self, limit: int = 2000) -> str:
+        """The last ``limit`` bytes of its log (how it ended included, if it has)."""
+        self.note_exit()
         try:
             return self.log_path.read_bytes()[-limit:].decode(errors="replace")
         except OSError:
@@ -171,7 +198,10 @@ def kill_all(children: list[Child], timeout_s: float = 10.0) -> None:
     """SIGKILL ``children`` (first the process groups that live leaders among
     them lead) and reap them all. A member alone is killed alone, never its
     leader's group."""
-    live = [c for c in children if c.proc is not None and c.proc.returncode is None]
+    # polled first: one that died by itself is reaped (and noted) as such
+    live = [c for c in children if c.alive()]
+    for child in live:
+        child.sent = signal.SIGKILL
     # An unreaped leader holds the group id, so killpg cannot hit a reused one.
     for pgid in {c.pgid for c in live if c.leader is None}:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -194,6 +224,7 @@ def reap(children: list[Child], timeout_s: float) -> None:
         except (TimeoutError, subprocess.TimeoutExpired):
             stuck.append(f"{child.name} (pid {child.pid})")
             continue
+        child.note_exit()
         if child.proc.stdout is not None:
             child.proc.stdout.close()
     if stuck:

@@ -1,5 +1,6 @@
 """Run directories: a fresh 0700 directory per cluster run for its sockets and
-logs, owned by the process that made it, removed once that owner is gone."""
+logs, owned by the process that made it, removed once that owner is gone
+(the logs in its ``logs/``, which may outlive it: :mod:`.logs`)."""
 
 from __future__ import annotations
 
@@ -10,18 +11,25 @@ import time
 from pathlib import Path
 
 from .._pids import process_start
+from . import logs
 
 _RUN_PREFIX = "shardsink-run-"
 _OWNER = "coordinator"
 
 
-def make_run_dir(cluster_id: str) -> Path:
+def make_run_dir(cluster_id: str, keep_logs: Path | None = None) -> Path:
     """A fresh 0700 directory for the cluster's sockets and logs, recording
-    this process as its owner; directories of dead owners are removed first."""
+    this process as its owner; directories of dead owners are removed first.
+    Its ``logs/`` is its own, or with ``keep_logs`` a link to a fresh
+    directory there that outlives it (:func:`.logs.new_kept`)."""
     remove_dead_run_dirs()
     path = Path(tempfile.mkdtemp(prefix=f"{_RUN_PREFIX}{cluster_id}-"))
     pid = os.getpid()
     (path / _OWNER).write_text(f"{pid} {process_start(pid)}")
+    if keep_logs is None:
+        (path / logs.LOGS).mkdir(mode=0o700)
+    else:
+        (path / logs.LOGS).symlink_to(logs.new_kept(keep_logs, cluster_id))
     return path
 
 

@@ -62,6 +62,7 @@ from typing import IO
 import msgspec
 
 from .child import Launch, Running
+from .logs import log_file
 from .parent import die_with_parent
 from .spawn import child_env, entry_argv
 from .zygote_messages import (
@@ -112,7 +113,7 @@ class Zygote:
 
     def __init__(self, roles: Sequence[str], run_dir: Path, *, timeout_s: float = 10.0):
         self.roles = tuple(roles)
-        self.log_path = run_dir / "zygote.log"
+        self.log_path = log_file(run_dir, "zygote")
         self.timeout_s = timeout_s
         self.how: str | None = None
         self._proc: Running | None = None

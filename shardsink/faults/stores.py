@@ -22,7 +22,7 @@ from __future__ import annotations
 import random
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Generic, TypeVar
 
 import pyarrow as pa
@@ -30,6 +30,7 @@ import pyarrow as pa
 from ..storage.contracts import (
     Blob,
     BlobMeta,
+    CasRequest,
     CasResult,
     Consensus,
     LeavesTempFiles,
@@ -153,6 +154,9 @@ class FaultyConsensus(_Faulty[Consensus]):
         return self._call(
             "compare_and_set", lambda: self.inner.compare_and_set(shard, expected, new)
         )
+
+    def compare_and_set_many(self, requests: Sequence[CasRequest]) -> list[CasResult]:
+        return self._call("compare_and_set_many", lambda: self.inner.compare_and_set_many(requests))
 
     def scan(self, shard: str, from_seqno: int, limit: int) -> list[VersionedData]:
         return self._call("scan", lambda: self.inner.scan(shard, from_seqno, limit))

@@ -4,6 +4,7 @@ from .backend import open_blob, open_consensus
 from .contracts import (
     Blob,
     BlobMeta,
+    CasRequest,
     CasResult,
     Committed,
     Consensus,
@@ -15,6 +16,7 @@ from .errors import DeterminateError, IndeterminateError, StorageError
 __all__ = [
     "Blob",
     "BlobMeta",
+    "CasRequest",
     "CasResult",
     "Committed",
     "Consensus",

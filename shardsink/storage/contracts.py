@@ -9,7 +9,7 @@ Backends live one per module next to this file; the conformance suite in
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import msgspec
@@ -186,6 +186,15 @@ class Mismatch(msgspec.Struct, frozen=True, tag="mismatch"):
 CasResult = Committed | Mismatch
 
 
+class CasRequest(msgspec.Struct, frozen=True):
+    """One compare-and-set of a :meth:`Consensus.compare_and_set_many` batch:
+    commit ``new`` to ``shard`` iff its head seqno is ``expected``."""
+
+    shard: str
+    expected: int | None
+    new: VersionedData
+
+
 @runtime_checkable
 class Consensus(Protocol):
     """A per-shard linearizable log of versions, advanced by compare-and-set.
@@ -207,6 +216,17 @@ class Consensus(Protocol):
       ``ValueError`` (as is truncating a shard with no version).
     - ``head`` is linearizable: it reflects every compare-and-set that committed
       before it began.
+    - ``compare_and_set_many(requests)`` is a group commit: each request's
+      result is what ``compare_and_set`` would have returned for it alone
+      (a request whose head moved gets its own :class:`Mismatch`; the others
+      still commit), in the order of ``requests``; the versions it commits
+      are stored in one transaction (one durable write: one fsync on SQLite,
+      one statement on PostgreSQL), so they are all durable or, on an
+      error, none is (after an :class:`IndeterminateError` either all that
+      would have committed did, or none). Payloads are stored as given,
+      never merged. At most one request per shard, else ``ValueError``, as
+      for arguments ``compare_and_set`` refuses (checked before anything is
+      written); an empty batch is ``[]``.
 
     Errors: :class:`~shardsink.storage.errors.DeterminateError` or
     :class:`~shardsink.storage.errors.IndeterminateError` (a commit whose outcome
@@ -220,6 +240,8 @@ class Consensus(Protocol):
     def compare_and_set(
         self, shard: str, expected: int | None, new: VersionedData
     ) -> CasResult: ...
+
+    def compare_and_set_many(self, requests: Sequence[CasRequest]) -> list[CasResult]: ...
 
     def scan(self, shard: str, from_seqno: int, limit: int) -> list[VersionedData]: ...
 
@@ -239,6 +261,20 @@ def check_cas_args(expected: int | None, new: VersionedData) -> None:
         raise ValueError(
             f"compare_and_set: new seqno {new.seqno} must be expected + 1 = {expected + 1}"
         )
+
+
+def check_cas_batch(requests: Sequence[CasRequest]) -> None:
+    """Raise ``ValueError`` if a shard appears twice in ``requests`` or a
+    request's seqnos are what :func:`check_cas_args` refuses."""
+    seen: set[str] = set()
+    for request in requests:
+        if request.shard in seen:
+            raise ValueError(
+                f"compare_and_set_many: shard {request.shard!r} appears twice; a batch holds "
+                "at most one compare-and-set per shard"
+            )
+        seen.add(request.shard)
+        check_cas_args(request.expected, request.new)
 
 
 def check_truncate_args(shard: str, head: VersionedData | None, below_seqno: int) -> None:

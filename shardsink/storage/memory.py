@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 
 from .contracts import (
     BlobMeta,
+    CasRequest,
     CasResult,
     Committed,
     Mismatch,
     VersionedData,
     check_cas_args,
+    check_cas_batch,
     check_key,
     check_prefix,
     check_truncate_args,
@@ -27,7 +29,7 @@ from .contracts import (
 
 _REGISTRY_LOCK = threading.Lock()
 _BLOBS: dict[str, tuple[threading.Lock, dict[str, tuple[bytes, float]]]] = {}
-_LOGS: dict[str, tuple[threading.Lock, dict[str, list[VersionedData]]]] = {}
+_LOGS: dict[str, tuple[threading.RLock, dict[str, list[VersionedData]]]] = {}
 
 
 def _check_open(store: MemoryBlob | MemoryConsensus) -> None:
@@ -97,7 +99,7 @@ class MemoryConsensus:
     def __init__(self, name: str = "default") -> None:
         self.uri = f"memory://{name}"
         with _REGISTRY_LOCK:
-            self._lock, self._logs = _LOGS.setdefault(name, (threading.Lock(), {}))
+            self._lock, self._logs = _LOGS.setdefault(name, (threading.RLock(), {}))
         self._closed = False
 
     def head(self, shard: str) -> VersionedData | None:
@@ -109,13 +111,19 @@ class MemoryConsensus:
     def compare_and_set(self, shard: str, expected: int | None, new: VersionedData) -> CasResult:
         _check_open(self)
         check_cas_args(expected, new)
-        with self._lock:
+        with self._lock:  # reentrant: compare_and_set_many holds it for its whole batch
             log = self._logs.setdefault(shard, [])
             current = log[-1] if log else None
             if (current.seqno if current else None) != expected:
                 return Mismatch(current)
             log.append(new)
             return Committed(new.seqno)
+
+    def compare_and_set_many(self, requests: Sequence[CasRequest]) -> list[CasResult]:
+        _check_open(self)
+        check_cas_batch(requests)
+        with self._lock:
+            return [self.compare_and_set(r.shard, r.expected, r.new) for r in requests]
 
     def scan(self, shard: str, from_seqno: int, limit: int) -> list[VersionedData]:
         _check_open(self)

@@ -11,7 +11,8 @@ that both see the same head both try to insert the same ``(shard, seqno)``; the
 loser's unique violation is reported as a :class:`Mismatch`. The first version
 of a shard (``expected=None``) may have any seqno, so racers need not collide on
 the key; there the same statement also claims the shard's row in
-``consensus_shards``, on which concurrent first versions do collide.
+``consensus_shards``, on which concurrent first versions do collide. A batch
+(``compare_and_set_many``) is one such statement over all its rows.
 
 Tables are created at open if missing. The connection is autocommitted and
 reopened on the call after it broke. Calls are serialized on one connection per
@@ -24,7 +25,7 @@ while its socket stays open (e.g. a SIGSTOP'd postmaster) is not detected.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import psycopg
@@ -32,11 +33,13 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from .contracts import (
+    CasRequest,
     CasResult,
     Committed,
     Mismatch,
     VersionedData,
     check_cas_args,
+    check_cas_batch,
     check_truncate_args,
 )
 from .errors import DeterminateError, IndeterminateError, StorageError
@@ -67,6 +70,28 @@ WITH claimed AS (
     ON CONFLICT DO NOTHING RETURNING shard)
 INSERT INTO consensus (shard, seqno, data)
 SELECT shard, %(seqno)s, %(data)s FROM claimed
+"""
+
+# A batch as one statement: the first versions claim their shards as _FIRST
+# does, the others insert where the shard's max seqno is the expected one; a
+# racer that inserted the same (shard, seqno) first makes ON CONFLICT skip the
+# row (waiting for it to commit), so the loser is found missing from RETURNING.
+_MANY = """
+WITH req AS (
+    SELECT * FROM unnest(%(shards)s::text[], %(seqnos)s::bigint[], %(datas)s::bytea[],
+                         %(expected)s::bigint[]) AS r(shard, seqno, data, expected)),
+claimed AS (
+    INSERT INTO consensus_shards (shard) SELECT shard FROM req WHERE expected IS NULL
+    ON CONFLICT DO NOTHING RETURNING shard)
+INSERT INTO consensus (shard, seqno, data)
+SELECT r.shard, r.seqno, r.data FROM req r
+WHERE (r.expected IS NULL AND r.shard IN (SELECT shard FROM claimed))
+   OR r.expected = (SELECT max(c.seqno) FROM consensus c WHERE c.shard = r.shard)
+ON CONFLICT DO NOTHING RETURNING shard
+"""
+_HEADS = """
+SELECT DISTINCT ON (shard) shard, seqno, data FROM consensus
+WHERE shard = ANY(%s) ORDER BY shard, seqno DESC
 """
 
 
@@ -178,6 +203,36 @@ class PostgresConsensus:
             return Committed(new.seqno) if inserted == 1 else Mismatch(_head(conn, shard))
 
         return self._run("compare_and_set", cas, IndeterminateError)
+
+    def compare_and_set_many(self, requests: Sequence[CasRequest]) -> list[CasResult]:
+        """One autocommitted multi-row ``INSERT … ON CONFLICT DO NOTHING
+        RETURNING`` for the whole batch; the heads of the requests it did not
+        insert are read in one more statement."""
+        check_cas_batch(requests)
+        if not requests:
+            return []
+        params = {
+            "shards": [r.shard for r in requests],
+            "seqnos": [r.new.seqno for r in requests],
+            "datas": [bytes(r.new.data) for r in requests],
+            "expected": [r.expected for r in requests],
+        }
+
+        def cas_all(conn: psycopg.Connection) -> list[CasResult]:
+            inserted = {shard for (shard,) in conn.execute(_MANY, params).fetchall()}
+            lost = [r.shard for r in requests if r.shard not in inserted]
+            heads = {}
+            if lost:
+                heads = {
+                    shard: VersionedData(seqno, bytes(data))
+                    for shard, seqno, data in conn.execute(_HEADS, (lost,)).fetchall()
+                }
+            return [
+                Committed(r.new.seqno) if r.shard in inserted else Mismatch(heads.get(r.shard))
+                for r in requests
+            ]
+
+        return self._run("compare_and_set_many", cas_all, IndeterminateError)
 
     def scan(self, shard: str, from_seqno: int, limit: int) -> list[VersionedData]:
         if limit < 0:

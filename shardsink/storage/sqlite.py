@@ -21,17 +21,19 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from .contracts import (
+    CasRequest,
     CasResult,
     Committed,
     Mismatch,
     VersionedData,
     check_cas_args,
+    check_cas_batch,
     check_truncate_args,
 )
 from .errors import DeterminateError, IndeterminateError, StorageError
@@ -49,6 +51,7 @@ CREATE TABLE IF NOT EXISTS consensus (
     PRIMARY KEY (shard, seqno)
 ) WITHOUT ROWID
 """
+_INSERT = "INSERT INTO consensus (shard, seqno, data) VALUES (?, ?, ?)"
 _HEAD = "SELECT seqno, data FROM consensus WHERE shard = ? ORDER BY seqno DESC LIMIT 1"
 
 
@@ -234,13 +237,32 @@ class SqliteConsensus:
             current = _head(conn, shard)
             if (current.seqno if current else None) != expected:
                 return Mismatch(current), False
-            conn.execute(
-                "INSERT INTO consensus (shard, seqno, data) VALUES (?, ?, ?)",
-                (shard, new.seqno, bytes(new.data)),
-            )
+            conn.execute(_INSERT, (shard, new.seqno, bytes(new.data)))
             return Committed(new.seqno), True
 
         return self._write("compare_and_set", cas)
+
+    def compare_and_set_many(self, requests: Sequence[CasRequest]) -> list[CasResult]:
+        """One ``BEGIN IMMEDIATE`` transaction for the whole batch: one commit,
+        so one fsync (``synchronous=FULL``) for every version it stores."""
+        check_cas_batch(requests)
+        if not requests:
+            return []
+
+        def cas_all(conn: sqlite3.Connection) -> tuple[list[CasResult], bool]:
+            results: list[CasResult] = []
+            rows = []
+            for request in requests:
+                current = _head(conn, request.shard)
+                if (current.seqno if current else None) != request.expected:
+                    results.append(Mismatch(current))
+                    continue
+                results.append(Committed(request.new.seqno))
+                rows.append((request.shard, request.new.seqno, bytes(request.new.data)))
+            conn.executemany(_INSERT, rows)
+            return results, bool(rows)
+
+        return self._write("compare_and_set_many", cas_all)
 
     def scan(self, shard: str, from_seqno: int, limit: int) -> list[VersionedData]:
         if limit < 0:

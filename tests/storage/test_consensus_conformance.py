@@ -25,6 +25,7 @@ import pytest
 
 from shardsink._address import free_port
 from shardsink.storage import (
+    CasRequest,
     Committed,
     Consensus,
     DeterminateError,
@@ -197,6 +198,107 @@ def test_concurrent_first_versions_with_different_seqnos_commit_once(uri):
         assert head == v(winners[0] * 10)
         assert clients[0].scan("s", 0, 100) == [head]
         assert all(r == Mismatch(head) for r in results.values() if isinstance(r, Mismatch))
+    finally:
+        for c in clients:
+            c.close()
+
+
+# --- group commit: compare_and_set_many ----------------------------------------
+
+
+def test_batch_gives_each_request_its_own_result(store):
+    """A mismatch fails only its own request; the others commit, in order."""
+    fill(store, "a", 2)
+    fill(store, "b", 3)
+    fill(store, "d", 1)
+    results = store.compare_and_set_many(
+        [
+            CasRequest("a", 1, v(2, b"a2")),
+            CasRequest("b", 5, v(6)),  # b's head is 2
+            CasRequest("c", None, v(7, b"c7")),  # a first version, any seqno
+            CasRequest("d", None, v(3)),  # d has versions
+            CasRequest("e", 0, v(1)),  # e has none
+        ]
+    )
+    assert results == [
+        Committed(2),
+        Mismatch(v(2)),
+        Committed(7),
+        Mismatch(v(0)),
+        Mismatch(None),
+    ]
+    assert store.scan("a", 0, 10) == [v(0), v(1), v(2, b"a2")]
+    assert store.head("b") == v(2) and store.head("d") == v(0) and store.head("e") is None
+    assert store.scan("c", 0, 10) == [v(7, b"c7")]
+
+
+def test_batch_stores_payloads_as_given_never_merged(store):
+    payloads = {f"s{i}": bytes(range(i, i + 50)) * (i + 1) for i in range(8)}
+    results = store.compare_and_set_many(
+        [CasRequest(shard, None, v(0, data)) for shard, data in payloads.items()]
+    )
+    assert results == [Committed(0)] * len(payloads)
+    for shard, data in payloads.items():
+        assert store.scan(shard, 0, 10) == [v(0, data)]
+    assert store.list_shards() == sorted(payloads)
+
+
+def test_batch_arguments_are_checked_before_anything_is_stored(store):
+    fill(store, "a", 1)
+    with pytest.raises(ValueError, match="appears twice"):
+        store.compare_and_set_many([CasRequest("b", None, v(0)), CasRequest("b", 0, v(1))])
+    with pytest.raises(ValueError, match="expected \\+ 1"):
+        store.compare_and_set_many([CasRequest("b", None, v(0)), CasRequest("a", 0, v(5))])
+    assert store.head("b") is None and store.head("a") == v(0)
+    assert store.compare_and_set_many([]) == []
+
+
+def test_all_mismatched_batch_stores_nothing(store):
+    fill(store, "a", 2)
+    assert store.compare_and_set_many([CasRequest("a", 0, v(1))]) == [Mismatch(v(1))]
+    assert store.scan("a", 0, 10) == [v(0), v(1)]
+
+
+def test_racing_batches_lose_and_duplicate_nothing(uri):
+    """Threads, each with its own store, commit batches over the same shards:
+    every shard's log stays gapless and holds exactly the versions reported
+    committed, each with its committer's payload."""
+    shards = [f"s{i}" for i in range(4)]
+    clients = [open_consensus(uri) for _ in range(4)]
+    barrier = threading.Barrier(len(clients))
+    committed: dict[int, list[tuple[str, int]]] = {}
+
+    def race(i: int) -> None:
+        mine = committed.setdefault(i, [])
+        store = clients[i]
+        barrier.wait(10)
+        for _ in range(25):
+            heads = {shard: store.head(shard) for shard in shards}
+            batch = [
+                CasRequest(
+                    shard,
+                    None if head is None else head.seqno,
+                    v(0 if head is None else head.seqno + 1, f"{i}:{shard}".encode()),
+                )
+                for shard, head in heads.items()
+            ]
+            for request, result in zip(batch, store.compare_and_set_many(batch), strict=True):
+                if isinstance(result, Committed):
+                    mine.append((request.shard, request.new.seqno))
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(len(clients))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    try:
+        assert len(committed) == len(clients)
+        for shard in shards:
+            log = clients[0].scan(shard, 0, 1000)
+            assert [x.seqno for x in log] == list(range(len(log)))
+            winners = {seqno: i for i, got in committed.items() for s, seqno in got if s == shard}
+            assert sorted(winners) == [x.seqno for x in log]
+            assert all(x.data == f"{winners[x.seqno]}:{shard}".encode() for x in log)
     finally:
         for c in clients:
             c.close()

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from .digest import leaves
 from .errors import CorruptState
 from .state import BlobPart, InlinePart, KeyBound, Part
 
@@ -97,16 +98,71 @@ def concat(tables: Iterable[pa.Table], schema: pa.Schema) -> pa.Table:
 
 def consolidate(table: pa.Table) -> pa.Table:
     """Sum the diffs of equal ``(key, val, ts)``, drop zero sums, sort by key,
-    val, ts."""
+    val, ts. Structs group and sort by their fields in order (Arrow groups
+    no struct, so the sums are grouped by the leaf columns and the first row
+    of each group taken). ``ValueError`` naming a field Arrow cannot group or
+    sort (:func:`check_sortable`)."""
     schema = table.schema
     if table.num_rows == 0:
         return table
-    summed = table.group_by(["key", "val", "ts"], use_threads=False).aggregate([("diff", "sum")])
-    summed = summed.filter(pc.not_equal(summed["diff_sum"], 0))
-    out = pa.Table.from_arrays(
-        [summed["key"], summed["val"], summed["ts"], summed["diff_sum"]], schema=schema
+    try:
+        if not _nested(schema):
+            summed = table.group_by(["key", "val", "ts"], use_threads=False).aggregate(
+                [("diff", "sum")]
+            )
+            summed = summed.filter(pc.not_equal(summed["diff_sum"], 0))
+            out = pa.Table.from_arrays(
+                [summed["key"], summed["val"], summed["ts"], summed["diff_sum"]], schema=schema
+            )
+        else:
+            out = _consolidate_leaves(table)
+        return out.sort_by(UPDATE_ORDER)
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        check_sortable(schema)
+        raise
+
+
+def _consolidate_leaves(table: pa.Table) -> pa.Table:
+    columns = _order_leaves(table)
+    names = [f"c{i}" for i in range(len(columns))]
+    flat = pa.table(
+        [*columns, table["diff"], pa.array(range(table.num_rows), pa.int64())],
+        names=[*names, "diff", "row"],
     )
-    return out.sort_by(UPDATE_ORDER)
+    summed = flat.group_by(names, use_threads=False).aggregate([("diff", "sum"), ("row", "min")])
+    summed = summed.filter(pc.not_equal(summed["diff_sum"], 0))
+    out = table.take(summed["row_min"])
+    return out.set_column(out.schema.get_field_index("diff"), "diff", summed["diff_sum"])
+
+
+def _nested(schema: pa.Schema) -> bool:
+    return any(pa.types.is_struct(schema.field(n).type) for n in ("key", "val"))
+
+
+def _order_leaves(table: pa.Table) -> list[pa.Array]:
+    """The columns :data:`UPDATE_ORDER` compares, structs walked into their
+    fields (in order: Arrow sorts a struct by its fields)."""
+    return [leaf for name, _ in UPDATE_ORDER for _, leaf in leaves(name, table[name])]
+
+
+def check_sortable(schema: pa.Schema) -> None:
+    """``ValueError`` naming the first field of ``key`` or ``val`` (a struct's
+    by its path, ``val.tags``) that Arrow cannot group, sort or compare:
+    updates are consolidated by (key, val, ts), so such a schema cannot be a
+    cluster's."""
+    for name in ("key", "val"):
+        for path, leaf in leaves(name, pa.chunked_array([], schema.field(name).type)):
+            probe = pa.table({"x": leaf})
+            try:
+                probe.sort_by("x")
+                probe.group_by(["x"]).aggregate([])
+                pc.less(leaf, leaf)
+            except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                raise ValueError(
+                    f"field {path} of type {leaf.type} cannot be sorted or grouped by Arrow: "
+                    "shardsink consolidates updates by (key, val, ts); use numbers, strings, "
+                    "binary, temporal types or structs of them"
+                ) from None
 
 
 def sort_updates(table: pa.Table) -> pa.Table:
@@ -124,14 +180,13 @@ def in_update_order(table: pa.Table) -> bool:
     rather than trusted."""
     if table.num_rows < 2:
         return True
-    if _unordered_at_a_seam(table["key"]):
+    columns = _order_leaves(table)
+    if _unordered_at_a_seam(table["key"], columns[0]):
         return False  # a builder's table: its workers' runs one after another
     before = after = None  # rows ordered so far by the columns compared / equal in them
-    for name, _ in UPDATE_ORDER:
-        a, b = table[name][:-1], table[name][1:]
-        less = pc.fill_null(
-            pc.less_equal(a, b) if name == UPDATE_ORDER[-1][0] else pc.less(a, b), False
-        )
+    for i, column in enumerate(columns):
+        a, b = column[:-1], column[1:]
+        less = pc.fill_null(pc.less_equal(a, b) if i == len(columns) - 1 else pc.less(a, b), False)
         equal = pc.fill_null(pc.equal(a, b), False)
         if before is None:
             before, after = less, equal
@@ -140,18 +195,18 @@ def in_update_order(table: pa.Table) -> bool:
     return pc.all(before).as_py()
 
 
-def _unordered_at_a_seam(keys: pa.ChunkedArray) -> bool:
+def _unordered_at_a_seam(keys: pa.ChunkedArray, first: pa.Array) -> bool:
     """Whether a chunk of ``keys`` starts below the key the chunk before it
-    ends with: a few scalar comparisons, where the whole check is a pass."""
-    chunks = [c for c in keys.chunks if len(c)]
-    return any(pc.less(b[0], a[-1]).as_py() for a, b in itertools.pairwise(chunks))
+    ends with, by ``first``, the leaf column they sort by first (``keys`` for
+    a plain key): a few scalar comparisons, where the whole check is a pass."""
+    seams = list(itertools.accumulate(len(c) for c in keys.chunks))[:-1]
+    return any(0 < at < len(first) and pc.less(first[at], first[at - 1]).as_py() for at in seams)
 
 
 def _claimable(table: pa.Table) -> bool:
     """Whether a table Arrow sorted is in :data:`UPDATE_ORDER` as
     :func:`in_update_order` reads it: no null among key, val, ts and no NaN."""
-    for name, _ in UPDATE_ORDER:
-        column = table[name]
+    for column in _order_leaves(table):
         if column.null_count or (
             pa.types.is_floating(column.type) and pc.any(pc.is_nan(column)).as_py()
         ):
@@ -282,7 +337,7 @@ def _sorted_if_possible(table: pa.Table) -> tuple[pa.Table, bool]:
         # Arrow sorts each chunk and merges them: one copy of the table, where
         # combining the chunks first would make two
         table = table.sort_by(UPDATE_ORDER)
-    except pa.ArrowNotImplementedError:
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
         return table, False
     return table, _claimable(table)
 

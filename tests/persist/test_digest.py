@@ -71,6 +71,7 @@ def test_every_sortable_type_digests_and_consolidates(kind):
     values = {
         pa.bool_(): [True, False, True],
         pa.binary(3): [b"abc", b"abd", b"abc"],
+        pa.date32(): pa.array([3, 1, 3], pa.int32()).cast(pa.date32()),
     }.get(kind)
     if values is None:
         values = (

@@ -19,6 +19,7 @@ lets go, so a stale record always means a holder died holding it.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
@@ -58,16 +59,44 @@ def consensus_uri(data_dir: str | os.PathLike) -> str:
 def create(data_dir: str | os.PathLike) -> Path:
     """Make ``data_dir`` (absolute path returned) with mode 0700 if it does not
     exist; missing parents get the default mode, an existing directory keeps
-    its own. ``ValueError`` if it exists and is not a directory."""
+    its own. ``ValueError``, one line naming the directory, the cause and the
+    fix, if it exists and is not a directory or cannot be made (a file on
+    its path, a read-only file system, a parent it may not write, a virtual
+    file system such as ``/proc``)."""
     path = Path(os.path.abspath(data_dir))
     try:
         path.mkdir(mode=0o700, parents=True)
     except FileExistsError:
         if not path.is_dir():
-            raise ValueError(f"data dir {path} exists and is not a directory") from None
+            raise ValueError(f"data dir {path} exists and is not a directory; {_FIX}") from None
+    except OSError as exc:
+        raise unusable(path, exc) from None
     else:
         path.chmod(0o700)  # whatever the umask
     return path
+
+
+#: What every refusal of a data dir suggests.
+_FIX = "give --data-dir a directory you can write, or one that can be made"
+
+
+def unusable(data_dir: Path, exc: OSError) -> ValueError:
+    """The one-line ``ValueError`` for a data dir that ``exc`` (from making
+    it or a file in it) says cannot be used: the cause in words, and the fix."""
+    blocker = next((p for p in data_dir.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        why = f"{blocker} is a file, not a directory"
+    elif exc.errno == errno.EROFS:
+        why = "it is on a read-only file system"
+    elif exc.errno in (errno.EACCES, errno.EPERM):
+        parent = next((p for p in data_dir.parents if p.exists()), data_dir.parent)
+        target = data_dir if data_dir.is_dir() else parent
+        why = f"{target} does not let this user (uid {os.getuid()}) create files in it"
+    elif exc.errno == errno.ENOENT:
+        why = "its file system makes no directories there (a virtual one, such as /proc?)"
+    else:
+        why = exc.strerror or str(exc)
+    return ValueError(f"cannot use data dir {data_dir}: {why}; {_FIX}")
 
 
 class Holder(msgspec.Struct, frozen=True, kw_only=True):
@@ -213,6 +242,8 @@ def _take(
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         except FileNotFoundError:
             raise ValueError(f"data dir {data_dir} does not exist") from None
+        except OSError as exc:  # read-only, not ours to write
+            raise unusable(Path(os.path.abspath(data_dir)), exc) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+from .._extras import require
 from .contracts import Blob, Consensus
 from .uri import bad_uri
 
@@ -37,15 +38,17 @@ def open_blob(uri: str) -> Blob:
 
 def open_consensus(uri: str) -> Consensus:
     """Open the ``Consensus`` backend ``uri`` names. Raises ``ValueError`` for
-    a bad URI and a storage error if the backend cannot be reached. (Opened
-    through :func:`shardsink.faults.open_consensus`, it is wrapped to inject
-    faults when the ``consensus.call`` fault point is armed.)"""
+    a bad URI or a backend whose extra is not installed (``postgres``), and a
+    storage error if the backend cannot be reached. (Opened through
+    :func:`shardsink.faults.open_consensus`, it is wrapped to inject faults
+    when the ``consensus.call`` fault point is armed.)"""
     scheme = _scheme(uri, "consensus")
     if scheme == "sqlite":
         from .sqlite import SqliteConsensus
 
         return SqliteConsensus.from_uri(uri)
     if scheme in ("postgresql", "postgres"):
+        require(f"a {scheme}:// consensus store", "postgres", "psycopg")
         from .postgres import PostgresConsensus
 
         return PostgresConsensus.from_uri(uri)

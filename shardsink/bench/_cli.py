@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
+from .._extras import require
 from ..options import Flag, add_fields, add_options, layered
 
 
@@ -134,6 +136,7 @@ def _register_soak(bench) -> None:
         metavar="N",
         help="intervals per block (default %(default)s)",
     )
+    _report_only(soaks)
 
 
 #: ``bench cluster``'s flag of every BenchClusterConfig field but ``cluster``
@@ -175,6 +178,7 @@ def _register_cluster(bench) -> None:
         const="quick",
         help="the cut-down matrix (minutes); same as --matrix quick",
     )
+    _report_only(parser)
     parser.set_defaults(func=_run)
 
 
@@ -199,6 +203,7 @@ def _soak(args: argparse.Namespace) -> int:
     from ..config import ClusterConfig
     from .soak import run
 
+    require("bench soak", "bench", "matplotlib")
     config = ClusterConfig(**{name: getattr(args, name) for name in SOAK_CLUSTER})
     result = run(config, args.out, args.block)
     table = Table(
@@ -214,7 +219,8 @@ def _soak(args: argparse.Namespace) -> int:
     table.add_row("verified", "", "", "yes" if result["verified"] else "NO")
     Console().print(table)
     print(f"wrote {args.out / 'soak.json'} and {args.out / 'soak.png'}")
-    return 0 if result["verified"] else 1
+    failed = [name for name, check in result["checks"].items() if not check["ok"]]
+    return _verdict(args, failed, int(not result["verified"]), 1, args.out / "soak.json")
 
 
 def bench_cluster_config(args: argparse.Namespace):
@@ -231,12 +237,47 @@ def bench_cluster_config(args: argparse.Namespace):
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .cluster import command_line, matrix, run
+    """Exit 1 if a check of the report fails or a run does not verify,
+    saying how many, unless ``--report-only``."""
+    from .cluster import checks, command_line, matrix, run
 
     config = bench_cluster_config(args)
     specs = matrix(config.matrix)
+    # before any run: plots need matplotlib, the Delta peer's runs deltalake
+    peer = ["deltalake"] if any(s.mode.startswith("delta") for s in specs) else []
+    require("bench cluster", "bench", "matplotlib", *peer)
     rows = run(specs, Path(config.out), command_line(), title=config.matrix, base=config.cluster)
-    return 0 if rows and all(r.get("verified") for r in rows) else 1
+    failed = [claim for claim, passed, _ in checks(rows) if passed is False]
+    unverified = sum(not r.get("verified") for r in rows)
+    report = Path(config.out) / "report.md"
+    return _verdict(args, failed, unverified, len(rows), report)
+
+
+def _report_only(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        default=False,
+        help="exit 0 even if a check fails or a run does not verify (default: exit 1 then)",
+    )
+
+
+def _verdict(
+    args: argparse.Namespace, failed: list[str], unverified: int, runs: int, report: Path
+) -> int:
+    """The exit status of a benchmark whose checks ``failed`` (their claims)
+    and of whose ``runs`` runs ``unverified`` did not verify: 1, saying so
+    on stderr, if any did (or nothing ran), unless ``--report-only``."""
+    if not (failed or unverified or not runs) or args.report_only:
+        return 0
+    print(
+        f"shardsink bench {args.bench}: {len(failed)} check(s) failed"
+        + (f" ({'; '.join(failed)})" if failed else "")
+        + f", {unverified} of {runs} run(s) did not verify; see {report} "
+        "(--report-only exits 0)",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def _transport(args: argparse.Namespace) -> int:
@@ -292,6 +333,7 @@ def _allocators(args: argparse.Namespace) -> int:
 def _read(args: argparse.Namespace) -> int:
     from .read import print_table, run
 
+    require("bench read", "read", "duckdb")
     try:
         rows = tuple(int(n) for n in args.rows.split(","))
     except ValueError:

@@ -8,11 +8,16 @@ A run never raises: one that fails or does not verify is a row with
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import signal
 import sys
+import threading
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -144,15 +149,20 @@ def run(
     scratch = out / "scratch"
     console = Console(stderr=True, quiet=quiet)
     started = time.monotonic()
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-    ) as progress:
-        rows = _run_specs(specs, out, scratch, base, progress)
-    shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        with (
+            _term_interrupts(),
+            Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+            ) as progress,
+        ):
+            rows = _run_specs(specs, out, scratch, base, progress)
+    finally:  # interrupted too: results.json holds the runs done, whole
+        shutil.rmtree(scratch, ignore_errors=True)
     plot(rows, out)
     write_report(rows, out, command, time.monotonic() - started)
     _print_summary(rows, out, title, quiet)
@@ -204,10 +214,36 @@ def _print_summary(rows: list[dict], out: Path, title: str, quiet: bool) -> None
 
 
 def _write_results(out: Path, rows: list[dict]) -> None:
-    # temp and rename: a crash mid-write never leaves a truncated results.json
-    tmp = out / "results.json.tmp"
-    tmp.write_text(json.dumps({"runs": rows}, indent=2, default=str) + "\n")
-    tmp.replace(out / "results.json")
+    # temp and rename: a crash or an interrupt mid-write never leaves a
+    # truncated results.json, and an interrupted write leaves no temp file
+    tmp = out / f".results.json.tmp-{os.getpid()}"
+    try:
+        tmp.write_text(json.dumps({"runs": rows}, indent=2, default=str) + "\n")
+        tmp.replace(out / "results.json")
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def _term_interrupts() -> Iterator[None]:
+    """SIGTERM interrupts the block as Ctrl-C does (``KeyboardInterrupt``), so
+    that a killed ``bench cluster`` stops its cluster and removes its scratch
+    directory; the previous handler is back after it. (In the main thread,
+    which alone takes signals.)"""
+
+    def interrupt(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: cleanup is not cut short again
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread handles signals
+        return
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def command_line() -> str:

@@ -40,15 +40,33 @@ from ..persist.shard import Shard
 from ..storage.uri import BLOB_ENV, STORE_ENV
 from . import _output
 
-FORMATS = ("table", "csv", "json", "parquet")
+FORMATS = ("table", "csv", "json", "jsonl", "parquet")
+#: Formats that are not text, refused on a terminal.
+BINARY_FORMATS = ("parquet",)
 #: Rows ``read --format table`` shows unless ``--limit`` says otherwise.
 TABLE_ROWS = 20
 #: Rows per file of ``export``.
 EXPORT_FILE_ROWS = 1_000_000
+#: ``export``'s manifest: a Parquet file of no rows in the snapshot's schema,
+#: the manifest as JSON in its footer under :data:`MANIFEST_KEY`. Not a JSON
+#: file: Polars refuses a directory of files with different extensions (a
+#: ``_`` prefix does not hide it from Polars, only from pyarrow), and reads an
+#: empty Parquet file, like the empty ``_SUCCESS``, as nothing.
+MANIFEST_NAME = "_manifest.parquet"
+MANIFEST_KEY = b"shardsink.manifest"
 
 
 def _column_list(text: str) -> list[str]:
     return [c.strip() for c in text.split(",")]
+
+
+def _file_path(text: str) -> Path:
+    """``read --output``'s file: a name ending in ``/`` means a directory."""
+    if text.endswith("/"):
+        raise argparse.ArgumentTypeError(
+            f"{text} names a directory (it ends in /); give a file path, e.g. {text}snapshot.csv"
+        )
+    return Path(text)
 
 
 def _count(text: str) -> int:
@@ -67,7 +85,13 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     )
     _store_args(read)
     read.add_argument("--as-of", type=int, metavar="T", help="read as of T (default upper - 1)")
-    read.add_argument("--format", choices=FORMATS, default="table", help="default: table")
+    read.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="table",
+        help="json: one array; jsonl: JSON Lines, one object per row; parquet: binary, so "
+        "only to --output or a pipe (default: table)",
+    )
     read.add_argument(
         "--columns",
         type=_column_list,
@@ -80,15 +104,19 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         metavar="N",
         help=f"the first N rows (default for --format table: {TABLE_ROWS}, and it counts the rest)",
     )
-    read.add_argument("--output", type=Path, metavar="FILE", help="write here (default: stdout)")
+    read.add_argument(
+        "--output", type=_file_path, metavar="FILE", help="write here (default: stdout)"
+    )
     read.set_defaults(func=_read)
 
     export = commands.add_parser(
         "export",
         help="write a shard's consolidated snapshot as a Parquet dataset any engine reads",
         description="DIR gets part-NNNNN.parquet files (the snapshot, sorted by key), "
-        "manifest.json (shard, as-of, rows, schema, files) and an empty _SUCCESS. DIR must "
-        "not exist or be empty; it appears whole or not at all.",
+        f"{MANIFEST_NAME} (no rows; the manifest, shard, as-of, rows, schema and files, as "
+        f"JSON in its footer's metadata under {MANIFEST_KEY.decode()}) and an empty _SUCCESS, "
+        "so pyarrow.dataset, Polars and DuckDB read DIR as it is. DIR must not exist or be "
+        "empty; it appears whole or not at all.",
     )
     _store_args(export)
     export.add_argument("--as-of", type=int, metavar="T", help="as of T (default upper - 1)")
@@ -243,6 +271,11 @@ def _with_shard(func):
 
 @_with_shard
 def _read(args: argparse.Namespace, shard: Shard) -> int:
+    if args.output is None and args.format in BINARY_FORMATS and sys.stdout.isatty():
+        raise ValueError(
+            f"--format {args.format} is binary and stdout is a terminal: write it with "
+            "--output FILE, or pipe it (| duckdb, > file)"
+        )
     stream = shard.batches(args.as_of, args.columns)
     if args.output is None:
         _write(stream, args.format, args.limit, sys.stdout.buffer)
@@ -281,6 +314,9 @@ def _write(
         with pacsv.CSVWriter(out, batches.schema) as writer:
             for batch in batches:
                 writer.write_batch(batch)
+    elif fmt == "jsonl":
+        for batch in batches:
+            out.writelines(msgspec.json.encode(row) + b"\n" for row in batch.to_pylist())
     else:
         out.write(b"[")
         first = True
@@ -325,7 +361,9 @@ def _export(args: argparse.Namespace, shard: Shard) -> int:
             "files": files,
             "sorted_by": ["key", "val"],
         }
-        (temp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        empty = stream.schema.empty_table()
+        meta = {**(empty.schema.metadata or {}), MANIFEST_KEY: json.dumps(manifest).encode()}
+        pq.write_table(empty.replace_schema_metadata(meta), temp / MANIFEST_NAME)
         (temp / "_SUCCESS").touch()
     print(json.dumps({"output": str(args.output), "rows": rows, "files": len(files)}))
     return 0

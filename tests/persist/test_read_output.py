@@ -239,7 +239,7 @@ def test_export_through_a_dangling_link_makes_its_directory(capsys, data_dir, tm
     link.symlink_to("out")
     code, _, err = export_to(capsys, data_dir, link)
     assert code == 0, err
-    assert link.is_symlink() and (tmp_path / "out" / "manifest.json").is_file()
+    assert link.is_symlink() and (tmp_path / "out" / shard_cli.MANIFEST_NAME).is_file()
     assert no_temporaries(tmp_path)
 
 

@@ -235,7 +235,7 @@ def test_export_read_by_duckdb_equals_the_collection_before_and_after_compaction
             "400",
         )
         assert code == 0 and json.loads(out)["rows"] == expected.num_rows
-        manifest = json.loads((target / "manifest.json").read_text())
+        manifest = export_manifest(target)
         assert manifest["shard"] == "default" and manifest["rows"] == expected.num_rows
         assert manifest["as_of"] == INTERVALS * CHURN.interval_ms - 1
         assert [f["name"] for f in manifest["schema"]] == ["key", "val", "ts", "diff"]
@@ -308,9 +308,15 @@ def test_export_of_a_shard_never_written(capsys, tmp_path):
     with open_shard(blob=f"file://{tmp_path}/blob", consensus=f"sqlite://{tmp_path}/consensus.db"):
         pass
     code, _, _ = run(capsys, "export", "--data-dir", str(tmp_path), "--output", str(tmp_path / "e"))
-    manifest = json.loads((tmp_path / "e" / "manifest.json").read_text())
+    manifest = export_manifest(tmp_path / "e")
     assert code == 0 and (manifest["rows"], manifest["as_of"]) == (0, None)
     assert pq.read_table(tmp_path / "e" / manifest["files"][0]).num_rows == 0
+
+
+def export_manifest(directory):
+    """The manifest ``export`` put in ``directory``'s manifest file."""
+    meta = pq.read_schema(directory / shard_cli.MANIFEST_NAME).metadata
+    return json.loads(meta[shard_cli.MANIFEST_KEY])
 
 
 def manifest_snapshot(capsys, data_dir, *argv):

@@ -17,6 +17,7 @@ import pyarrow as pa
 from ..storage.contracts import Blob
 from ..storage.errors import StorageError
 from . import parts as P
+from .digest import Digest, digest
 from .state import Batch, BlobPart, InlinePart, Part, part_prefix
 from .stats import ShardStats
 
@@ -52,16 +53,23 @@ def build_batch(
     inline_max_bytes: int,
     target_bytes: int,
     stats: ShardStats,
+    content: Digest | None = None,
 ) -> Batch:
     """A batch ``[lower, upper)`` of ``table`` (shard schema, already
     consolidated) for ``writer`` to append, in parts of about
-    ``target_bytes``; inline where small."""
+    ``target_bytes``; inline where small. Its digest is ``content``, if the
+    caller has computed it, else ``table``'s."""
     parts = [
         _part(blob, shard, writer, piece, inline_max_bytes, stats)
         for piece in P.split(table, target_bytes)
     ]
     return Batch(
-        id=uuid.uuid4().hex, lower=lower, upper=upper, parts=tuple(parts), rows=table.num_rows
+        id=uuid.uuid4().hex,
+        lower=lower,
+        upper=upper,
+        parts=tuple(parts),
+        rows=table.num_rows,
+        digest=digest(table) if content is None else content,
     )
 
 
@@ -152,6 +160,9 @@ class BatchBuilder:
 
     ``since``: rows may also carry ``ts == since`` past ``upper``, as
     compaction's do once it has forwarded times below ``since`` to it.
+    The batch's digest is that of the rows added (:func:`~.digest.digest`,
+    computed as they are added) unless ``digests`` is false (a compaction
+    gives its output the sum of its inputs' instead).
     """
 
     def __init__(
@@ -166,8 +177,11 @@ class BatchBuilder:
         target_bytes: int,
         stats: ShardStats,
         since: int = 0,
+        digests: bool = True,
     ) -> None:
         check_interval(lower, upper)
+        self.digests = digests
+        self.digest = Digest()
         self.since = since
         self.blob = blob
         self.shard = shard
@@ -197,9 +211,7 @@ class BatchBuilder:
         self._check_open()
         if batch.num_rows == 0:
             return False
-        self._held.append(batch)
-        self._held_bytes += batch.nbytes
-        self.rows += batch.num_rows
+        self._hold(batch)
         if self._held_bytes < self.target_bytes and not write:
             return False
         self._parts.append(
@@ -222,6 +234,7 @@ class BatchBuilder:
             upper=self.upper,
             parts=tuple(self._parts),
             rows=self.rows,
+            digest=self.digest if self.digests else None,
         )
 
     def abort(self) -> list[str]:
@@ -234,6 +247,13 @@ class BatchBuilder:
         keys = [p.key for p in self._parts if isinstance(p, BlobPart)]
         delete_unreferenced(self.blob, keys)
         return keys
+
+    def _hold(self, batch: pa.RecordBatch) -> None:
+        self._held.append(batch)
+        self._held_bytes += batch.nbytes
+        self.rows += batch.num_rows
+        if self.digests:
+            self.digest = self.digest + digest(batch)
 
     def _take(self) -> pa.Table:
         table = pa.Table.from_batches(self._held)
@@ -268,9 +288,7 @@ class SortedBatchBuilder(BatchBuilder):
         if batch.num_rows == 0:
             return False
         self._schema = batch.schema
-        self.rows += batch.num_rows
-        self._held.append(batch)
-        self._held_bytes += batch.nbytes
+        self._hold(batch)
         if self._stream is None and self._held_bytes < 4 * self.inline_max_bytes:
             return False  # may still go inline
         if self._stream is None:

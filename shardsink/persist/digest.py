@@ -70,6 +70,12 @@ def total(digests) -> Digest:
     return out
 
 
+def total_known(digests) -> Digest | None:
+    """The sum of ``digests``; ``None`` if one of them is (unknown)."""
+    digests = list(digests)
+    return None if any(d is None for d in digests) else total(digests)
+
+
 def digest(table: pa.Table | pa.RecordBatch) -> Digest:
     """The digest of ``table`` (columns ``key``, ``val``, ``diff``; ``ts`` and
     others ignored). ``ValueError`` naming a field whose type cannot be hashed."""

@@ -12,6 +12,8 @@ from typing import Literal
 
 import msgspec
 
+from .digest import Digest
+
 _SHARD_RE = re.compile(r"^[A-Za-z0-9_=-][A-Za-z0-9_.=-]*$")
 
 #: A part's key bound: the smallest/largest value of its ``key`` column, when
@@ -100,15 +102,18 @@ class InlinePart(
 Part = BlobPart | InlinePart
 
 
-class Batch(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class Batch(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """Updates with ``lower <= ts < upper`` (before any forwarding to ``since``),
-    in ``parts``. ``id`` is unique within the shard."""
+    in ``parts``. ``id`` is unique within the shard. ``digest``: the
+    :class:`~.digest.Digest` of what was written into it (a compaction's is
+    the sum of its inputs'), ``None`` if unknown (batches of earlier versions)."""
 
     id: str
     lower: int
     upper: int
     parts: tuple[Part, ...]
     rows: int
+    digest: Digest | None = None
 
     @property
     def inline_bytes(self) -> int:

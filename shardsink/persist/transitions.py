@@ -42,6 +42,7 @@ from .commands import (
     WriterGone,
     WrongUpper,
 )
+from .digest import total_known
 from .state import (
     Batch,
     BlobPart,
@@ -224,6 +225,7 @@ def _one_batch(batches: list[Batch]) -> Batch | None:
         first,
         parts=tuple(part for batch in batches for part in batch.parts),
         rows=sum(batch.rows for batch in batches),
+        digest=total_known(batch.digest for batch in batches),
     )
 
 

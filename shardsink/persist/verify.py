@@ -6,6 +6,12 @@ bounds. :func:`verify` reads every part of the live state (a blob part a
 row group at a time, so memory stays at one row group) and every rollup the
 state keeps, and reports each way the data differs from its description:
 nothing is repaired, nothing is written but the reader lease it holds.
+
+A batch with a digest (:mod:`~.digest`: what its interval's writers wrote)
+is checked against what its parts hold: a changed value, a missing row or a
+doubled one changes the sum of diffs or the hash, and the problem names the
+batch's interval and its parts. Consolidation, compaction and ``since``
+leave the digest as it was, so a compacted batch is checked too.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import pyarrow.parquet as pq
 
 from ..storage.contracts import Blob
 from . import parts as P
+from .digest import Digest, digest
 from .state import BlobPart, InlinePart, Part, ShardState, decode_state
 
 
@@ -33,6 +40,7 @@ class VerifyReport(msgspec.Struct, kw_only=True):
     rollups: int = 0
     rows: int = 0
     blob_bytes: int = 0
+    digested: int = 0
     problems: list[str] = []
 
     @property
@@ -45,7 +53,8 @@ class VerifyReport(msgspec.Struct, kw_only=True):
         return (
             f"shard {self.shard!r} at seqno {self.seqno}, upper {self.upper}: {self.batches} "
             f"batches, {self.blob_parts} blob parts ({self.blob_bytes} bytes), "
-            f"{self.inline_parts} inline parts, {self.rows} rows, {self.rollups} rollups: {found}"
+            f"{self.inline_parts} inline parts, {self.rows} rows, {self.rollups} rollups, "
+            f"{self.digested} batches checked against their digests: {found}"
         )
 
 
@@ -57,10 +66,16 @@ class _Seen(msgspec.Struct):
     ts_hi: int | None = None
     key_lo: object = None
     key_hi: object = None
+    digest: Digest | None = Digest()
 
     def add(self, table: pa.Table) -> None:
         if table.num_rows == 0:
             return
+        if self.digest is not None:
+            try:
+                self.digest = self.digest + digest(table)
+            except ValueError:
+                self.digest = None  # a type digests cannot hash: nothing to compare
         self.rows += table.num_rows
         ts_lo, ts_hi = (s.as_py() for s in pc.min_max(table["ts"]).values())
         self.ts_lo = ts_lo if self.ts_lo is None else min(self.ts_lo, ts_lo)
@@ -91,16 +106,22 @@ def verify(state: ShardState, blob: Blob) -> VerifyReport:
                 f"batch {batch.id} [{batch.lower}, {batch.upper}) says {batch.rows} rows, "
                 f"its parts {sum(p.rows for p in batch.parts)}"
             )
+        held: Digest | None = Digest()
         for part in batch.parts:
             if isinstance(part, BlobPart):
                 report.blob_parts += 1
                 report.blob_bytes += part.encoded_bytes
-                problem = _blob_part(blob, part, schema)
+                problem, seen = _blob_part(blob, part, schema)
             else:
                 report.inline_parts += 1
-                problem = _inline_part(part, schema)
+                problem, seen = _inline_part(part, schema)
             if problem is not None:
                 report.problems.append(f"{P.describe(part)} of batch {batch.id}: {problem}")
+            held = None if held is None or seen.digest is None else held + seen.digest
+        if batch.digest is not None:
+            report.digested += 1
+            if held is not None and not held.same_content(batch.digest):
+                report.problems.append(_digest_problem(batch, held))
     for seqno, rollup in sorted(state.rollups.items()):
         report.rollups += 1
         problem = _rollup(blob, state.shard, seqno, rollup.key)
@@ -109,36 +130,57 @@ def verify(state: ShardState, blob: Blob) -> VerifyReport:
     return report
 
 
-def _blob_part(blob: Blob, part: BlobPart, schema: pa.Schema) -> str | None:
+def _digest_problem(batch, held: Digest) -> str:
+    """The line for ``batch`` whose parts hold ``held``, not its digest."""
+    assert batch.digest is not None
+    return (
+        f"interval [{batch.lower}, {batch.upper}) (batch {batch.id}, "
+        f"{len(batch.parts)} parts: {', '.join(P.describe(p) for p in batch.parts)}) holds "
+        f"{held.describe()}; its writers wrote {batch.digest.describe()}"
+        f"{_diff_sum(held, batch.digest)}"
+    )
+
+
+def _diff_sum(held: Digest, written: Digest) -> str:
+    if held.diffs == written.diffs:
+        return " (same diffs, different content: a value changed)"
+    return f" ({held.diffs - written.diffs:+d} diffs)"
+
+
+#: A part that could not be read holds no digest to compare.
+_UNREAD = _Seen(digest=None)
+
+
+def _blob_part(blob: Blob, part: BlobPart, schema: pa.Schema) -> tuple[str | None, _Seen]:
     meta = blob.stat(part.key)
     if meta is None:
-        return f"missing from blob {blob.uri}"
+        return f"missing from blob {blob.uri}", _UNREAD
     if meta.size != part.encoded_bytes:
-        return f"holds {meta.size} bytes, the state says {part.encoded_bytes}"
+        return f"holds {meta.size} bytes, the state says {part.encoded_bytes}", _UNREAD
     source = blob.open_input(part.key)
     if source is None:
-        return f"missing from blob {blob.uri}"
+        return f"missing from blob {blob.uri}", _UNREAD
     seen = _Seen()
     try:
         with source:
             file = pq.ParquetFile(source)
             if not file.schema_arrow.equals(schema):
-                return f"has schema {file.schema_arrow}, the shard {schema}"
+                return f"has schema {file.schema_arrow}, the shard {schema}", _UNREAD
             for group in range(file.num_row_groups):
                 seen.add(file.read_row_group(group))
     except (pa.ArrowException, OSError) as exc:  # pyarrow raises both for a corrupt file
-        return f"does not read as Parquet: {exc}"
-    return _compare(part, seen)
+        return f"does not read as Parquet: {exc}", _UNREAD
+    return _compare(part, seen), seen
 
 
-def _inline_part(part: InlinePart, schema: pa.Schema) -> str | None:
+def _inline_part(part: InlinePart, schema: pa.Schema) -> tuple[str | None, _Seen]:
     try:
         table = P.decode_inline(part, schema)
     except ValueError as exc:
-        return f"does not decode: {exc}"
+        return f"does not decode: {exc}", _UNREAD
     seen = _Seen()
     seen.add(table)
-    return _compare(part, seen)
+    return _compare(part, seen), seen
 
 
 def _compare(part: Part, seen: _Seen) -> str | None:

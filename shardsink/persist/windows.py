@@ -194,13 +194,14 @@ class _Cursor:
             chunk = chunk.filter(pc.greater(chunk["key"], after))
         if chunk.num_rows == 0:
             return
-        keys = chunk["key"]
-        first = keys[0].as_py()
-        if (self.last is not None and first < self.last) or (
-            len(keys) > 1 and not pc.all(pc.less_equal(keys[:-1], keys[1:])).as_py()
-        ):
-            raise ValueError(f"{P.describe(self.part)} is not sorted by key")
-        self.last = keys[-1].as_py()
+        if self.part.key_lo is not None:  # a part without key bounds is never cut
+            keys = chunk["key"]
+            first = keys[0].as_py()
+            if (self.last is not None and first < self.last) or (
+                len(keys) > 1 and not pc.all(pc.less_equal(keys[:-1], keys[1:])).as_py()
+            ):
+                raise ValueError(f"{P.describe(self.part)} is not sorted by key")
+            self.last = keys[-1].as_py()
         self.buffer = chunk if self.buffer is None else pa.concat_tables([self.buffer, chunk])
 
     def cut(self, window_rows: int) -> KeyBound:

@@ -9,6 +9,7 @@ import pytest
 
 from shardsink.persist import parts as P
 from shardsink.persist.batches import BatchBuilder, load_part
+from shardsink.persist.digest import digest
 from shardsink.persist.state import BlobPart, InlinePart
 from shardsink.persist.stats import ShardStats
 from shardsink.storage.errors import DeterminateError
@@ -22,7 +23,7 @@ def _blob() -> MemoryBlob:
     return MemoryBlob(uuid.uuid4().hex)  # named memory stores are process-wide
 
 
-def _builder(blob, *, target=1 << 30, inline=4096, stats=None) -> BatchBuilder:
+def _builder(blob, *, target=1 << 30, inline=4096, stats=None, digests=True) -> BatchBuilder:
     return BatchBuilder(
         blob,
         "s",
@@ -32,6 +33,7 @@ def _builder(blob, *, target=1 << 30, inline=4096, stats=None) -> BatchBuilder:
         inline_max_bytes=inline,
         target_bytes=target,
         stats=stats or ShardStats(),
+        digests=digests,
     )
 
 
@@ -62,7 +64,7 @@ class _Sized:
 def test_adding_is_constant_time_whatever_was_added_before():
     """The reference's quadratic bug summed every held part's size on each add;
     here each added batch's size is read exactly once, however many are held."""
-    builder = _builder(_blob())
+    builder = _builder(_blob(), digests=False)  # a stand-in has no rows to digest
     _Sized.reads = 0
     for _ in range(10_000):
         assert builder.add(_Sized()) is False
@@ -82,6 +84,7 @@ def test_tiny_result_is_inline_and_holds_exactly_the_rows_added():
     assert batch.rows == 400 and (batch.lower, batch.upper) == (0, 1000)
     assert stats.blob_puts == 0
     assert _rows(blob, batch).equals(WORKLOAD.expected(1, as_of=0))
+    assert batch.digest == digest(_rows(blob, batch))
 
 
 def test_parts_are_cut_at_the_target_and_written_to_blob():

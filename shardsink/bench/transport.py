@@ -8,8 +8,12 @@ checks it against the sent batch's, and times each repetition from a shared
 start until it has read the last batch. Every column therefore moves the same
 bytes and reads them where they arrive: a zero-copy transport cannot score by
 leaving bytes untouched, and a corrupted part fails the run. Throughput is the
-batch's Arrow bytes times the parts over that time; each figure is the median
-over the timed repetitions. Columns of ``transport.json`` (all GB/s):
+batch's Arrow bytes times the parts over that time. The pairs run side by
+side: each of ``reps`` rounds runs every transport's pair once (a warm-up
+and one timed repetition), the pairs of each round in an order of its own
+(:func:`~shardsink.bench.cluster.matrices.repeat_order`; ``order`` in
+``transport.json``); each figure is the median over the rounds and
+``gbps_range`` their lowest and highest. Columns of ``transport.json`` (all GB/s):
 
 - ``shm_gbps``: this transport end to end, as a worker uses it. The worker
   streams parts without waiting for each acknowledgement (as many may be
@@ -436,27 +440,47 @@ def run(
     timeout."""
     from shardsink.shm import MESSAGE_PART_MAX_BYTES, unlink_cluster
 
+    from .cluster.matrices import ORDER_SEED, repeat_order
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cluster = f"bench{os.getpid()}"
     measured = {*sizes, *sweep_sizes} if inline_sweep else set(sizes)
     batch_bytes = {size: make_batch(size).nbytes for size in measured}
-    seconds: dict[str, dict[int, float]] = {}
+    rounds: dict[str, dict[int, list[float]]] = {}
     bytes_read: dict[str, dict[int, int]] = {}
     pairs = [(t, sizes) for t in ("shm", "zmq", "queue")]
     if inline_sweep:
         pairs += [(t, sweep_sizes) for t in ("inline", "shm_only")]
+    order = []
     try:
         with tempfile.TemporaryDirectory(prefix="shardsink-bench-") as workdir:  # mode 0700
-            for transport, measured_sizes in pairs:
-                figures = _pair(transport, measured_sizes, reps, workdir, cluster)
-                seconds.update(figures["seconds"])
-                bytes_read.update(figures["bytes_read"])
+            # Side by side: one timed repetition of every pair per round, the
+            # pairs of each round in their own order, so no transport is
+            # measured minutes before another.
+            for rep in range(reps):
+                order.append([t for t, _ in repeat_order(pairs, rep)])
+                for transport, measured_sizes in repeat_order(pairs, rep):
+                    figures = _pair(transport, measured_sizes, 1, workdir, cluster)
+                    for column, per_size in figures["seconds"].items():
+                        for size, took in per_size.items():
+                            rounds.setdefault(column, {}).setdefault(size, []).append(took)
+                    bytes_read.update(figures["bytes_read"])
     finally:
         unlink_cluster(cluster)
+    seconds = {
+        column: {size: statistics.median(took) for size, took in per_size.items()}
+        for column, per_size in rounds.items()
+    }
 
-    def gbps(transport: str, size: int) -> float:
-        return round(batch_bytes[size] * parts_per_rep(size) / seconds[transport][size] / 1e9, 3)
+    def gbps(transport: str, size: int, took: float | None = None) -> float:
+        took = seconds[transport][size] if took is None else took
+        return round(batch_bytes[size] * parts_per_rep(size) / took / 1e9, 3)
+
+    def spread(transport: str, size: int) -> list[float]:
+        """The lowest and highest GB/s of the rounds."""
+        return sorted({gbps(transport, size, max(rounds[transport][size])),
+                       gbps(transport, size, min(rounds[transport][size]))})  # fmt: skip
 
     result: dict = {
         "parts": [
@@ -465,11 +489,14 @@ def run(
                 "batch_bytes": batch_bytes[size],
                 "parts_per_rep": parts_per_rep(size),
                 **{f"{t}_gbps": gbps(t, size) for t in _COLUMNS},
+                "gbps_range": {t: spread(t, size) for t in _COLUMNS},
                 "bytes_read": {t: bytes_read[t][size] for t in _COLUMNS},
             }
             for size in sizes
         ],
         "reps": reps,
+        "order": order,
+        "order_seed": ORDER_SEED,
         "message_part_max_bytes": MESSAGE_PART_MAX_BYTES,
     }
     if inline_sweep:

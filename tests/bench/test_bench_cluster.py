@@ -20,6 +20,7 @@ from shardsink.bench.cluster import (
     scale_matrix,
     write_report,
 )
+from shardsink.bench.cluster.matrices import repeat_order
 from shardsink.bench.scale import report_lines, stop, sweeps
 
 
@@ -94,7 +95,7 @@ def test_host_coalescing_is_in_the_bench_and_checked(tmp_path) -> None:
     assert row["coalesce"] == "host" and row["appends"] == 3
     assert row["data_parts_per_append"] + row["inline_parts_per_append"] == 1.0  # not 2 groups
     shape = [s for s in matrix("trickle") if (s.groups, s.rows_per_interval) == (4, 128)]
-    assert [(s.mode, s.coalesce) for s in shape] == list(VARIANTS)
+    assert sorted((s.mode, s.coalesce) for s in shape) == sorted(VARIANTS)
     rows = [
         _trickle_row("off", "group", 32.0, 10_000.0),
         _trickle_row("barrier", "group", 4.0, 3_000.0),
@@ -306,3 +307,20 @@ def test_the_latency_matrix_interleaves_every_variant_and_checks_what_sharing_ad
     )
     assert claims["4x8 R=128: barrier adds <= 5 ms to off's p50 append latency"][0] is False
     assert claims["1x8 R=128: best-effort adds <= 2 ms to off's p50 append latency"][0] is False
+
+
+def test_every_matrix_runs_each_repeat_in_its_own_seeded_order() -> None:
+    for name in MATRICES:
+        specs = matrix(name)
+        assert [s.order for s in specs] == list(range(len(specs)))
+        assert [s.repeat for s in specs] == sorted(s.repeat for s in specs)
+        assert matrix(name) == specs  # seeded: a rerun runs the same order
+    latency = matrix("latency")
+    per_repeat = [
+        [(s.mode, s.coalesce, s.groups) for s in latency if s.repeat == r]
+        for r in range(LATENCY_REPEATS)
+    ]
+    assert len({tuple(labels) for labels in per_repeat}) == LATENCY_REPEATS  # each its own
+    assert len({labels[0] for labels in per_repeat}) > 1  # no variant always first
+    assert all(sorted(labels) == sorted(per_repeat[0]) for labels in per_repeat)
+    assert repeat_order("abcdef", 1) == repeat_order("abcdef", 1) != repeat_order("abcdef", 2)

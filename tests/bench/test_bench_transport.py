@@ -42,17 +42,25 @@ def test_a_change_of_any_byte_is_read() -> None:
         assert transport.read_buffer(changed).checksum != read.checksum, at
 
 
+TRANSPORTS = ["shm", "zmq", "queue", "inline", "shm_only"]
+
+
 @pytest.mark.slow
 def test_bench_transport_writes_json_and_a_table(tmp_path, capsys):
     result = transport.run(
-        tmp_path, inline_sweep=True, sizes=(4 << 10, 256 << 10), sweep_sizes=(1 << 10,), reps=1
+        tmp_path, inline_sweep=True, sizes=(4 << 10, 256 << 10), sweep_sizes=(1 << 10,), reps=2
     )
+    # side by side: every pair once a round, each round in its own recorded order
+    assert len(result["order"]) == 2
+    assert [sorted(o) for o in result["order"]] == [sorted(TRANSPORTS)] * 2
     transport.print_table(result)
     assert json.loads((tmp_path / "transport.json").read_text()) == result
     assert [row["size"] for row in result["parts"]] == [4 << 10, 256 << 10]
     for row in result["parts"]:
         for key in ("shm_gbps", "zmq_gbps", "queue_gbps", "memcpy_gbps", "memcpy_cached_gbps"):
             assert row[key] > 0
+        for column, (low, high) in row["gbps_range"].items():
+            assert low <= row[f"{column}_gbps"] <= high
         # every reader read every byte of every part: the same work in every column
         read = row["bytes_read"]
         assert read["shm"] == read["zmq"] == read["queue"] >= row["batch_bytes"]

@@ -1,11 +1,21 @@
 """The run specs of every ``bench cluster --matrix``: what each run sets, how
 the runs of a matrix are built and interleaved, and how a run's shape is named
-in tables and progress lines."""
+in tables and progress lines.
+
+Side by side: a matrix's runs go repeat by repeat (every run of repeat 0,
+then of repeat 1, ...), and within a repeat in a fresh random order drawn
+from :data:`ORDER_SEED` and the repeat (:func:`repeat_order`), so no variant
+always runs first, or always after another on a machine that drifts. Each
+run records its place (``order``) and the seed (``order_seed``) in
+``results.json``. Every benchmark that compares variants orders them with
+:func:`repeat_order`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Literal
+import random
+from collections.abc import Callable, Sequence
+from typing import Literal, TypeVar
 
 import msgspec
 
@@ -14,6 +24,8 @@ from ...config import AUTO, ClusterConfig
 from .. import scale
 
 UNLIMITED = 1 << 50  # "everything through the builder"
+#: The seed of every benchmark's run order (:func:`repeat_order`).
+ORDER_SEED = 26
 CLUSTER_MODES = ("off", "best-effort", "barrier")
 #: What the trickle and scale sections compare side by side: ``(mode,
 #: coalesce)``, shown as :func:`~shardsink.bench.scale.variant` names them.
@@ -89,6 +101,9 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
     compaction: bool = False
     repeat: int = 0
     coalesce: str = "group"
+    #: its place in the matrix's run order, and the seed that drew it (:func:`ordered`)
+    order: int = 0
+    order_seed: int = ORDER_SEED
 
     @property
     def label(self) -> str:
@@ -133,7 +148,28 @@ def matrix(name: str) -> list[RunSpec]:
     hydration with ``--shared-max-bytes auto`` against 1 MiB and ``off``."""
     if name not in MATRICES:
         raise ValueError(f"unknown matrix {name!r}; choose one of {', '.join(MATRICES)}")
-    return MATRICES[name]()
+    return ordered(MATRICES[name]())
+
+
+T = TypeVar("T")
+
+
+def repeat_order(variants: Sequence[T], repeat: int, seed: int = ORDER_SEED) -> list[T]:
+    """``variants`` in the order repeat ``repeat`` runs them: a shuffle drawn
+    from ``seed`` and ``repeat`` alone, so each repeat has its own order and a
+    rerun has the same."""
+    out = list(variants)
+    random.Random(f"{seed}/{repeat}").shuffle(out)
+    return out
+
+
+def ordered(specs: Sequence[RunSpec], seed: int = ORDER_SEED) -> list[RunSpec]:
+    """``specs`` in the order a matrix runs them: repeat by repeat, each
+    repeat's runs in :func:`repeat_order`, each run given its place and the seed."""
+    runs = []
+    for repeat in sorted({s.repeat for s in specs}):
+        runs += repeat_order([s for s in specs if s.repeat == repeat], repeat, seed)
+    return [msgspec.structs.replace(s, order=i, order_seed=seed) for i, s in enumerate(runs)]
 
 
 def _build(

@@ -32,6 +32,7 @@ Mode = Literal["off", "best-effort", "barrier"]
 Coalesce = Literal["group", "host"]
 Pace = Literal["realtime", "max"]
 Start = Literal["fork", "spawn"]
+HostLost = Literal["move", "wait"]
 WorkloadName = Literal["trickle", "churn", "hydrate"]
 MODES: tuple[str, ...] = get_args(Mode)
 COALESCES: tuple[str, ...] = get_args(Coalesce)
@@ -107,7 +108,11 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     ``max_hosts`` nodes, if not 0), each host's run by a host agent pinned to
     its node (:mod:`shardsink.hosts`), the coordinator's socket TCP
     (``coordinator_bind``, loopback if not given); a host whose agent has not
-    answered for ``host_timeout_s`` is gone and its groups run elsewhere.
+    answered for ``host_timeout_s`` is gone: with ``host_lost`` "move" its
+    groups run on the other hosts until a node that has no agent (one that
+    joined, or whose agent died) takes its place and they move back; with
+    "wait" they wait for that node (up to ``start_timeout_s``). The number of
+    groups is set at the start.
     Every host writes blobs: a ``file://`` store with more than one host is
     refused unless ``blob_shared`` says its directory is the same on every
     host (a shared mount, or one machine).
@@ -171,6 +176,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     blob_shared: bool = False
     max_hosts: int = 0
     host_timeout_s: float = 10.0
+    host_lost: HostLost = "move"
     start: Start = "fork"
     seed: int = 0
     start_timeout_s: float = 120.0

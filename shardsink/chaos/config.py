@@ -7,7 +7,7 @@ import msgspec
 
 from .._bounds import at_least, positive
 from .._http import parse_listen
-from ..config import COALESCES, MODES, ClusterConfig, Coalesce, Mode
+from ..config import COALESCES, MODES, ClusterConfig, Coalesce, HostLost, Mode
 from ..workloads import Workload
 from .schedule import FAULT_KINDS, injectable
 
@@ -19,8 +19,6 @@ INTERVAL_MS = 1000
 SINCE_LAG = 20
 #: Bound on one maintenance command.
 MAINTENANCE_TIMEOUT_S = 120.0
-#: Environment variable that marks every process a run starts.
-RUN_MARK = "SHARDSINK_CHAOS_RUN"
 
 
 class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -39,7 +37,12 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     among the builders the faults hit). ``writer_lease_ms``: the consensus
     process's writer lease; a coordinator retries an append for two thirds
     of it (:attr:`append_retry_s`), and the leaked-blob sweep run by hand
-    beside the cluster takes the shortest grace it allows, the lease."""
+    beside the cluster takes the shortest grace it allows, the lease.
+    ``hosts``, ``blob_shared``, ``max_hosts``, ``host_timeout_s`` and
+    ``host_lost``: the cluster's (``ray:ADDRESS``: ``groups`` groups on each
+    node of that Ray cluster, whose nodes must run on this machine for the
+    nemesis to reach their processes; the fault kinds ``kill-host`` and
+    ``pause-host`` need it)."""
 
     duration_s: float = 60.0
     seed: int = 0
@@ -60,9 +63,21 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     stall_s: float = 120.0
     dashboard: str | None = None
     writer_lease_ms: int = 15_000
+    hosts: str = "local"
+    blob_shared: bool = False
+    max_hosts: int = 0
+    host_timeout_s: float = 10.0
+    host_lost: HostLost = "move"
 
     def __post_init__(self) -> None:
-        stores = ClusterConfig(blob=self.blob, consensus=self.consensus)  # their own checks
+        stores = ClusterConfig(  # their own checks
+            blob=self.blob,
+            consensus=self.consensus,
+            hosts=self.hosts,
+            max_hosts=self.max_hosts,
+            host_timeout_s=self.host_timeout_s,
+            host_lost=self.host_lost,
+        )
         if stores.external_server:
             raise ValueError(
                 f"consensus {self.consensus!r} is a server address; chaos runs (and kills) the "
@@ -75,7 +90,7 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             raise ValueError(
                 f"unknown coalesce {self.coalesce!r}; choose one of {', '.join(COALESCES)}"
             )
-        injectable(self.faults, self.mode)
+        injectable(self.faults, self.mode, hosts=self.on_hosts)
         at_least(self, 1, "groups", "workers", "rows_per_interval")
         at_least(self, 0, "readers")
         positive(self, "mean_gap_s", "pause_max_s", "maintenance_every_s", "stall_s")
@@ -90,6 +105,11 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
     def workload(self) -> Workload:
         return Workload("churn", self.rows_per_interval, 0, INTERVAL_MS)
+
+    @property
+    def on_hosts(self) -> bool:
+        """Whether the groups run on the hosts of a Ray cluster."""
+        return self.hosts != "local"
 
     @property
     def append_retry_s(self) -> float:

@@ -18,10 +18,10 @@ from ..config import ClusterConfig
 from ..connect import open_shard
 from ..persist.config import ShardConfig
 from ..persist.shard import Shard
-from ..process import Child, marked
+from ..process import RUN_MARK, Child, marked
 from ..storage.uri import BLOB_ENV, STORE_ENV
 from ..workloads import SCHEMA
-from .config import RUN_MARK, SHARD, ChaosConfig
+from .config import SHARD, ChaosConfig
 from .nemesis import cluster_processes
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ class RunContext:
         pid = self.coordinator_pid()
         if pid is None:
             return
-        for target in cluster_processes(pid):
+        for target in cluster_processes(pid, self.mark if self.config.on_hosts else ""):
             self.note(target.pid, f"{target.kind} {target.name}")
 
     def note(self, pid: int, name: str) -> None:

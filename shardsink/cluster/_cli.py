@@ -86,6 +86,8 @@ FLAGS: dict[str, Flag] = {
     "max_hosts": Flag("N", "use at most N of the Ray cluster's nodes (0: all)"),
     "host_timeout_s": Flag("S", "a host whose agent has not answered for S seconds is gone; "
                            "its groups run on the others"),
+    "host_lost": Flag(None, "a lost host's groups move to the other hosts until a node takes its "
+                      "place, or wait for that node"),
     "start": Flag(None, "how children start: fork from a zygote that has imported what they "
                   "need, or spawn fresh interpreters"),
     "seed": Flag("X", "drives the run's random choices"),
@@ -463,7 +465,22 @@ def status_tables(status):
             f"{p.rss_bytes / MIB:.1f} MiB",
             f"{p.cpu_percent:.0f}",
         )
-    return summary, procs
+    if not any(h.node_id for h in status.hosts):
+        return summary, procs
+    hosts = Table(
+        "host", "machine", "node", "address", "alive", "groups", "restarts", title="hosts"
+    )
+    for h in status.hosts:
+        hosts.add_row(
+            str(h.index),
+            h.hostname,
+            h.node_id[:12],
+            h.address,
+            "yes" if h.alive else "NO",
+            ",".join(map(str, h.groups)) or "-",
+            str(h.restarts),
+        )
+    return summary, hosts, procs
 
 
 def _run(cluster, intervals: int, console, events=None) -> None:

@@ -54,6 +54,7 @@ from ..config import ClusterConfig
 from ..connect import open_shard
 from ..coordinator.coordinator import Coordinator, IntervalRecord, interval_of
 from ..coordinator.errors import ClusterError
+from ..coordinator.groups import HostInfo
 from ..coordinator.ray_groups import close_agents, place_hosts
 from ..persist.config import ShardConfig
 from ..persist.errors import ShardNotFound
@@ -214,7 +215,7 @@ class Cluster:
                 self._lock.update(control=self.control.address)
             if config.metrics_port is not None:
                 self.metrics = Metrics(
-                    config.metrics_port, Supervised(self._supervised, self._members)
+                    config.metrics_port, Supervised(self._supervised, self._members, self._hosts)
                 )
             if config.dashboard is not None:
                 self.dashboard = Dashboard(
@@ -400,6 +401,7 @@ class Cluster:
             metrics=self.metrics.url if self.metrics is not None else None,
             dashboard=self.dashboard.url if self.dashboard is not None else None,
             processes=[self._process_status(*p) for p in self._members()],
+            hosts=self._hosts(),
         )
 
     @property
@@ -420,6 +422,10 @@ class Cluster:
         """Group restarts, consensus restarts, abandoned attempts (for metrics)."""
         s = self.supervision()
         return s.restarts, s.consensus_restarts, s.abandoned_attempts
+
+    def _hosts(self) -> list[HostInfo]:
+        """Every host placed (none before the coordinator is built)."""
+        return self.coordinator.supervisor.hosts() if self.coordinator is not None else []
 
     def _members(self) -> list[tuple[str, str, int, bool]]:
         """(kind, name, pid, alive) of the coordinator and every child."""

@@ -22,6 +22,7 @@ import zmq
 
 from .. import datadir
 from .._address import check_address
+from ..coordinator.groups import HostInfo
 
 #: How long a client waits for the coordinator's answer by default.
 TIMEOUT_S = 5.0
@@ -60,7 +61,9 @@ class Status(msgspec.Struct, tag="status", frozen=True, forbid_unknown_fields=Tr
     Prometheus metrics and its live dashboard (``None`` without
     ``--metrics-port``, ``--dashboard``). ``coalesce``: the cluster's
     ``--coalesce`` (with ``host`` in a sharing mode, ``processes`` lists the
-    host builder, kind ``builder``, name ``host``)."""
+    host builder, kind ``builder``, name ``host``). ``hosts``: where the
+    groups run, one entry per host placed (``--hosts``; one for this machine
+    alone)."""
 
     cluster_id: str
     coordinator_pid: int
@@ -91,6 +94,7 @@ class Status(msgspec.Struct, tag="status", frozen=True, forbid_unknown_fields=Tr
     dashboard: str | None
     coalesce: str = "group"
     processes: list[ProcessStatus]
+    hosts: list[HostInfo] = []
 
 
 class Stopping(msgspec.Struct, tag="stopping", frozen=True, forbid_unknown_fields=True):

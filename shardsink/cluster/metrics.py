@@ -13,11 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from .._http import LOOPBACK
 from ..coordinator.coordinator import IntervalRecord
+from ..coordinator.groups import HostInfo
 from ..server.metrics import LATENCY_BUCKETS, MetricsEndpoint, process_families
 
 #: IntervalRecord fields counted as ``shardsink_<name>_total``, with their help.
@@ -38,22 +39,27 @@ class Supervised(Collector):
     """What is read at scrape time: restarts by kind, abandoned attempts, and
     each live process's resident memory and CPU time. ``supervision`` returns
     (group restarts, consensus restarts, abandoned attempts); ``members``
-    (kind, name, pid, alive) of every process; both run in the scrape thread
-    and may raise ``RuntimeError`` while the coordinator restarts a group
-    (then the scrape lacks those families rather than fail)."""
+    (kind, name, pid, alive) of every process; ``hosts`` every host placed
+    (alive, groups, group restarts: ``shardsink_host_*``); all run in the
+    scrape thread and may raise ``RuntimeError`` while the coordinator
+    restarts a group (then the scrape lacks those families rather than
+    fail)."""
 
     def __init__(
         self,
         supervision: Callable[[], tuple[int, int, int]],
         members: Callable[[], list[tuple[str, str, int, bool]]],
+        hosts: Callable[[], list[HostInfo]],
     ) -> None:
         self._supervision = supervision
         self._members = members
+        self._hosts = hosts
 
     def collect(self) -> Iterable[Metric]:
         try:
             groups, consensus, abandoned = self._supervision()
             members = self._members()
+            hosts = self._hosts()
         except RuntimeError:  # a dict changed size under us: the next scrape has them
             return
         restarts = CounterMetricFamily(
@@ -68,6 +74,25 @@ class Supervised(Collector):
         yield from process_families(
             (kind, name, pid) for kind, name, pid, alive in members if alive
         )
+        yield from host_families(hosts)
+
+
+def host_families(hosts: list[HostInfo]) -> Iterable[Metric]:
+    """``shardsink_host_up`` (labelled with its node and address),
+    ``shardsink_host_groups`` and ``shardsink_host_restarts_total``, by host."""
+    up = GaugeMetricFamily(
+        "shardsink_host_up", "1 while the host's agent lives", labels=["host", "node", "address"]
+    )
+    groups = GaugeMetricFamily("shardsink_host_groups", "Groups the host runs", labels=["host"])
+    restarts = CounterMetricFamily(
+        "shardsink_host_restarts", "Group restarts of groups on the host", labels=["host"]
+    )
+    for host in hosts:
+        name = str(host.index)
+        up.add_metric([name, host.node_id, host.address], 1.0 if host.alive else 0.0)
+        groups.add_metric([name], len(host.groups))
+        restarts.add_metric([name], host.restarts)
+    yield from (up, groups, restarts)
 
 
 class Metrics:

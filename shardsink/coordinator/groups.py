@@ -12,9 +12,12 @@ supervisor touches members only through a :class:`GroupHost` and the
 from __future__ import annotations
 
 import logging
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeVar
+
+import msgspec
 
 from .. import protocol
 from ..config import ClusterConfig
@@ -67,6 +70,22 @@ class Group:
         return [c for c in self.members if not c.alive()]
 
 
+class HostInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A host of the cluster: ``index`` (its host builder is
+    :func:`~shardsink.protocol.host_builder_name` of it), its machine's
+    ``hostname``, the Ray ``node_id`` (empty on this machine alone) and
+    ``address`` of the node, ``alive``, the groups it runs now and how many
+    group restarts it has seen (the supervisor fills in these two)."""
+
+    index: int
+    hostname: str
+    node_id: str = ""
+    address: str = ""
+    alive: bool = True
+    groups: tuple[int, ...] = ()
+    restarts: int = 0
+
+
 class GroupHost(Protocol):
     """Where a cluster's process groups run.
 
@@ -79,7 +98,10 @@ class GroupHost(Protocol):
     to exit, then kills the rest; ``after_kill()`` cleans what killed members
     left (their shared-memory segments); ``watch()`` brings what
     :meth:`Member.alive` says up to date; ``peak_rss(member)`` is its peak
-    memory, ``None`` if unknown here; ``close()`` releases the host
+    memory, ``None`` if unknown here; ``hosts()`` describes every host
+    placed (those lost too); ``misplaced()`` names the groups running, alive,
+    on another host than :meth:`host_of` says now (a lost host was replaced:
+    the supervisor restarts them there); ``close()`` releases the host
     (idempotent)."""
 
     def launch(self, index: int) -> Group: ...
@@ -97,6 +119,10 @@ class GroupHost(Protocol):
     def watch(self) -> None: ...
 
     def peak_rss(self, member: Member) -> int | None: ...
+
+    def hosts(self) -> list[HostInfo]: ...
+
+    def misplaced(self) -> list[int]: ...
 
     def close(self) -> None: ...
 
@@ -226,6 +252,12 @@ class LocalGroups:
 
     def peak_rss(self, member: Member) -> int | None:
         return peak_rss(member.pid)
+
+    def hosts(self) -> list[HostInfo]:
+        return [HostInfo(index=0, hostname=socket.gethostname())]
+
+    def misplaced(self) -> list[int]:
+        return []
 
     def close(self) -> None:
         """Nothing to release: the starter is the coordinator's."""

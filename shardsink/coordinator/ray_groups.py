@@ -31,17 +31,41 @@ import msgspec
 
 from .. import protocol
 from ..config import ClusterConfig
-from ..hosts.agent import AgentReply, Kill, Poll, Polled, StartChild, Started, Sweep, Tail, Text
-from ..hosts.ray import AgentError, AgentGone, RemoteAgent, connect, place_agents
+from ..hosts.agent import (
+    AgentReply,
+    Kill,
+    Locate,
+    Poll,
+    Polled,
+    Start,
+    StartChild,
+    Started,
+    Sweep,
+    Tail,
+    Text,
+)
+from ..hosts.ray import (
+    AgentError,
+    AgentGone,
+    RemoteAgent,
+    alive_nodes,
+    connect,
+    inherited_env,
+    locate,
+    place_agent,
+    place_agents,
+)
 from ..process import Launch, Launched
 from .errors import ClusterError
-from .groups import Group, Member, Sockets, group_launches, host_launch, members_of
+from .groups import Group, HostInfo, Member, Sockets, group_launches, host_launch, members_of
 
 log = logging.getLogger(__name__)
 
 KILLED = -signal.SIGKILL
 #: How long a failure report waits for a log tail from another host.
 TAIL_TIMEOUT_S = 5.0
+#: How often lost hosts look for a node to take their place.
+REPLACE_EVERY_S = 2.0
 
 
 class RemoteMember(Launched):
@@ -79,7 +103,11 @@ class RemoteMember(Launched):
 
 
 class RayGroups:
-    """The groups of one cluster on ``agents`` (see the module doc)."""
+    """The groups of one cluster on ``agents`` (see the module doc): host
+    ``i`` is a slot, held by ``placed[i]`` (its agent now) and given to a
+    new agent when that one is lost. Lost slots are offered to alive nodes
+    without an agent of the cluster every :data:`REPLACE_EVERY_S`; an agent
+    placed there is used once it is located."""
 
     def __init__(
         self, sockets: Sockets, agents: list[RemoteAgent], *, host_timeout_s: float
@@ -87,19 +115,28 @@ class RayGroups:
         if not agents:
             raise ClusterError("no host to run the groups on")
         self.sockets = sockets
+        self.config = sockets.config
         self.placed = list(agents)
         self.alive = list(agents)
         self.host_timeout_s = host_timeout_s
         self.members: dict[str, RemoteMember] = {}
         self._polls: dict[str, Any] = {}
         self._answered = {a.node_id: time.monotonic() for a in agents}
+        self._on: dict[int, RemoteAgent] = {}  # group -> the agent it was launched on
+        self._joining: dict[int, tuple[RemoteAgent, Any, float]] = {}  # slot -> (agent, ref, since)
+        self._lost = [False] * len(agents)  # by slot: lost and not yet replaced
+        self._looked = time.monotonic()
+        self._every: list[RemoteAgent] = list(agents)  # to close
         self._closed = False
 
     # --- GroupHost --------------------------------------------------------------------
 
     def launch(self, index: int) -> Group:
+        if self.config.host_lost == "wait":
+            self._await_slot(index % len(self.placed))
         host = self.host_of(index)
-        agent = self.agent_of(index)
+        agent = self.placed[host]
+        self._on[index] = agent
         builder_launch, *worker_launches = group_launches(
             self.sockets, self._run_dir(agent), index, host
         )
@@ -110,20 +147,22 @@ class RayGroups:
     def launch_hosts(self) -> dict[int, Member]:
         out: dict[int, Member] = {}
         for host, agent in enumerate(self.placed):
-            groups = tuple(g for g in range(self.sockets.config.groups) if self.host_of(g) == host)
+            groups = tuple(g for g in range(self.config.groups) if self.host_of(g) == host)
             if groups:
                 launch = host_launch(self.sockets, self._run_dir(agent), host, groups)
                 out[host] = self._start(agent, launch, leader=None)
         return out
 
     def host_of(self, index: int) -> int:
-        """Group ``index``'s host: host ``index mod H`` of the ``H`` placed
-        while it lives, else the live ones in turn."""
-        if not self.alive:
+        """Group ``index``'s host: slot ``index mod H`` while its agent lives
+        (always, with ``host_lost`` "wait"), else the live slots in turn."""
+        slot = index % len(self.placed)
+        if self.placed[slot] in self.alive or self.config.host_lost == "wait":
+            return slot
+        live = [i for i, agent in enumerate(self.placed) if agent in self.alive]
+        if not live:
             raise ClusterError("every host of the cluster is gone")
-        first = self.placed[index % len(self.placed)]
-        agent = first if first in self.alive else self.alive[index % len(self.alive)]
-        return self.placed.index(agent)
+        return live[index % len(live)]
 
     def agent_of(self, index: int) -> RemoteAgent:
         """The agent of group ``index``'s host (:meth:`host_of`)."""
@@ -153,7 +192,8 @@ class RayGroups:
 
     def watch(self) -> None:
         """Read the polls whose replies are in, send the next ones; a gone
-        agent's, or one silent past ``host_timeout_s``, members are dead."""
+        agent's, or one silent past ``host_timeout_s``, members are dead.
+        Then offer lost slots to nodes without an agent."""
         import ray
 
         now = time.monotonic()
@@ -176,17 +216,38 @@ class RayGroups:
                 member = self.members.get(exited.name)
                 if member is not None and member.pid == exited.pid:
                     member.exit = exited.returncode
+        self._replace(now)
 
     def peak_rss(self, member: Member) -> int | None:
         return None  # on another host: its /proc is not this one's
+
+    def hosts(self) -> list[HostInfo]:
+        return [
+            HostInfo(
+                index=slot,
+                hostname=_host_name(agent),
+                node_id=agent.node_id,
+                address=agent.address,
+                alive=agent in self.alive,
+            )
+            for slot, agent in enumerate(self.placed)
+        ]
+
+    def misplaced(self) -> list[int]:
+        return [
+            g
+            for g, agent in sorted(self._on.items())
+            if agent in self.alive and self.placed[self.host_of(g)] is not agent
+        ]
 
     def close(self) -> None:
         """Stop every agent (and so its processes). Idempotent."""
         if self._closed:
             return
         self._closed = True
-        for agent in self.placed:
-            agent.close(self.host_timeout_s)
+        joining = [agent for agent, _, _ in self._joining.values()]
+        for agent in [*self._every, *joining]:
+            agent.close(self.host_timeout_s if agent in self.alive else 1.0)
 
     # --- hosts ------------------------------------------------------------------------
 
@@ -225,17 +286,91 @@ class RayGroups:
         return None
 
     def _lose(self, agent: RemoteAgent, why: str) -> None:
+        """``agent``'s host is lost: its members are dead, and the agent is
+        killed, so that one only silent (a stalled machine) cannot come back
+        with its processes (they die with it)."""
         if agent not in self.alive:
             return
-        log.warning("host %s (node %s) is gone: %s", _host_name(agent), agent.node_id, why)
+        import ray
+
+        slot = self.placed.index(agent)
+        name = _host_name(agent)
+        log.warning("host %d (%s, node %s) is lost: %s", slot, name, agent.node_id, why)
         self.alive.remove(agent)
+        self._lost[slot] = True
         self._polls.pop(agent.node_id, None)
+        ray.kill(agent.actor, no_restart=True)
         for member in self.members.values():
             if member.agent is agent and member.alive():
                 member.exit = KILLED
 
+    def _replace(self, now: float) -> None:
+        """Use the agents placed on lost slots that are located now; place
+        agents for the other lost slots on alive nodes that have none (at
+        most every :data:`REPLACE_EVERY_S`)."""
+        for slot, (agent, ref, since) in list(self._joining.items()):
+            if self._located(slot, agent, ref, since, now):
+                log.warning("host %d is back: node %s (%s)", slot, agent.node_id, agent.address)
+                self.placed[slot] = agent
+                self.alive.append(agent)
+                self._every.append(agent)
+                self._lost[slot] = False
+                self._answered[agent.node_id] = now
+        lost = [i for i, gone in enumerate(self._lost) if gone and i not in self._joining]
+        if not lost or now - self._looked < REPLACE_EVERY_S:
+            return
+        self._looked = now
+        taken = {a.node_id for a in self.alive} | {a.node_id for a, _, _ in self._joining.values()}
+        free = [(n, address) for n, address in alive_nodes().items() if n not in taken]
+        for slot, (node_id, address) in zip(lost, free, strict=False):
+            agent = place_agent(
+                self.sockets.cluster_id,
+                protocol.CHILD_ROLES,
+                node_id,
+                address,
+                start=_start_of(self.config),
+                env=inherited_env(),
+            )
+            self._joining[slot] = (agent, agent.submit(Locate()), now)
+
+    def _located(self, slot: int, agent: RemoteAgent, ref: Any, since: float, now: float) -> bool:
+        """Whether the agent placed for ``slot`` is up (its Locate answered);
+        one that fails, or is not up within ``start_timeout_s``, is dropped."""
+        import ray
+
+        ready, _ = ray.wait([ref], timeout=0)
+        if not ready and now - since < self.config.start_timeout_s:
+            return False
+        del self._joining[slot]
+        try:
+            if not ready:
+                raise TimeoutError(f"not up within {self.config.start_timeout_s}s")
+            locate(agent, ref, self.host_timeout_s)
+        except (AgentError, TimeoutError) as exc:
+            log.warning("an agent for host %d on node %s: %s", slot, agent.node_id, exc)
+            ray.kill(agent.actor, no_restart=True)
+            return False
+        return True
+
+    def _await_slot(self, slot: int) -> None:
+        """Wait until slot ``slot`` has a live agent (``host_lost`` "wait").
+        :class:`ClusterError` if none comes within ``start_timeout_s``."""
+        deadline = time.monotonic() + self.config.start_timeout_s
+        while self.placed[slot] not in self.alive:
+            if time.monotonic() > deadline:
+                raise ClusterError(
+                    f"host {slot} is lost and no Ray node without an agent of the cluster "
+                    f"came to take its place within {self.config.start_timeout_s}s"
+                )
+            self.watch()
+            time.sleep(0.1)
+
 
 _POLL = Poll()
+
+
+def _start_of(config: ClusterConfig) -> Start:
+    return "fork" if config.start == "fork" else "spawn"
 
 
 def _host_name(agent: RemoteAgent) -> str:
@@ -256,7 +391,7 @@ def place_hosts(
     agents = place(
         address,
         cluster_id,
-        start=config.start,
+        start=_start_of(config),
         max_hosts=config.max_hosts,
         timeout_s=config.start_timeout_s,
     )
@@ -288,7 +423,7 @@ def ray_address(hosts: str) -> str | None:
 
 
 def place(
-    address: str, cluster_id: str, *, start: str, max_hosts: int, timeout_s: float
+    address: str, cluster_id: str, *, start: Start, max_hosts: int, timeout_s: float
 ) -> list[RemoteAgent]:
     """Join the Ray cluster at ``address`` and place one host agent per node
     (at most ``max_hosts``, if not 0), each with a zygote serving the
@@ -302,8 +437,9 @@ def place(
         return place_agents(
             cluster_id,
             protocol.CHILD_ROLES,
-            start="fork" if start == "fork" else "spawn",
+            start=start,
             max_hosts=max_hosts,
+            env=inherited_env(),
             timeout_s=timeout_s,
         )
     except (AgentError, TimeoutError, ConnectionError) as exc:

@@ -39,7 +39,7 @@ from .. import protocol
 from ..config import ClusterConfig
 from ..process import ConsensusProcess, peak_rss
 from .errors import ClusterError
-from .groups import Group, GroupHost, Member
+from .groups import Group, GroupHost, HostInfo, Member
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,8 @@ class SupervisionCounters:
     restarts: int = 0
     restart_s: list[float] = field(default_factory=list)
     peak_rss: dict[str, int] = field(default_factory=dict)
+    #: Group restarts by the host the group ran on.
+    host_restarts: dict[int, int] = field(default_factory=dict)
 
 
 class Supervisor:
@@ -87,6 +89,7 @@ class Supervisor:
         self._host_failed: str | None = None
         self.counters = SupervisionCounters()
         self._failed: dict[int, str] = {}
+        self._hosts_of: dict[int, int] = {}  # group -> the host it was launched on
         self._last_rss = 0.0
 
     # --- start and restart ----------------------------------------------------------
@@ -95,8 +98,12 @@ class Supervisor:
         """Launch the host builders if any, every group, and wait until all are ready."""
         self._launch_hosts()
         for g in range(self.config.groups):
-            self.groups[g] = self.host.launch(g)
+            self._launch(g)
         self.await_ready(list(self.groups))
+
+    def _launch(self, g: int) -> None:
+        self.groups[g] = self.host.launch(g)
+        self._hosts_of[g] = self.host.host_of(g)
 
     def _launch_hosts(self) -> None:
         if self.config.host_builder:
@@ -154,11 +161,13 @@ class Supervisor:
             self.sample_rss(force=True, own=False)
             self.host.kill(group.members)
             self._failed.pop(g, None)
+            host = self._hosts_of.get(g, 0)
+            self.counters.host_restarts[host] = self.counters.host_restarts.get(host, 0) + 1
         if self.host_builders:  # every group is in failed (failed_groups)
             self.host.kill(list(self.host_builders.values()))
             self._launch_hosts()
         for g in sorted(failed):
-            self.groups[g] = self.host.launch(g)
+            self._launch(g)
         self.host.after_kill()
         self.await_ready(list(failed))
         # the groups restart side by side: each took until the last was ready
@@ -172,6 +181,7 @@ class Supervisor:
         self.host.watch()
         if groups is None or self.host_builders:
             groups = list(self.groups)
+        misplaced = set(self.host.misplaced())
         for g in groups:
             dead = self.groups[g].dead()
             if g in self._failed:
@@ -180,6 +190,8 @@ class Supervisor:
                 failed[g] = ", ".join(
                     f"{c.name} (pid {c.pid}) exited with {c.returncode}" for c in dead
                 )
+            elif g in misplaced:
+                failed[g] = f"moving to host {self.host.host_of(g)}, which is back"
         if not self.host_builders:
             return failed
         why = self._host_failed
@@ -190,6 +202,17 @@ class Supervisor:
             return {}
         first = why or next(f"group {g}: {r}" for g, r in sorted(failed.items()))
         return {g: failed.get(g, f"restarted with the host builder ({first})") for g in self.groups}
+
+    def hosts(self) -> list[HostInfo]:
+        """Every host placed, with the groups it runs and its group restarts."""
+        return [
+            msgspec.structs.replace(
+                host,
+                groups=tuple(g for g, h in sorted(self._hosts_of.items()) if h == host.index),
+                restarts=self.counters.host_restarts.get(host.index, 0),
+            )
+            for host in self.host.hosts()
+        ]
 
     # --- what the children say -------------------------------------------------------
 

@@ -15,6 +15,7 @@ from .points import (
     ENV_FAULTS,
     ENV_PAUSE,
     ENV_SEED,
+    ENVIRONMENT,
     POINTS,
     STORE_POINTS,
     FaultSpec,
@@ -37,6 +38,7 @@ from .stores import FaultyBlob, FaultyConsensus
 
 __all__ = [
     "ACTIONS",
+    "ENVIRONMENT",
     "ENV_DIR",
     "ENV_FAULTS",
     "ENV_PAUSE",

@@ -94,6 +94,8 @@ ENV_FAULTS = "SHARDSINK_FAULTS"
 ENV_SEED = "SHARDSINK_FAULT_SEED"
 ENV_DIR = "SHARDSINK_FAULT_DIR"
 ENV_PAUSE = "SHARDSINK_FAULT_PAUSE_S"
+#: Every variable that arms fault points in a process and its children.
+ENVIRONMENT = (ENV_FAULTS, ENV_SEED, ENV_DIR, ENV_PAUSE)
 
 
 class FaultSpec(msgspec.Struct, frozen=True):

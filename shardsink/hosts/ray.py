@@ -21,7 +21,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .agent import AgentReply, HostAgent, Locate, Refused, Start, Where, decode_reply, encode
+from .. import faults
+from ..process import RUN_MARK
+from .agent import (
+    AgentReply,
+    HostAgent,
+    Locate,
+    Located,
+    Refused,
+    Start,
+    Where,
+    decode_reply,
+    encode,
+)
+
+#: What the agents, and so every process they start, take from the
+#: environment of the process placing them: what arms fault points and a
+#: run's mark, never a store URI or a key.
+INHERITED_ENV = (*faults.ENVIRONMENT, RUN_MARK)
 
 
 class AgentError(RuntimeError):
@@ -52,12 +69,13 @@ class _AgentActor:
 
 @dataclass
 class RemoteAgent:
-    """A host agent on Ray node ``node_id`` (``where``: its host, pid and
-    run directory there)."""
+    """A host agent on Ray node ``node_id`` at ``address`` (``where``: its
+    host, pid and run directory there, once located)."""
 
     node_id: str
     actor: Any
     where: Where | None = None
+    address: str = ""
 
     def submit(self, request: Any) -> Any:
         """Send ``request``; the Ray object reference its reply will be."""
@@ -134,11 +152,11 @@ def connect(address: str) -> None:
         ray.init(address=address, log_to_driver=False, **ip)
 
 
-def alive_nodes() -> list[str]:
-    """The ids of the Ray nodes alive now, in the GCS's order."""
+def alive_nodes() -> dict[str, str]:
+    """The Ray nodes alive now, in the GCS's order: node id -> address."""
     import ray
 
-    return [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+    return {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}
 
 
 def place_agents(
@@ -154,33 +172,64 @@ def place_agents(
     ready (located) when this returns; ``env`` is added to their
     environment. :class:`AgentError` if none can be placed or one does not
     come up in ``timeout_s`` (those placed are closed)."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
     nodes = alive_nodes()
     if max_hosts:
-        nodes = nodes[:max_hosts]
+        nodes = dict(list(nodes.items())[:max_hosts])
     if not nodes:
         raise AgentError("the Ray cluster has no alive node")
-    actor_class = ray.remote(num_cpus=0, max_restarts=0)(_AgentActor)
-    agents = []
-    for node_id in nodes:
-        options: dict[str, Any] = {
-            "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)
-        }
-        if env:
-            options["runtime_env"] = {"env_vars": dict(env)}
-        actor = actor_class.options(**options).remote(cluster_id, tuple(roles), start)
-        agents.append(RemoteAgent(node_id, actor))
+    agents = [
+        place_agent(cluster_id, roles, node_id, address, start=start, env=env)
+        for node_id, address in nodes.items()
+    ]
     try:
         for agent in agents:
-            agent.where = agent.call(Locate(), timeout_s).where  # type: ignore[union-attr]
-            _check_placed(agent, timeout_s)
+            locate(agent, agent.submit(Locate()), timeout_s)
     except BaseException:
         for agent in agents:
             agent.close(timeout_s=5.0)
         raise
     return agents
+
+
+def place_agent(
+    cluster_id: str,
+    roles: Sequence[str],
+    node_id: str,
+    address: str,
+    *,
+    start: Start = "fork",
+    env: dict[str, str] | None = None,
+) -> RemoteAgent:
+    """An agent pinned to node ``node_id`` (at ``address``), asked to start:
+    not located yet (:func:`locate`)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    actor_class = ray.remote(num_cpus=0, max_restarts=0)(_AgentActor)
+    options: dict[str, Any] = {
+        "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)
+    }
+    if env:
+        options["runtime_env"] = {"env_vars": dict(env)}
+    actor = actor_class.options(**options).remote(cluster_id, tuple(roles), start)
+    return RemoteAgent(node_id, actor, address=address)
+
+
+def locate(agent: RemoteAgent, ref: Any, timeout_s: float) -> None:
+    """Fill in ``agent.where`` from ``ref``, its reply to :class:`Locate`,
+    and check that it runs on its node. :class:`AgentError` (or
+    ``TimeoutError``) if it does not come up in ``timeout_s``."""
+    reply = agent.reply(ref, timeout_s)
+    if not isinstance(reply, Located):
+        raise AgentError(f"the agent on node {agent.node_id} answered {reply!r} to Locate")
+    agent.where = reply.where
+    _check_placed(agent, timeout_s)
+
+
+def inherited_env() -> dict[str, str]:
+    """What of this process's environment the agents it places get
+    (:data:`INHERITED_ENV`)."""
+    return {name: os.environ[name] for name in INHERITED_ENV if name in os.environ}
 
 
 def _check_placed(agent: RemoteAgent, timeout_s: float) -> None:

@@ -5,6 +5,7 @@ child runs ``python -m shardsink.process`` and a role named
 
 from . import logs
 from .child import (
+    RUN_MARK,
     Child,
     Launch,
     Launched,
@@ -26,6 +27,7 @@ from .zygote import Zygote, ZygoteError, fork_is_safe
 
 __all__ = [
     "MODULE",
+    "RUN_MARK",
     "Child",
     "ConsensusProcess",
     "ConsensusStartError",

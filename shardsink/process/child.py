@@ -255,6 +255,11 @@ def reset_own_peak_rss() -> bool:
     return True
 
 
+#: The environment variable that marks every process of a run (chaos's),
+#: found by :func:`marked`; host agents carry it to what they start.
+RUN_MARK = "SHARDSINK_CHAOS_RUN"
+
+
 def marked(name: str, value: str) -> dict[int, str]:
     """Live processes (zombies aside) whose environment holds ``name=value``,
     by pid, with their command lines. A mark set in a child's environment is

@@ -54,7 +54,11 @@ def test_groups_on_every_node_each_run_where_they_were_placed(tmp_path, ray_clus
                 assert agents[g] in parents, (member, agents[g])
         pids = child_pids(cluster)
         stats = cluster.run()
+        hosts = cluster.status().hosts
     assert stats.verified
+    assert sorted(h.node_id for h in hosts) == sorted(nodes)
+    assert all(h.alive and h.address == "127.0.0.1" for h in hosts)
+    assert sorted(g for h in hosts for g in h.groups) == list(range(len(nodes)))
     # one group per host: one part per host per append, by either builder
     assert stats.data_parts_per_append + stats.inline_parts_per_append == len(nodes)
     assert stats.shared_batches_per_append == len(nodes)
@@ -141,3 +145,49 @@ def test_a_file_blob_store_on_several_hosts_must_be_declared_shared(tmp_path, ra
     config = _config(tmp_path, ray_cluster, blob_shared=False)
     with pytest.raises(ClusterError, match="every host must reach it"):
         Cluster(config).start()
+
+
+@pytest.mark.parametrize("host_lost", ["move", "wait"])
+def test_a_node_that_joins_takes_the_place_of_a_lost_host(tmp_path, ray_cluster, host_lost):
+    """A node removed mid-run, then one added: the lost host's groups run on
+    the others meanwhile (``move``) or wait for it (``wait``), then run on
+    the new node; the status names every host and where its groups run."""
+    head = ray_cluster.node_ids()[0]
+    config = _config(
+        tmp_path,
+        ray_cluster,
+        intervals=40,
+        interval_ms=250,
+        pace="realtime",
+        host_lost=host_lost,
+    )
+    appended: list[int] = []
+    joined: list[str] = []
+    try:
+        with Cluster(config) as cluster:
+            host = cluster.coordinator.supervisor.host
+            slot = next(i for i, a in enumerate(host.placed) if a.node_id != head)
+            victim = host.placed[slot]
+
+            def remove_then_add() -> None:
+                while len(appended) < 3:
+                    time.sleep(0.02)
+                ray_cluster.remove_node(victim.node_id)
+                ray_cluster.wait_dead(victim.node_id)
+                joined.append(ray_cluster.add_node())
+
+            changer = threading.Thread(target=remove_then_add, daemon=True)
+            changer.start()
+            stats = cluster.run(on_append=lambda record: appended.append(record.interval))
+            changer.join(60)
+            hosts = cluster.coordinator.supervisor.hosts()
+            placed_on = {g: host.agent_of(g).node_id for g in cluster.coordinator.supervisor.groups}
+    finally:
+        while len(ray_cluster.node_ids()) < 3:
+            ray_cluster.add_node()
+    assert stats.verified and stats.restarts >= 1
+    assert joined and host.placed[slot].node_id == joined[0]
+    assert [h.alive for h in hosts] == [True] * len(hosts)
+    assert hosts[slot].node_id == joined[0] and hosts[slot].groups == (slot,)
+    assert hosts[slot].restarts >= 1
+    assert placed_on[slot] == joined[0]

@@ -39,6 +39,13 @@ FLAGS: dict[str, Flag] = {
                       f"{FREE_PORT}, a free port", const=FREE_PORT),
     "writer_lease_ms": Flag("MS", "the consensus process's writer lease; a coordinator retries "
                             "an append for two thirds of it"),
+    "hosts": Flag("local|ray:ADDRESS", "the cluster's --hosts: with ray:ADDRESS, --groups groups "
+                  "on each node of that Ray cluster, whose nodes run on this machine (the "
+                  "faults kill-host and pause-host need it)"),
+    "blob_shared": Flag(None, "the cluster's --blob-shared"),
+    "max_hosts": Flag("N", "the cluster's --max-hosts"),
+    "host_timeout_s": Flag("S", "the cluster's --host-timeout-s"),
+    "host_lost": Flag(None, "the cluster's --host-lost"),
 }  # fmt: skip
 
 

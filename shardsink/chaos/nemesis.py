@@ -5,6 +5,13 @@ the coordinator (its own child) and that coordinator's descendants, found
 by their names in ``ps`` (``shardsink worker g0/w2`` ...), each signalled
 only while its pid still names it. A group kill uses ``killpg`` on the
 builder's group right after checking that the builder is alive.
+
+With groups on the nodes of a Ray cluster on this machine, a host's
+processes descend from its host agent, not from the coordinator: an agent
+is a process carrying the run's mark (:data:`~shardsink.process.RUN_MARK`,
+which agents inherit) whose parent does not (Ray's raylet started it). Its
+named descendants are targets like the coordinator's; a host fault signals
+the agent and every descendant of it at once.
 """
 
 from __future__ import annotations
@@ -23,7 +30,8 @@ from typing import NamedTuple
 import psutil
 
 from .. import faults
-from .schedule import SIGNAL_TARGETS, Event, kind_of
+from ..process import RUN_MARK, marked
+from .schedule import PAUSES, SIGNAL_TARGETS, Event, kind_of
 
 _TITLE = re.compile(r"^shardsink (consensus|builder|worker)\b ?(\S*)")
 
@@ -48,13 +56,17 @@ class Target(NamedTuple):
         return self.process.pid
 
 
-def cluster_processes(coordinator: int) -> list[Target]:
-    """The coordinator ``coordinator`` and its live named descendants, by name."""
+def cluster_processes(coordinator: int, mark: str = "") -> list[Target]:
+    """The coordinator ``coordinator`` and its live named descendants, and
+    those of the host agents of the run marked ``mark`` (if given), by name."""
     try:
         parent = psutil.Process(coordinator)
         children = parent.children(recursive=True)
     except psutil.NoSuchProcess:
         return []
+    for agent in host_agents(mark, coordinator) if mark else []:
+        with contextlib.suppress(psutil.Error):
+            children.extend(agent.children(recursive=True))
     out = [Target("coordinator", "coordinator", parent)]
     for child in children:
         with contextlib.suppress(psutil.Error):
@@ -65,11 +77,35 @@ def cluster_processes(coordinator: int) -> list[Target]:
     return sorted(out, key=lambda t: (t.kind, t.name))
 
 
+def host_agents(mark: str, coordinator: int) -> list[psutil.Process]:
+    """The live host agents of the run marked ``mark`` on this machine, by
+    pid: marked processes whose parent is not marked, the coordinator aside."""
+    pids = set(marked(RUN_MARK, mark)) - {coordinator}
+    out = []
+    for pid in sorted(pids):
+        with contextlib.suppress(psutil.Error):
+            process = psutil.Process(pid)
+            if process.ppid() not in pids and process.ppid() != coordinator:
+                out.append(process)
+    return out
+
+
+def host_processes(mark: str, coordinator: int) -> list[list[psutil.Process]]:
+    """Each host's processes (its agent, then every descendant), by agent pid."""
+    out = []
+    for agent in host_agents(mark, coordinator):
+        with contextlib.suppress(psutil.Error):
+            out.append([agent, *agent.children(recursive=True)])
+    return out
+
+
 class Nemesis:
     """Runs ``events`` (from :func:`~.schedule.schedule`) from ``start`` (a
     ``time.monotonic()`` value) in a thread, against the coordinator whose pid
     ``coordinator()`` returns (``None`` while there is none).
 
+    ``mark`` is the run's mark, by which the processes of its hosts (on the
+    nodes of a Ray cluster on this machine) are found; empty without hosts.
     ``fault_dir`` holds the point budgets: :meth:`hold_points` holds every
     firing back in advance; a point event releases the next one. A signal
     event that finds no process of its kind (the cluster is restarting) or
@@ -87,8 +123,10 @@ class Nemesis:
         fault_dir: Path,
         coordinator: Callable[[], int | None],
         start: float,
+        mark: str = "",
     ) -> None:
         self.events = events
+        self.mark = mark
         self.fault_dir = fault_dir
         self.coordinator = coordinator
         self.start = start
@@ -187,8 +225,11 @@ class Nemesis:
     def _hit(self, event: Event) -> bool:
         """Signal a process for ``event``; whether one was there to signal."""
         coordinator = self.coordinator()
-        processes = cluster_processes(coordinator) if coordinator is not None else []
         target = SIGNAL_TARGETS[event.kind]
+        if target == "host":
+            hosts = host_processes(self.mark, coordinator) if coordinator is not None else []
+            return bool(hosts) and _hit_all(hosts[event.pick % len(hosts)], event)
+        processes = cluster_processes(coordinator, self.mark) if coordinator is not None else []
         kind = "builder" if target == "group" else target
         pool = [p for p in processes if target == "any" or p.kind == kind]
         if not pool:
@@ -196,7 +237,7 @@ class Nemesis:
         victim = pool[event.pick % len(pool)]
         process = victim.process
         try:
-            if event.kind == "pause":
+            if event.kind in PAUSES:
                 process.suspend()
                 try:
                     time.sleep(event.pause_s)
@@ -212,3 +253,21 @@ class Nemesis:
         except (psutil.NoSuchProcess, ProcessLookupError):  # died since the listing
             return False
         return True
+
+
+def _hit_all(processes: list[psutil.Process], event: Event) -> bool:
+    """SIGKILL ``processes`` (one host's) at once, or for a pause SIGSTOP
+    them all for ``event.pause_s`` and SIGCONT them; whether any was there."""
+    hit = []
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            (process.suspend if event.kind in PAUSES else process.kill)()
+            hit.append(process)
+    if event.kind in PAUSES:
+        try:
+            time.sleep(event.pause_s)
+        finally:
+            for process in hit:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    process.resume()
+    return bool(hit)

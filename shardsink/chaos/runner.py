@@ -169,10 +169,12 @@ def _run(
         mode=config.mode,
         mean_gap_s=config.mean_gap_s,
         pause_max_s=config.pause_max_s,
+        hosts=config.on_hosts,
     )
     specs = point_specs(events)
     start = time.monotonic()
-    nemesis = Nemesis(events, run.fault_dir, run.coordinator_pid, start)
+    mark = run.mark if config.on_hosts else ""
+    nemesis = Nemesis(events, run.fault_dir, run.coordinator_pid, start, mark)
     nemesis.hold_points(specs)
     env = _arm(run, specs)
     threads = _client_threads(run, env)
@@ -356,6 +358,7 @@ def _start_coordinator(run: RunContext, env: dict[str, str]) -> None:
         "--no-verify",
         "--json",
         "-v",
+        *_host_args(config),
     ]
     launch = Launch(
         kind="coordinator",
@@ -367,6 +370,15 @@ def _start_coordinator(run: RunContext, env: dict[str, str]) -> None:
     )
     run.coordinator = Child(launch, SpawnStarter(), run.logs).start()
     run.note(run.coordinator.pid, "coordinator")
+
+
+def _host_args(config: ChaosConfig) -> list[str]:
+    """``up``'s flags for the run's hosts (none on this machine alone)."""
+    if not config.on_hosts:
+        return []
+    args = ["--hosts", config.hosts, "--max-hosts", str(config.max_hosts)]
+    args += ["--host-timeout-s", str(config.host_timeout_s), "--host-lost", config.host_lost]
+    return args + (["--blob-shared"] if config.blob_shared else [])
 
 
 def _stop_coordinator(run: RunContext) -> None:

@@ -36,12 +36,16 @@ FAULT_KINDS = (
     "kill-consensus",
     "kill-coordinator",
     "pause",
+    "kill-host",
+    "pause-host",
     "blob-errors",
     "consensus-errors",
 )
 
 #: What a signal event of each kind hits: a process kind, ``group`` (the
-#: builder's whole process group) or ``any`` process of the cluster.
+#: builder's whole process group), ``any`` process of the cluster, or
+#: ``host``: every process of one host at once, its agent included (a
+#: machine lost, or stalled as a partition or a paused VM looks).
 SIGNAL_TARGETS: dict[str, str] = {
     "kill-worker": "worker",
     "kill-builder": "builder",
@@ -49,7 +53,13 @@ SIGNAL_TARGETS: dict[str, str] = {
     "kill-consensus": "consensus",
     "kill-coordinator": "coordinator",
     "pause": "any",
+    "kill-host": "host",
+    "pause-host": "host",
 }
+#: The kinds that hit a whole host: only with groups on a Ray cluster's hosts.
+HOST_KINDS = tuple(kind for kind, target in SIGNAL_TARGETS.items() if target == "host")
+#: The kinds that stop processes for a while rather than kill them.
+PAUSES = ("pause", "pause-host")
 
 #: The fault points (point, action) through which each kind is injected.
 #: GC and compaction run in the consensus process (GC also in ``shard gc``),
@@ -76,6 +86,8 @@ POINTS: dict[str, tuple[tuple[str, str], ...]] = {
         ("reader.before_fetch", "pause"),
         ("compaction.after_write", "pause"),
     ),
+    "kill-host": (),
+    "pause-host": (),
     "blob-errors": (("blob.call", "determinate"), ("blob.call", "indeterminate")),
     "consensus-errors": (("consensus.call", "determinate"), ("consensus.call", "indeterminate")),
 }
@@ -105,10 +117,13 @@ class Event(msgspec.Struct, frozen=True, kw_only=True):
     count: int = 1
 
 
-def ways(kind: str, mode: Mode) -> list[tuple[str, str]]:
+def ways(kind: str, mode: Mode, *, hosts: bool = False) -> list[tuple[str, str]]:
     """How ``kind`` can be injected in ``mode``: ``("signal", "")`` and
-    ``("point", "NAME:ACTION")`` pairs, none if ``mode`` never reaches it."""
+    ``("point", "NAME:ACTION")`` pairs, none if ``mode`` never reaches it
+    (a host kind: none but on hosts of a Ray cluster, ``hosts``)."""
     signal = [("signal", "")] if kind in SIGNAL_TARGETS else []
+    if SIGNAL_TARGETS.get(kind) == "host" and not hosts:
+        signal = []
     return signal + [
         ("point", f"{name}:{action}")
         for name, action in POINTS[kind]
@@ -127,12 +142,18 @@ def check_kinds(kinds: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(kinds))
 
 
-def injectable(kinds: list[str] | tuple[str, ...], mode: Mode) -> tuple[str, ...]:
+def injectable(
+    kinds: list[str] | tuple[str, ...], mode: Mode, *, hosts: bool = False
+) -> tuple[str, ...]:
     """Those of ``kinds`` (checked by :func:`check_kinds`) that ``mode`` can
-    fire; ``ValueError`` if there is none."""
-    out = tuple(k for k in check_kinds(kinds) if ways(k, mode))
+    fire (on hosts of a Ray cluster with ``hosts``); ``ValueError`` if there
+    is none."""
+    out = tuple(k for k in check_kinds(kinds) if ways(k, mode, hosts=hosts))
     if not out:
-        raise ValueError(f"none of the fault kinds {', '.join(kinds)} fires in mode {mode!r}")
+        where = "" if hosts else f" on one machine ({', '.join(HOST_KINDS)}: --hosts ray:...)"
+        raise ValueError(
+            f"none of the fault kinds {', '.join(kinds)} fires in mode {mode!r}{where}"
+        )
     return out
 
 
@@ -145,15 +166,17 @@ def schedule(
     mean_gap_s: float,
     pause_max_s: float,
     quiet_s: float = 2.0,
+    hosts: bool = False,
 ) -> list[Event]:
-    """The events of a run in ``mode``: gaps drawn from an exponential
-    distribution of mean ``mean_gap_s``, none in the first or last ``quiet_s``
-    seconds; each event's kind uniform over those of ``kinds`` that ``mode``
-    can fire, then one of the kind's :func:`ways` with equal chance.
-    ``ValueError`` if ``mode`` can fire none of ``kinds``."""
+    """The events of a run in ``mode`` (on hosts of a Ray cluster with
+    ``hosts``): gaps drawn from an exponential distribution of mean
+    ``mean_gap_s``, none in the first or last ``quiet_s`` seconds; each
+    event's kind uniform over those of ``kinds`` that can fire, then one of
+    the kind's :func:`ways` with equal chance. ``ValueError`` if none of
+    ``kinds`` can fire."""
     if mean_gap_s <= 0 or pause_max_s <= 0:
         raise ValueError("mean_gap_s and pause_max_s must be > 0")
-    kinds = injectable(kinds, mode)
+    kinds = injectable(kinds, mode, hosts=hosts)
     rng = random.Random(f"chaos:{seed}")
     events = []
     at = quiet_s
@@ -162,14 +185,14 @@ def schedule(
         if at > duration_s - quiet_s:
             return events
         kind = rng.choice(kinds)
-        how, point = rng.choice(ways(kind, mode))
+        how, point = rng.choice(ways(kind, mode, hosts=hosts))
         events.append(
             Event(
                 at_s=round(at, 3),
                 kind=kind,
                 how=how,
                 pick=rng.randrange(1 << 16),
-                pause_s=round(rng.uniform(0.1, pause_max_s), 3) if kind == "pause" else 0.0,
+                pause_s=round(rng.uniform(0.1, pause_max_s), 3) if kind in PAUSES else 0.0,
                 point=point,
                 count=rng.randint(1, MAX_BURST) if kind.endswith("-errors") else 1,
             )

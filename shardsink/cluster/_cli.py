@@ -425,7 +425,8 @@ def _stop(args: argparse.Namespace) -> int:
 
 
 def status_tables(status):
-    """``shardsink status`` as rich tables: the cluster, then its processes."""
+    """``shardsink status`` as rich tables: the cluster, its hosts (on a Ray
+    cluster), then its processes."""
     from rich.table import Table
 
     summary = Table(title=f"cluster {status.cluster_id}", show_header=False)

@@ -6,6 +6,8 @@ import pytest
 
 from shardsink.chaos import FAULT_KINDS, ChaosConfig, schedule
 from shardsink.chaos.schedule import (
+    HOST_KINDS,
+    PAUSES,
     POINTS,
     SHARED_POINTS,
     SIGNAL_TARGETS,
@@ -16,8 +18,8 @@ from shardsink.chaos.schedule import (
 )
 
 
-def _events(seed: int, kinds=FAULT_KINDS, duration: float = 600.0, mode="barrier"):
-    return schedule(seed, duration, kinds, mode=mode, mean_gap_s=3.0, pause_max_s=2.0)
+def _events(seed: int, kinds=FAULT_KINDS, duration: float = 600.0, mode="barrier", hosts=False):
+    return schedule(seed, duration, kinds, mode=mode, mean_gap_s=3.0, pause_max_s=2.0, hosts=hosts)
 
 
 def test_the_seed_replays_the_schedule() -> None:
@@ -26,7 +28,7 @@ def test_the_seed_replays_the_schedule() -> None:
 
 
 def test_events_cover_every_kind_within_the_run() -> None:
-    events = _events(1)
+    events = _events(1, hosts=True)
     assert 150 < len(events) < 260  # 596 s at one event per 3 s on average
     assert {e.kind for e in events} == set(FAULT_KINDS)
     assert all(2.0 <= e.at_s <= 598.0 for e in events)
@@ -37,7 +39,7 @@ def test_events_cover_every_kind_within_the_run() -> None:
         else:
             name, action = e.point.split(":")
             assert (name, action) in POINTS[e.kind]
-        assert (0.1 <= e.pause_s <= 2.0) if e.kind == "pause" else e.pause_s == 0.0
+        assert (0.1 <= e.pause_s <= 2.0) if e.kind in PAUSES else e.pause_s == 0.0
         assert 1 <= e.count <= (3 if e.kind.endswith("-errors") else 1)
 
 
@@ -55,13 +57,24 @@ def test_mode_off_schedules_only_what_it_can_fire() -> None:
     """No batch is shared in mode off: nothing passes a shared point, so none
     is released (it would wait for ever), and there is no last finisher."""
     events = _events(4, mode="off")
-    assert {e.kind for e in events} == set(FAULT_KINDS) - {"kill-last-finisher"}
+    assert {e.kind for e in events} == set(FAULT_KINDS) - {"kill-last-finisher", *HOST_KINDS}
     assert not [e for e in events if e.point.split(":")[0] in SHARED_POINTS]
     assert [e for e in _events(4) if e.point.split(":")[0] in SHARED_POINTS]
     with pytest.raises(ValueError, match="none of the fault kinds kill-last-finisher fires"):
         _events(4, ("kill-last-finisher",), mode="off")
     with pytest.raises(ValueError, match="fires in mode 'off'"):
         ChaosConfig(mode="off", faults=("kill-last-finisher",))
+
+
+def test_host_kinds_fire_only_on_the_hosts_of_a_ray_cluster() -> None:
+    assert not {e.kind for e in _events(6)} & set(HOST_KINDS)
+    events = _events(6, HOST_KINDS, hosts=True)
+    assert {e.kind for e in events} == set(HOST_KINDS)
+    assert all(e.how == "signal" for e in events)
+    with pytest.raises(ValueError, match=r"on one machine .*--hosts ray:"):
+        _events(6, HOST_KINDS)
+    with pytest.raises(ValueError, match="--hosts ray:"):
+        ChaosConfig(faults=("kill-host",))
 
 
 def test_only_the_chosen_kinds_are_scheduled() -> None:

@@ -6,8 +6,9 @@ save a reader, side by side in one run.
   a ``hydrate`` cluster, ``--builder-rows`` rows in all) and finishing it,
   into an in-memory blob store: with its parts sorted (as written now) and
   without (each part its workers' rows one after another, as earlier
-  versions wrote it), alternating ``--repeats`` times in this process; the
-  median of each.
+  versions wrote it), ``--repeats`` times in this process, each repeat in
+  its own order (:func:`~shardsink.bench.cluster.matrices.repeat_order`,
+  ``order``); the median of each.
 - ``memory``: ``--parts`` overlapping parts of ``--rows`` rows each (every
   part spans every key, as a group's builders' parts of one interval do),
   in a ``file://`` blob store, written sorted (as now) and unsorted (as
@@ -261,6 +262,7 @@ def builder(rows: int, workers: int, repeats: int, progress=print) -> dict:
     from ..persist.stats import ShardStats
     from ..storage.memory import MemoryBlob
     from ..workloads import Workload
+    from .cluster.matrices import repeat_order
 
     workload = Workload("hydrate", rows_per_interval=1, snapshot_rows=rows)
     batches = [
@@ -270,8 +272,9 @@ def builder(rows: int, workers: int, repeats: int, progress=print) -> dict:
     ]
     sort = P._sorted_if_possible
     seconds: dict[str, list[float]] = {"sorted": [], "unsorted": []}
-    for i in range(repeats):
-        for layout in ("sorted", "unsorted") if i % 2 == 0 else ("unsorted", "sorted"):
+    order = [repeat_order(("sorted", "unsorted"), i) for i in range(repeats)]
+    for i, layouts in enumerate(order):
+        for layout in layouts:
             blob = MemoryBlob(f"bench-builder-{os.getpid()}-{i}-{layout}")
             if layout == "unsorted":
                 P._sorted_if_possible = lambda table: (table, False)
@@ -298,6 +301,7 @@ def builder(rows: int, workers: int, repeats: int, progress=print) -> dict:
         "rows": added,
         "workers": workers,
         "repeats": repeats,
+        "order": order,
         "sorted_rows_per_s": added / statistics.median(seconds["sorted"]),
         "unsorted_rows_per_s": added / statistics.median(seconds["unsorted"]),
     }

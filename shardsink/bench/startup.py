@@ -2,7 +2,9 @@
 and what its workers cost in memory, forked from a zygote against spawned as
 fresh interpreters, side by side in one run.
 
-Per start mode (``fork``, ``spawn``), interleaved, ``--repeats`` times:
+Per start mode (``fork``, ``spawn``), interleaved, ``--repeats`` times, each
+repeat in its own order (:func:`~shardsink.bench.cluster.matrices.repeat_order`,
+``order`` in the JSON):
 
 - cold start of each ``--shapes`` GxW cluster: ``Cluster.start()`` from the
   coordinator's start to every child ready (consensus process included);
@@ -31,6 +33,7 @@ import psutil
 
 from ..cluster.cluster import Cluster
 from ..config import STARTS, ClusterConfig
+from .cluster.matrices import repeat_order
 
 DEFAULT_SHAPES = ((4, 8), (16, 8))
 
@@ -92,9 +95,10 @@ def run(
         "workers_pss_bytes": {s: [] for s in STARTS},
     }
     verified = True
+    order = [repeat_order(STARTS, repeat) for repeat in range(repeats)]
     try:
-        for repeat in range(repeats):
-            for start in STARTS:
+        for repeat, starts in enumerate(order):
+            for start in starts:
                 for g, w in shapes:
                     took, ok = cold_start(start, g, w, work)
                     samples["cold_start_s"][start][f"{g}x{w}"].append(took)
@@ -111,7 +115,12 @@ def run(
             progress(f"{start}: group restarts {[round(t, 3) for t in took]}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    result = {"samples": samples, "median": _medians(samples), "verified": verified}
+    result = {
+        "samples": samples,
+        "median": _medians(samples),
+        "verified": verified,
+        "order": order,
+    }
     result["fork_over_spawn"] = {
         key: _ratio(result["median"][key]) for key in ("restart_s", "workers_pss_bytes")
     }

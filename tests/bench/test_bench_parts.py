@@ -15,6 +15,7 @@ def test_bench_parts_measures_the_builder_and_both_layouts_side_by_side(tmp_path
         progress=lambda _: 0,
     )  # fmt: skip
     builder = result["builder"]
+    assert [sorted(o) for o in builder["order"]] == [["sorted", "unsorted"]] * 2
     assert builder["rows"] == 40_000
     assert builder["sorted_rows_per_s"] > 0 and builder["unsorted_rows_per_s"] > 0
     rows = {(r["mode"], r["layout"]): r for r in result["memory"]}

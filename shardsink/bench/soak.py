@@ -9,13 +9,18 @@ server's automatic compaction and retention on, as ``up`` runs them) for
 - consensus diff bytes per append (the appends' own) and rollup bytes;
 - batches, parts and inline bytes in state at the block's end (the most
   batches seen at any sample of the block too);
-- peak RSS of each process kind (sampled every few appends; for a kind with
-  several processes, the largest of them);
+- peak RSS of each process kind: each process's high-water mark
+  (``VmHWM``) at the block's end, read every few appends too so that a
+  process restarted within the block counts; for a kind with several
+  processes, the largest of them. A high-water mark cannot be reset from
+  outside, so it only grows: a block's figure is the peak so far, and a
+  block that raised it is one whose peak is above the block before;
 - compactions applied and abandoned and the batches they replaced.
 
 It writes ``soak.json`` (the blocks, the run's config and the steady-state
 checks: batches in every block, PUTs per append over the last quarter,
-latency and RSS of the last block against the second) and ``soak.png``, and
+latency and peak RSS of the last block against the median of the blocks
+after the warm-up, the first :data:`WARMUP_SHARE` of them) and ``soak.png``, and
 reads the shard back at the end (``verified``). After the last append it
 waits until the spine has no pass due and records the batches left against
 the rule's bound (``settled``): the count compaction reaches whatever the
@@ -33,7 +38,6 @@ from pathlib import Path
 
 import msgspec
 import numpy as np
-import psutil
 
 from ..config import ClusterConfig
 
@@ -48,6 +52,9 @@ MAX_BATCHES = 64
 MAX_PUTS_PER_APPEND = 0.5
 MAX_LATENCY_GROWTH = 1.2
 MAX_RSS_GROWTH = 1.2
+#: The share of the blocks (at least one) taken as the warm-up and left out
+#: of the baseline the last block is compared with.
+WARMUP_SHARE = 0.25
 
 
 @dataclass
@@ -121,20 +128,38 @@ def _settle(shard) -> dict:
     }
 
 
-def _sample_rss(cluster, into: dict[str, int], procs: dict[int, psutil.Process]) -> None:
+def _sample_rss(cluster, into: dict[str, int]) -> None:
+    """Raise ``into``'s figure of each process kind to its processes' high-water marks."""
+    from ..process import peak_rss
+
     for info in cluster.processes():
-        try:
-            rss = procs.setdefault(info.pid, psutil.Process(info.pid)).memory_info().rss
-        except psutil.Error:  # restarted or gone since the list was made
-            continue
-        into[info.kind] = max(into.get(info.kind, 0), rss)
+        rss = peak_rss(info.pid)
+        if rss is not None:  # else restarted or gone since the list was made
+            into[info.kind] = max(into.get(info.kind, 0), rss)
+
+
+def warmup(blocks: list) -> int:
+    """How many of ``blocks`` are the warm-up (:data:`WARMUP_SHARE`, at least one)."""
+    return max(1, int(len(blocks) * WARMUP_SHARE))
+
+
+def _growth(blocks: list[dict], value) -> tuple[float, float] | None:
+    """The last block's ``value(block)`` and the median of the blocks between
+    the warm-up and the last; ``None`` with too few blocks or no baseline."""
+    steady = [value(b) for b in blocks[warmup(blocks) : -1]]
+    steady = [v for v in steady if v]
+    if not steady or not value(blocks[-1]):
+        return None
+    return value(blocks[-1]), float(np.median(steady))
 
 
 def checks(blocks: list[dict]) -> dict:
     """The steady-state checks over ``blocks`` (see the module doc); each
-    ``{"value": ..., "bound": ..., "ok": bool}``. Latency and RSS compare the
-    last block with the second (the first warms up); PUTs per append count
-    compaction's with the appends' over the last quarter of the blocks."""
+    ``{"value": ..., "bound": ..., "ok": bool}``. Latency p50 and each kind's
+    peak RSS compare the last block with the median of the blocks after the
+    warm-up (:func:`warmup`) and before the last (``last``, ``median``; at
+    least three blocks); PUTs per append count compaction's with the
+    appends' over the last quarter of the blocks."""
     out: dict[str, dict] = {}
     worst = max(b["max_batches"] for b in blocks)
     out["max_batches"] = {"value": worst, "bound": MAX_BATCHES, "ok": worst <= MAX_BATCHES}
@@ -149,22 +174,23 @@ def checks(blocks: list[dict]) -> dict:
         "bound": MAX_PUTS_PER_APPEND,
         "ok": value <= MAX_PUTS_PER_APPEND,
     }
-    if len(blocks) >= 3:
-        second, last = blocks[1], blocks[-1]
-        growth = last["append_ms_p50"] / second["append_ms_p50"]
-        out["append_p50_last_over_second"] = {
-            "value": growth,
-            "bound": MAX_LATENCY_GROWTH,
-            "ok": growth <= MAX_LATENCY_GROWTH,
-        }
-        for kind, rss in last["peak_rss"].items():
-            before = second["peak_rss"].get(kind)
-            if before:
-                out[f"rss_{kind}_last_over_second"] = {
-                    "value": rss / before,
-                    "bound": MAX_RSS_GROWTH,
-                    "ok": rss / before <= MAX_RSS_GROWTH,
-                }
+    kinds = sorted({kind for b in blocks for kind in b["peak_rss"]})
+    figures = [("append_p50", lambda b: b["append_ms_p50"], MAX_LATENCY_GROWTH)]
+    figures += [
+        (f"rss_{kind}", lambda b, kind=kind: b["peak_rss"].get(kind, 0), MAX_RSS_GROWTH)
+        for kind in kinds
+    ]
+    for name, value, bound in figures:
+        compared = _growth(blocks, value)
+        if compared is not None:
+            last, median = compared
+            out[f"{name}_last_over_median"] = {
+                "value": last / median,
+                "last": last,
+                "median": median,
+                "bound": bound,
+                "ok": last / median <= bound,
+            }
     return out
 
 
@@ -186,7 +212,6 @@ def run(config: ClusterConfig, out: Path, block: int = BLOCK, quiet: bool = Fals
     config = msgspec.structs.replace(config, data_dir=str(data), pace="max", verify=True)
     console = Console(stderr=True, quiet=quiet)
     blocks: list[dict] = []
-    procs: dict[int, psutil.Process] = {}
     started = time.monotonic()
     try:
         with Cluster(config) as cluster:
@@ -205,7 +230,7 @@ def run(config: ClusterConfig, out: Path, block: int = BLOCK, quiet: bool = Fals
                     n = len(current.latencies)
                     if n % SAMPLE_EVERY and n < block:
                         return
-                    _sample_rss(cluster, current.rss, procs)
+                    _sample_rss(cluster, current.rss)
                     now = _server_counters(client, config.shard)
                     current.max_batches = max(current.max_batches, now.batches)
                     if n == block:
@@ -275,7 +300,7 @@ def plot(blocks: list[dict], path: Path) -> None:
         rss_axis.plot(
             x, [b["peak_rss"].get(kind, 0) / 2**20 for b in blocks], marker=".", label=kind
         )
-    rss_axis.set_title("peak RSS per process kind (MiB)")
+    rss_axis.set_title("peak RSS (high-water mark) per process kind (MiB)")
     rss_axis.legend(fontsize="small")
     for axis in axes.flat:
         axis.set_xlabel("interval")

@@ -31,10 +31,27 @@ def test_a_short_soak_measures_every_block_and_stays_bounded(tmp_path, monkeypat
     assert not settled["pass_due"], settled
     assert settled["batches"] <= settled["bound"] < 30, settled
     assert {"coordinator", "consensus", "worker"} <= set(blocks[-1]["peak_rss"])
-    assert set(result["checks"]) >= {"max_batches", "puts_per_append_last_quarter"}
+    checks = result["checks"]
+    assert set(checks) >= {"max_batches", "puts_per_append_last_quarter"}
+    # the last block against the median of those after the warm-up (here block 1 alone)
+    p50 = checks["append_p50_last_over_median"]
+    assert (p50["last"], p50["median"]) == (blocks[2]["append_ms_p50"], blocks[1]["append_ms_p50"])
+    for kind in ("coordinator", "consensus", "worker"):
+        assert checks[f"rss_{kind}_last_over_median"]["median"] == blocks[1]["peak_rss"][kind]
+        # high-water marks: a later block's peak is never below an earlier one's
+        assert blocks[0]["peak_rss"][kind] <= blocks[1]["peak_rss"][kind]
     assert json.loads((tmp_path / "soak.json").read_text())["blocks"] == blocks
     assert (tmp_path / "soak.png").stat().st_size > 10_000
     assert not (tmp_path / "data").exists()
+
+
+def test_the_baseline_is_the_median_of_the_blocks_after_the_warm_up() -> None:
+    blocks = [{"append_ms_p50": v, "peak_rss": {"worker": v}} for v in (90, 10, 30, 20, 12, 24)]
+    assert soak.warmup(blocks) == 1
+    checks = soak.checks([{**b, "max_batches": 1, "appends": 1, "append_puts_per_append": 0,
+                           "compaction_puts_per_append": 0} for b in blocks])  # fmt: skip
+    assert checks["append_p50_last_over_median"]["median"] == 16  # of 10, 30, 20, 12
+    assert checks["rss_worker_last_over_median"]["value"] == 24 / 16
 
 
 def test_a_block_longer_than_the_run_is_refused(tmp_path) -> None:

@@ -148,7 +148,8 @@ CLUSTER_FLAGS = {
         "default: the whole matrix; quick: the cut-down one (minutes, as --quick); trickle: "
         "its trickle section; scale: rows/s, parts per append and latency as workers and groups "
         "grow; auto: small writes and hydration with --shared-max-bytes auto; latency: the p50 "
-        "sharing adds to off's at 1x8 and 4x8",
+        "sharing adds to off's at 1x8 and 4x8; hosts: every variant on this machine and on 1, 2 "
+        "and 3 hosts of a Ray cluster ([cluster] hosts, else 3 loopback nodes started for it)",
     ),
 }
 

@@ -60,6 +60,7 @@ def assert_every_fault_fired(
         mode=config.mode,
         mean_gap_s=config.mean_gap_s,
         pause_max_s=config.pause_max_s,
+        hosts=config.on_hosts,
     )
     assert Counter(injected) + Counter(lost) == firings(events)
 
@@ -275,3 +276,23 @@ def test_a_short_run_on_postgresql_and_s3(tmp_path, postgres_server, s3_server) 
     _assert_clean(config, report)
     with pytest.raises(ValueError, match="exists in postgresql://"):
         run_chaos(msgspec.structs.replace(config, data_dir=str(tmp_path / "again")))
+
+
+def test_a_short_run_on_three_hosts_with_host_faults_loses_nothing(tmp_path, ray_cluster) -> None:
+    """Groups on the three loopback nodes of the session's Ray cluster: whole
+    hosts killed (their agents with them) and paused, among other faults;
+    a killed host's groups run elsewhere until a new agent takes its place."""
+    config = ChaosConfig(
+        duration_s=30,
+        seed=5,
+        data_dir=str(tmp_path / "run"),
+        hosts=f"ray:{ray_cluster.address}",
+        blob_shared=True,  # every node is this machine
+        groups=1,
+        workers=2,
+        faults=("kill-host", "pause-host", "kill-worker", "kill-coordinator"),
+        mean_gap_s=2.0,
+    )
+    report = run_chaos(config)
+    _assert_clean(config, report)
+    assert report.injected.get("kill-host") and report.injected.get("pause-host")

@@ -22,6 +22,7 @@ import msgspec
 from ..._units import MIB
 from ...config import AUTO, ClusterConfig
 from .. import scale
+from . import hosts
 
 UNLIMITED = 1 << 50  # "everything through the builder"
 #: The seed of every benchmark's run order (:func:`repeat_order`).
@@ -65,7 +66,7 @@ class BenchClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unkno
     sets itself (``ValueError`` naming such a key)."""
 
     out: str | None = None
-    matrix: Literal["default", "quick", "trickle", "scale", "auto", "latency"] = "default"
+    matrix: Literal["default", "quick", "trickle", "scale", "auto", "latency", "hosts"] = "default"
     cluster: ClusterConfig = msgspec.field(default_factory=ClusterConfig)
 
 
@@ -83,7 +84,16 @@ def bench_config(fields: dict, source: str) -> BenchClusterConfig:
     return build(BenchClusterConfig, fields, source=source)
 
 
-SECTIONS = ("small-writes", "trickle", "latency", "compaction", "peer", "hydrate", *scale.SECTIONS)
+SECTIONS = (
+    "small-writes",
+    "trickle",
+    "latency",
+    "compaction",
+    "peer",
+    "hydrate",
+    "hosts",
+    *scale.SECTIONS,
+)
 
 
 class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -101,6 +111,8 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
     compaction: bool = False
     repeat: int = 0
     coalesce: str = "group"
+    #: hosts of a Ray cluster its groups run on (``groups`` in all), 0: this machine alone
+    hosts: int = 0
     #: its place in the matrix's run order, and the seed that drew it (:func:`ordered`)
     order: int = 0
     order_seed: int = ORDER_SEED
@@ -136,6 +148,8 @@ def describe(row: dict) -> str:
         text += f" B={bytes_label(row['shared_max_bytes'])}"
     if row.get("compaction"):
         text += " +compaction"
+    if row.get("hosts"):
+        text += f" on {row['hosts']} host{'s' if row['hosts'] > 1 else ''}"
     return text + (f" #{row['repeat']}" if row.get("repeat") else "")
 
 
@@ -372,4 +386,5 @@ MATRICES: dict[str, Callable[[], list[RunSpec]]] = {
     "scale": _scale,
     "auto": _auto,
     "latency": _latency,
+    "hosts": lambda: hosts.hosts_matrix(RunSpec),
 }

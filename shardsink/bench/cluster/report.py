@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ...config import AUTO
 from .. import scale
+from . import hosts
 from .checks import checks
 from .matrices import SECTIONS, bytes_label, describe, shape_of
 
@@ -108,6 +109,8 @@ def _section_lines(section: str, rows: list[dict]) -> list[str]:
         lines += _compaction_lines(picked)
     if section == "peer":
         lines += _peer_lines(picked, rows)
+    if section == "hosts":
+        lines += hosts.report_lines(picked)
     return lines
 
 

@@ -26,6 +26,7 @@ import msgspec
 from ...config import ClusterConfig
 from ...workloads import Workload
 from .. import scale
+from . import hosts
 from .checks import checks
 from .matrices import RunSpec
 from .plots import plot
@@ -89,7 +90,7 @@ def _run_cluster(spec: RunSpec, work_dir: Path, base: ClusterConfig) -> dict:
         data_dir=str(work_dir / "data"),
         verify=False,
     )
-    with Cluster(config) as cluster:
+    with Cluster(hosts.config_for(spec, config)) as cluster:
         cpu_before = _cpu_times(cluster)
         machine_before = scale.cpu_sample()
         started = time.monotonic()
@@ -159,8 +160,9 @@ def run(
                 TimeElapsedColumn(),
                 console=console,
             ) as progress,
+            hosts.ray_for(specs, base or ClusterConfig()) as on_hosts,
         ):
-            rows = _run_specs(specs, out, scratch, base, progress)
+            rows = _run_specs(specs, out, scratch, on_hosts, progress)
     finally:  # interrupted too: results.json holds the runs done, whole
         shutil.rmtree(scratch, ignore_errors=True)
     plot(rows, out)

@@ -134,7 +134,7 @@ def test_shard_commands_go_through_the_cluster_consensus_server(tmp_path, capsys
         assert holder.address == cluster.consensus.address
         assert main(["shard", "compact", "--data-dir", str(data)]) == 0
         assert json.loads(capsys.readouterr().out)["applied"] == 1
-        assert main(["shard", "gc", "--data-dir", str(data)]) == 0
+        assert main(["shard", "gc", "--data-dir", str(data), "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["blobs_deleted"]
         assert len(cluster.shard.state(refresh=True).batches) == 1
         assert cluster.verify().ok

@@ -2,10 +2,11 @@
 
 Each area of the package contributes its own subcommands through a
 ``register(commands, bench)`` function in its ``_cli`` module (the shard
-commands, which reach a shard wherever it lives, in :mod:`.shard`), so this
-file only assembles them: ``commands`` is the top-level subparser set, ``bench`` the
-one under ``shardsink bench``. Every parser is an :class:`~shardsink.options.Parser`,
-which names the nearest valid flags when one is unknown.
+commands, which reach a shard wherever it lives, in :mod:`.shard` and
+:mod:`.shard_commands`), so this file only assembles them: ``commands`` is
+the top-level subparser set, ``bench`` the one under ``shardsink bench``.
+Every parser is an :class:`~shardsink.options.Parser`, which names the
+nearest valid flags when one is unknown.
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ from ..cluster import _cli as cluster_cli
 from ..options import Parser
 from ..server import _cli as server_cli
 from ..shm import _cli as shm_cli
-from . import shard
+from . import shard, shard_commands
 
 #: One module per area, in the order of ``--help``; each defines ``register(commands, bench)``.
-AREAS = (shard, shm_cli, server_cli, cluster_cli, chaos_cli, bench_cli)
+AREAS = (shard, shard_commands, shm_cli, server_cli, cluster_cli, chaos_cli, bench_cli)
 
 
 def build_parser() -> Parser:

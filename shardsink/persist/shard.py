@@ -20,13 +20,14 @@ import pyarrow as pa
 
 from .. import faults
 from .._address import REMOTE_SCHEMES, check_address
+from ..options import did_you_mean
 from ..storage.contracts import Blob, Consensus
 from ..storage.errors import StorageError
 from . import parts as P
 from .commands import AdvanceSince, Rejected
 from .compaction import CompactionReport
 from .config import ShardConfig
-from .errors import PersistError, SchemaMismatch
+from .errors import PersistError, SchemaMismatch, ShardNotFound
 from .gc import GcReport
 from .machine import LocalMachine, ShardMachine, wall_clock_ms
 from .maintenance import LocalMaintenance, Maintenance
@@ -329,14 +330,38 @@ def _open_machine(
             return machine
         consensus = faults.open_consensus(consensus)
         owned.append(consensus)
-    machine = LocalMachine.open(
-        consensus,
-        blob,
-        name,
-        schema=P.schema_to_bytes(schema),
-        config=config,
-        create=create,
-        clock=clock,
-    )
+    try:
+        machine = LocalMachine.open(
+            consensus,
+            blob,
+            name,
+            schema=P.schema_to_bytes(schema),
+            config=config,
+            create=create,
+            clock=clock,
+        )
+    except ShardNotFound as exc:
+        raise ShardNotFound(f"{exc}{existing_shards(consensus, name)}") from None
     owned.append(machine)
     return machine
+
+
+#: Shards an error lists by name at most.
+SHOWN_SHARDS = 10
+
+
+def existing_shards(consensus: Consensus, name: str) -> str:
+    """For a :class:`ShardNotFound` of ``name``: ``; it holds 'a' and 'b';
+    did you mean 'a'?``, the shards ``consensus`` holds (at most
+    :data:`SHOWN_SHARDS` named) and those nearest ``name``; ``""`` if the
+    store cannot list them."""
+    try:
+        names = sorted(consensus.list_shards())
+    except StorageError:
+        return ""
+    if not names:
+        return "; it holds no shard yet (a writer creates one: shardsink up, or open_shard)"
+    shown = ", ".join(map(repr, names[:SHOWN_SHARDS]))
+    if len(names) > SHOWN_SHARDS:
+        shown += f" and {len(names) - SHOWN_SHARDS} more (shardsink shard list)"
+    return f"; it holds {shown}" + did_you_mean(name, names, quote=True)

@@ -106,7 +106,14 @@ def test_compact_and_gc(capsys, data_dir):
     for path in blobs:  # everything looks old to the sweep: only the leaked part goes
         os.utime(path, (past_grace, past_grace))
     code, out, _ = run(
-        capsys, "shard", "gc", "--data-dir", str(data_dir), "--sweep-grace-ms", str(lease_ms)
+        capsys,
+        "shard",
+        "gc",
+        "--data-dir",
+        str(data_dir),
+        "--sweep-grace-ms",
+        str(lease_ms),
+        "--json",
     )
     assert code == 0 and json.loads(out)["leaked_blobs_deleted"] == [
         "default/part/crashed.3/lost.parquet"

@@ -147,7 +147,7 @@ def test_api_read_export_and_manifest_equal_the_churn_collection(where, tmp_path
         for stage in ("before", "after"):
             if stage == "after":
                 assert json.loads(run(capsys, "shard", "compact", *stores))["applied"] >= 1
-                assert json.loads(run(capsys, "shard", "gc", *stores))["blobs_deleted"]
+                assert json.loads(run(capsys, "shard", "gc", *stores, "--json"))["blobs_deleted"]
             (tmp_path / stage).mkdir()
             served = server and server.requests
             seen[stage] = four_ways(capsys, stores, shard_stores, tmp_path / stage, s3_server)

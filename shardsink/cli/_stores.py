@@ -1,0 +1,159 @@
+"""How the ``read``, ``export`` and ``shard`` commands name and reach a
+shard's stores.
+
+Every command names them with ``--data-dir D`` (meaning ``file://D/blob``
+and ``sqlite:///D/consensus.db``) or with ``--blob`` and ``--consensus``
+URIs, which override it. No command creates a shard: one that is not there
+is an error naming the shards the store holds.
+
+Every command may change state (a read registers a reader), and a consensus
+server serving the data dir answers from its cache as if it were the only
+writer. So with ``--data-dir`` and no ``--consensus``, a command goes through
+the server the data dir's lock names, and when none runs it holds that lock
+while it uses the store (``shardsink.datadir``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from .. import datadir, faults
+from .._address import REMOTE_SCHEMES
+from .._curve import keys_for
+from ..connect import open_shard
+from ..datadir import DATA_DIR_ENV
+from ..persist.errors import PersistError, ShardNotFound
+from ..persist.shard import existing_shards
+from ..storage.uri import BLOB_ENV, STORE_ENV
+
+
+def count(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def store_args(parser: argparse.ArgumentParser, *, shard: bool = True) -> None:
+    """``--data-dir``, ``--blob``, ``--consensus`` and (if ``shard``) ``--shard``."""
+    from_env = os.environ.get(DATA_DIR_ENV)
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(from_env) if from_env else None,
+        metavar="D",
+        help="file://D/blob, sqlite:///D/consensus.db; through the consensus server serving D, "
+        f"if one runs (default ${DATA_DIR_ENV})",
+    )
+    parser.add_argument(
+        "--blob",
+        metavar="URI",
+        default=os.environ.get(BLOB_ENV),
+        help=f"blob store URI (overrides --data-dir; default ${BLOB_ENV})",
+    )
+    parser.add_argument(
+        "--consensus",
+        metavar="URI",
+        default=os.environ.get(STORE_ENV),
+        help=f"consensus URI (overrides --data-dir; default ${STORE_ENV})",
+    )
+    if shard:
+        parser.add_argument(
+            "--shard",
+            default="default",
+            metavar="NAME",
+            help="an existing shard (shardsink shard list names them; default: default)",
+        )
+
+
+def store_uris(args: argparse.Namespace) -> tuple[str, str]:
+    """The blob and consensus URIs the arguments name; ``ValueError`` if they
+    name none or the data directory does not hold a shard store."""
+    blob, consensus = args.blob, args.consensus
+    if args.data_dir is not None and (blob is None or consensus is None):
+        data_dir = args.data_dir.resolve()
+        if not (data_dir / "consensus.db").is_file():
+            raise ValueError(f"--data-dir {args.data_dir}: no shard store (consensus.db) there")
+        blob = blob or datadir.blob_uri(data_dir)
+        consensus = consensus or datadir.consensus_uri(data_dir)
+    if blob is None or consensus is None:
+        raise ValueError("name the shard's stores with --data-dir D, or --blob and --consensus")
+    return blob, consensus
+
+
+@contextlib.contextmanager
+def stores(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
+    """The blob and consensus URIs the command uses: :func:`store_uris`, but
+    with ``--data-dir`` and no ``--consensus``, the address of the consensus
+    server serving the data dir, or else its store under its lock, held until
+    the block ends (:func:`~shardsink.datadir.acquire_or_server`)."""
+    blob, consensus = store_uris(args)
+    if args.data_dir is None or args.consensus is not None:
+        yield blob, consensus
+        return
+    taken = datadir.acquire_or_server(args.data_dir.resolve())
+    if isinstance(taken, datadir.Holder):
+        yield blob, taken.address
+        return
+    with taken:
+        yield blob, consensus
+
+
+def with_shard(func):
+    """Run ``func(args, shard)`` on the shard the arguments name (see
+    :func:`stores`), never creating it; shard errors become ``ValueError`` so
+    the command line prints them as one line, a missing shard's naming the
+    shards the store holds (for a data dir a consensus server serves: those
+    of the store it serves)."""
+
+    @functools.wraps(func)
+    def run(args: argparse.Namespace) -> int:
+        with stores(args) as (blob, consensus):
+            try:
+                with open_shard(
+                    args.shard,
+                    blob=blob,
+                    consensus=consensus,
+                    create=False,
+                    keys=keys_for(consensus, args.data_dir),
+                ) as shard:
+                    return func(args, shard)
+            except ShardNotFound as exc:
+                store = store_uris(args)[1]
+                served = store != consensus and args.data_dir is not None
+                raise ValueError(f"{exc}{_listed(store, args.shard) if served else ''}") from exc
+            except PersistError as exc:
+                raise ValueError(str(exc)) from exc
+
+    return run
+
+
+def _listed(store: str, name: str) -> str:
+    """:func:`~shardsink.persist.shard.existing_shards` of the store ``store``."""
+    consensus = faults.open_consensus(store)
+    try:
+        return existing_shards(consensus, name)
+    finally:
+        consensus.close()
+
+
+def shard_names(consensus: str) -> list[str]:
+    """The shards the consensus store ``consensus`` holds, sorted; read
+    without a lock (it changes nothing). ``ValueError`` if ``consensus`` is
+    a consensus server's address: a server does not list its shards."""
+    if urlsplit(consensus).scheme.lower() in REMOTE_SCHEMES:
+        raise ValueError(
+            f"--consensus {consensus} is a consensus server, which does not list its shards: "
+            "name the store it serves (sqlite://..., postgresql://...) or its --data-dir"
+        )
+    store = faults.open_consensus(consensus)
+    try:
+        return sorted(store.list_shards())
+    finally:
+        store.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
 import msgspec
@@ -79,8 +79,12 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
       through the arena. The default, 32 KiB, is the largest size at which
       inline was measured faster (figures: docs/benchmarks.md, Transport).
 
-    Workload (``shardsink.workloads.Workload.of`` a config): ``workload``,
-    ``rows_per_interval``, ``snapshot_rows`` (hydrate), ``intervals`` per run,
+    Workload (``shardsink.workloads.of`` a config; docs/workloads.md):
+    ``workload``, a built-in (``trickle``, ``churn``, ``hydrate``, ``synth``),
+    ``PATH.py:NAME`` or ``package.module:NAME`` (a class or an instance of the
+    workload protocol); ``workload_args``, the keyword arguments of such a
+    class (``--config``'s ``[workload]`` table); ``rows_per_interval``,
+    ``snapshot_rows`` (hydrate), ``intervals`` per run,
     ``interval_ms``, ``pace`` (``realtime``: mint each interval when the wall
     clock passes its end; ``max``: as fast as appends go).
 
@@ -160,7 +164,8 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     blob_target_bytes: Size = 128 * MIB
     best_effort_linger_ms: int = 10
     message_part_max_bytes: Size = MESSAGE_PART_MAX_BYTES
-    workload: WorkloadName = "trickle"
+    workload: str = "trickle"
+    workload_args: dict[str, Any] = {}
     rows_per_interval: int = 1000
     snapshot_rows: int = 0
     intervals: int = 20
@@ -219,7 +224,11 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         _choice("coalesce", self.coalesce, COALESCES)
         _choice("pace", self.pace, PACES)
         _choice("start", self.start, STARTS)
-        _choice("workload", self.workload, WORKLOADS)
+        if not self.workload:
+            raise ValueError(
+                "workload must not be empty: trickle, churn, hydrate, synth, "
+                "PATH.py:NAME or package.module:NAME"
+            )
         check_shard_name(self.shard)
         if not self.data_dir:
             raise ValueError("data_dir must not be empty")
@@ -247,6 +256,17 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
                 raise ValueError(f"coordinator_bind: {exc}") from None
 
         _check_hosts(self.hosts, self.max_hosts, self.host_timeout_s)
+
+    @staticmethod
+    def from_toml(table: dict[str, Any]) -> dict[str, Any]:
+        """A config file's table as fields: a ``[workload]`` table is
+        ``workload_args``, but for its key ``use``, the ``workload``."""
+        if isinstance(table.get("workload"), dict):
+            args = dict(table.pop("workload"))
+            if "use" in args:
+                table["workload"] = args.pop("use")
+            table["workload_args"] = args
+        return table
 
     @property
     def n_workers(self) -> int:

@@ -126,8 +126,12 @@ def add_fields(
 
 
 def _flaggable(kind: type) -> list[str]:
-    """``kind``'s fields but those that hold a Struct."""
-    return [f.name for f in msgspec.structs.fields(kind) if _struct(f.type) is None]
+    """``kind``'s fields but those that hold a Struct or a dict (TOML tables only)."""
+    return [
+        f.name
+        for f in msgspec.structs.fields(kind)
+        if _struct(f.type) is None and get_origin(_unwrap(f.type)) is not dict
+    ]
 
 
 def _shown(value: Any, kind: Any) -> str:
@@ -220,6 +224,8 @@ def load_toml(kind: type, path: str | os.PathLike) -> dict[str, Any]:
         raise ValueError(f"cannot read config file {os.fspath(path)!r}: {exc}") from None
     if not isinstance(data, dict):
         raise ValueError(f"config file {os.fspath(path)!r} is not a table")
+    # a kind may read some tables its own way (ClusterConfig's [workload])
+    data = getattr(kind, "from_toml", lambda table: table)(data)
     _parse_sizes(kind, data, os.fspath(path))
     return data
 

@@ -41,6 +41,7 @@ from ._curve import ClientKeys, secure_client
 from ._wire import Message
 from .config import ClusterConfig, Mode
 from .persist import parts as P
+from .persist.digest import Digest
 from .persist.state import Batch
 
 log = logging.getLogger(__name__)
@@ -156,7 +157,9 @@ class Report(Message, tag="report"):
     generation this worker finished last and its builder passed on to the host
     builder. ``blob_puts``/``blob_put_bytes``:
     its own writes. ``error``: why it could not do its part (then nothing of
-    this report is appended).
+    this report is appended). ``digest``: the digest of every update it
+    produced (:mod:`shardsink.persist.digest`), which the batches appended
+    for the interval must add up to.
 
     For the ``auto`` threshold (:mod:`shardsink.coordinator.threshold`):
     ``staged_bytes``, the Arrow bytes of its updates for the interval, and
@@ -177,6 +180,7 @@ class Report(Message, tag="report"):
     error: str | None = None
     staged_bytes: Count = 0
     write_s: Seconds = 0.0
+    digest: Digest | None = None
 
 
 class Failure(Message, tag="failure"):
@@ -218,16 +222,19 @@ class Contribute(Message):
 #: A sender's rows are sent in parts of at most this many Arrow bytes, so the
 #: builder can cut Parquet parts while the rest is still arriving.
 PART_BYTES = 4 << 20
-_SCHEMA = P.full_schema()
-#: The part of no rows: a best-effort join, or the finish of a sender with nothing to share.
-EMPTY = pa.RecordBatch.from_arrays([pa.array([], f.type) for f in _SCHEMA], schema=_SCHEMA)
+
+
+def empty_part(schema: pa.Schema) -> pa.RecordBatch:
+    """The part of no rows of the shard ``schema``: a best-effort join, or the
+    finish of a sender with nothing to share."""
+    return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)
 
 
 def parts_of(table: pa.Table) -> list[pa.RecordBatch]:
     """``table`` as the record batches a sender hands its builder: consecutive
     slices of about :data:`PART_BYTES`, at least one (empty for an empty table)."""
     pieces = [b for piece in P.split(table, PART_BYTES) for b in piece.to_batches()]
-    return pieces or [EMPTY]
+    return pieces or [empty_part(table.schema)]
 
 
 # --- builder <-> worker -------------------------------------------------------------

@@ -29,7 +29,7 @@ import time
 import msgspec
 import zmq
 
-from .. import faults, protocol
+from .. import faults, protocol, workloads
 from .._address import check_address
 from ..process.roles import enter_member
 from ..shm import PartReceiver
@@ -65,7 +65,6 @@ def run_builder(spec: protocol.ChildSpec, *, host: bool = False) -> int:
     otherwise group ``spec.group``'s builder, connected to the host builder
     when ``spec.host_parts`` names one."""
     from ..faults import open_blob
-    from ..workloads import SCHEMA
 
     config = spec.config
     name = protocol.host_builder_name(spec.host) if host else f"g{spec.group}"
@@ -78,17 +77,21 @@ def run_builder(spec: protocol.ChildSpec, *, host: bool = False) -> int:
     handoff.setsockopt(zmq.LINGER, 0)
     receiver: PartReceiver | None = None
     group: GroupBuilder | None = None
-    upstream = HostLink(spec, ctx) if spec.host_parts and not host else None
+    upstream: HostLink | None = None
     blob = open_blob(config.blob_uri)
     try:
         spec.connect_coordinator(coord)
+        # the workload's schema: what the senders send is checked against it
+        schema = workloads.shard_schema(workloads.of(config), config.workload)
+        if spec.host_parts and not host:
+            upstream = HostLink(spec, ctx, schema)
         handoff.bind(check_address(spec.handoff, for_bind=True))
         coord.send(protocol.encode(protocol.Hello("builder", spec.group, 0, os.getpid())))
         members = _wait_members(coord, handoff, config.start_timeout_s)
         if members is None:
             return 0
         receiver = PartReceiver(
-            spec.parts, spec.cluster_id, creators=members.worker_pids, schema=SCHEMA
+            spec.parts, spec.cluster_id, creators=members.worker_pids, schema=schema
         )
         if upstream is not None:
             upstream.connect(config.start_timeout_s)

@@ -23,18 +23,19 @@ import zmq
 
 from .. import faults, protocol
 from ..shm import PartSender
-from ..workloads import SCHEMA
 from .shared_batch import BatchId, Description
 
 
 class HostLink:
     """The host-builder side of group ``spec.group``'s builder (see the module
-    doc). :meth:`connect` before use; :meth:`close` is idempotent."""
+    doc), whose rows have the shard ``schema``. :meth:`connect` before use;
+    :meth:`close` is idempotent."""
 
-    def __init__(self, spec: protocol.ChildSpec, ctx: zmq.Context) -> None:
+    def __init__(self, spec: protocol.ChildSpec, ctx: zmq.Context, schema: pa.Schema) -> None:
         if not spec.host_parts or not spec.host_handoff:
             raise ValueError("coalesce host needs the host builder's part and handoff sockets")
         self.spec = spec
+        self.schema = schema
         self.group = spec.group
         self.identity = protocol.worker_identity(spec.group)
         self.socket = ctx.socket(zmq.DEALER)
@@ -71,7 +72,7 @@ class HostLink:
         if description.barrier or bid in self._open:
             return
         self._open.add(bid)
-        self._send(bid, protocol.EMPTY, last=False)
+        self._send(bid, protocol.empty_part(self.schema), last=False)
 
     def forward(self, bid: BatchId, batches: list[pa.RecordBatch], *, finish: bool) -> None:
         """Pass a finished generation of ``bid`` (its rows: ``batches``) to the
@@ -81,7 +82,7 @@ class HostLink:
         ``TransportTimeout``)."""
         faults.point("builder.before_forward")
         # one part per protocol.PART_BYTES, not one per worker part held
-        table = pa.Table.from_batches(batches, schema=SCHEMA).combine_chunks()
+        table = pa.Table.from_batches(batches, schema=self.schema).combine_chunks()
         if not finish and not table.num_rows:
             return
         *pieces, final = protocol.parts_of(table)

@@ -94,7 +94,7 @@ def check_shard(run: RunContext, shard: Shard, when: str, *, swept: bool = False
     workload = run.config.workload()
     intervals = shard.upper // INTERVAL_MS
     try:
-        verification = verify(shard, workload)
+        verification = verify(shard, workload, INTERVAL_MS)
     except PersistError as exc:
         run.violation(f"{when}: the shard cannot be read back: {exc}")
     else:

@@ -45,10 +45,11 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import psutil
 
-from .. import datadir, faults, protocol
+from .. import datadir, faults, protocol, workloads
 from .._curve import key_dir, keys_for
 from ..config import ClusterConfig
 from ..connect import open_shard
@@ -73,7 +74,6 @@ from ..process import (
 from ..server.config import ServeConfig
 from ..shm import sweep, unlink_cluster
 from ..storage.uri import redact
-from ..workloads import SCHEMA, Workload
 from .control import ControlServer, ProcessStatus, Status
 from .dashboard import ControlSource, Dashboard
 from .metrics import Metrics, Supervised
@@ -110,9 +110,15 @@ class Cluster:
     """
 
     def __init__(self, config: ClusterConfig | None = None) -> None:
-        self.config = config or ClusterConfig()
+        config = config or ClusterConfig()
+        # a PATH.py workload is found from here, by every process of the run
+        self.config = msgspec.structs.replace(config, workload=workloads.resolve(config.workload))
         self.cluster_id = f"c{uuid.uuid4().hex[:12]}"
-        self.workload = Workload.of(self.config)
+        self.workload = workloads.of(self.config)
+        self.schema = workloads.shard_schema(self.workload, self.config.workload)
+        # one worker's first interval, so a workload that writes the wrong
+        # columns is refused here, in one line, not by a worker restarted
+        workloads.updates(self.workload, self.schema, 0, 0, self.config.n_workers, 0)
         self.shard: Shard | None = None
         self.consensus: ConsensusProcess | None = None
         self.zygote: Zygote | None = None
@@ -195,7 +201,7 @@ class Cluster:
                 config.shard,
                 blob=config.blob_uri,
                 consensus=address,
-                schema=SCHEMA,
+                schema=self.schema,
                 config=self._shard_config(retry_for_s=0.0),
                 keys=keys_for(address, config.data_path),
             )
@@ -302,14 +308,15 @@ class Cluster:
         return self.stats()
 
     def verify(self) -> Verification:
-        """Read the shard back and compare it with the workload's expected
-        collection at its upper (also recorded in :meth:`stats`)."""
+        """Read the shard back and check it against its batches' digests and,
+        if the workload has one, its expected collection at its upper (also
+        recorded in :meth:`stats`)."""
         coordinator = self._running()
         assert self.shard is not None
         # The read-back's memory is measured apart from the coordinator's run.
         coordinator.supervisor.sample_rss(force=True)
         isolated = reset_own_peak_rss()
-        self._verification = verify(self.shard, self.workload)
+        self._verification = verify(self.shard, self.workload, self.config.interval_ms)
         if isolated:
             peak = peak_rss(os.getpid()) or 0
             peaks = coordinator.supervisor.counters.peak_rss
@@ -561,7 +568,7 @@ class Cluster:
                 config.shard,
                 blob=config.blob_uri,
                 consensus=config.consensus_uri,
-                schema=SCHEMA,
+                schema=self.schema,
                 config=self._shard_config(retry_for_s=config.consensus_timeout_s),
                 create=False,
             ) as shard:

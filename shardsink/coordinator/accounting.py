@@ -11,7 +11,11 @@ matching exactly), and every group generation with rows in exactly one host
 batch that exactly one worker received, whose contributors (group -> rows)
 are the sums of the group generations delivered into it. Anything else
 rejects the attempt: no append, so no interval is ever sealed with missing or
-doubled data. Pure: no I/O.
+doubled data. Then the content: the digests of the batches
+(:mod:`shardsink.persist.digest`, computed by whoever wrote each from the
+rows it wrote) must add up to those the workers report for what they
+produced, in sum of diffs and hash, so a batch that lost, doubled or changed
+a row is never appended (skipped when digests are off). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from ..persist.digest import total_known
 from ..persist.state import Batch
 from ..protocol import GroupShare, Report, SharedBatch
 
@@ -68,6 +73,7 @@ def check(
         raise AccountingError(
             f"the batches hold {batch_rows} rows, the reports {ledger.reported_rows}"
         )
+    _check_digests(interval, reports.values(), ledger.batches)
     return Accepted(
         batches=tuple(ledger.batches),
         rows=batch_rows,
@@ -250,6 +256,16 @@ def _host_level(
             host = at_host.setdefault((share.host, share.host_generation), {})
             host[key[0]] = host.get(key[0], 0) + rows
     return at_host, segment_parts
+
+
+def _check_digests(interval: int, reports: Iterable[Report], batches: Iterable[Batch]) -> None:
+    wrote = total_known(r.digest for r in reports)
+    held = total_known(b.digest for b in batches)
+    if wrote is not None and held is not None and not held.same_content(wrote):
+        raise AccountingError(
+            f"interval {interval}: its batches hold {held.describe()}, its workers wrote "
+            f"{wrote.describe()}"
+        )
 
 
 def _name(key: tuple[int, int], host: bool) -> str:

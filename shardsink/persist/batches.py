@@ -17,7 +17,7 @@ import pyarrow as pa
 from ..storage.contracts import Blob
 from ..storage.errors import StorageError
 from . import parts as P
-from .digest import Digest, digest
+from .digest import Digest, written
 from .state import Batch, BlobPart, InlinePart, Part, part_prefix
 from .stats import ShardStats
 
@@ -69,7 +69,7 @@ def build_batch(
         upper=upper,
         parts=tuple(parts),
         rows=table.num_rows,
-        digest=digest(table) if content is None else content,
+        digest=written(table) if content is None else content,
     )
 
 
@@ -181,7 +181,7 @@ class BatchBuilder:
     ) -> None:
         check_interval(lower, upper)
         self.digests = digests
-        self.digest = Digest()
+        self.digest: Digest | None = Digest()
         self.since = since
         self.blob = blob
         self.shard = shard
@@ -252,8 +252,9 @@ class BatchBuilder:
         self._held.append(batch)
         self._held_bytes += batch.nbytes
         self.rows += batch.num_rows
-        if self.digests:
-            self.digest = self.digest + digest(batch)
+        if self.digests and self.digest is not None:
+            more = written(batch)
+            self.digest = None if more is None else self.digest + more
 
     def _take(self) -> pa.Table:
         table = pa.Table.from_batches(self._held)

@@ -23,11 +23,16 @@ cannot consolidate them either.
 
 from __future__ import annotations
 
+import os
+
 import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+#: Set to 1, no digest is computed (:func:`written` is ``None``): only
+#: ``bench cluster``'s digest-cost section sets it, to measure their cost.
+NO_DIGEST_ENV = "SHARDSINK_NO_DIGEST"
 _MASK = (1 << 64) - 1
 _P = np.uint64(0x100000001B3)  # odd: invertible mod 2^64
 _P_INV = np.uint64(pow(int(_P), -1, 1 << 64))
@@ -87,6 +92,12 @@ def digest(table: pa.Table | pa.RecordBatch) -> Digest:
     with np.errstate(over="ignore"):
         hashed = int(np.sum(h * diffs.view(np.uint64), dtype=np.uint64))
     return Digest(n, int(diffs.sum()), hashed)
+
+
+def written(table: pa.Table | pa.RecordBatch) -> Digest | None:
+    """:func:`digest` of ``table`` as a writer records it; ``None`` when
+    :data:`NO_DIGEST_ENV` turns digests off."""
+    return None if os.environ.get(NO_DIGEST_ENV) == "1" else digest(table)
 
 
 def row_hashes(table: pa.Table | pa.RecordBatch) -> np.ndarray:

@@ -1,8 +1,10 @@
 """The worker process: its slice of every minted interval, shared or its own.
 
 For each :class:`~shardsink.protocol.Mint` the worker produces the
-updates docs/architecture.md section 9 (Workloads) assigns it, consolidates
-them and stages them as Arrow. In ``best-effort`` and ``barrier`` mode, staged
+updates its workload assigns it (:func:`shardsink.workloads.updates`, with
+the interval's time; docs/workloads.md), consolidates them, digests them
+(:mod:`shardsink.persist.digest`, reported to the coordinator) and stages
+them as Arrow. In ``best-effort`` and ``barrier`` mode, staged
 updates of at most ``shared_max_bytes`` go to the group's builder through
 shared memory (the last part finishes the worker's handle); larger ones, and
 every interval in ``off`` mode, become the worker's own batch, written in
@@ -32,30 +34,17 @@ import msgspec
 import pyarrow as pa
 import zmq
 
-from .. import faults, protocol
-from ..persist import parts as P
+from .. import faults, protocol, workloads
 from ..persist.batches import build_batch
+from ..persist.digest import written
 from ..persist.errors import PersistError
 from ..persist.stats import ShardStats
 from ..process.roles import enter_member
 from ..shm import PartSender
 from ..storage.contracts import Blob
 from ..storage.errors import StorageError
-from ..workloads import SCHEMA, Workload
 
 log = logging.getLogger(__name__)
-
-#: A staged slice is sent in parts of at most this many Arrow bytes, so the
-#: builder can cut Parquet parts while the rest is still arriving.
-PART_BYTES = 4 << 20
-EMPTY = pa.RecordBatch.from_arrays([pa.array([], f.type) for f in SCHEMA], schema=SCHEMA)
-
-
-def parts_of(table: pa.Table) -> list[pa.RecordBatch]:
-    """``table`` as the record batches a sender hands its builder: consecutive
-    slices of about :data:`PART_BYTES`, at least one (empty for an empty table)."""
-    pieces = [b for piece in P.split(table, PART_BYTES) for b in piece.to_batches()]
-    return pieces or [EMPTY]
 
 
 class Abandoned(Exception):
@@ -76,7 +65,9 @@ class Worker:
         self.group = spec.group
         self.index = spec.index
         self.global_index = spec.group * config.workers + spec.index
-        self.workload = Workload.of(config)
+        self.workload = workloads.of(config)
+        self.schema = workloads.shard_schema(self.workload, config.workload)
+        self.empty = protocol.empty_part(self.schema)
         self.blob = blob
         self.coord = ctx.socket(zmq.DEALER)
         self.coord.setsockopt(zmq.IDENTITY, f"g{self.group}/w{self.index}".encode())
@@ -135,9 +126,12 @@ class Worker:
         if mint.mode == "best-effort":
             # The handle is open while the worker works on the interval, so the
             # workers of a group that work on it at the same time share a batch.
-            self._send(mint, EMPTY, last=False)
+            self._send(mint, self.empty, last=False)
         n = self.config.n_workers
-        table = P.consolidate(self.workload.updates(mint.interval, self.global_index, n))
+        table = workloads.updates(
+            self.workload, self.schema, mint.interval, self.global_index, n, mint.lower
+        )
+        content = written(table)
         faults.point("worker.after_encode")
         rows = table.num_rows
         share = joins and rows > 0 and table.nbytes <= mint.shared_max_bytes
@@ -147,7 +141,7 @@ class Worker:
         if share:
             self._share(mint, table)
         elif joins:  # finish with nothing, so that the batch can be handed off
-            self._finish(mint, EMPTY)
+            self._finish(mint, self.empty)
         if rows and not share:
             started = time.monotonic()
             try:
@@ -161,6 +155,7 @@ class Worker:
                     inline_max_bytes=self.spec.inline_max_bytes,
                     target_bytes=self.config.blob_target_bytes,
                     stats=stats,
+                    content=content,
                 )
             except (StorageError, PersistError, ValueError) as exc:
                 error = f"writing its own batch failed: {type(exc).__name__}: {exc}"
@@ -185,6 +180,7 @@ class Worker:
             error=error,
             staged_bytes=table.nbytes if rows else 0,
             write_s=write_s,
+            digest=content,
         )
 
     def close(self) -> None:
@@ -196,7 +192,7 @@ class Worker:
         self.handoff.close()
 
     def _share(self, mint: protocol.Mint, table: pa.Table) -> None:
-        pieces = parts_of(table)
+        pieces = protocol.parts_of(table)
         for batch in pieces[:-1]:
             self._send(mint, batch, last=False)
         self._finish(mint, pieces[-1])

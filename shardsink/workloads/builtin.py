@@ -1,4 +1,6 @@
-"""The exact workloads of docs/architecture.md section 9, and the collections they produce.
+"""The built-in workloads of docs/architecture.md section 9 (trickle, churn,
+hydrate), and the exact collections they produce: one :class:`Workload`
+shape, a workload of the protocol (:class:`~.loading.AnyWorkload`) like any other.
 
 Interval ``i`` covers ``[i*T, (i+1)*T)`` and every update in it has
 ``ts = i*T``. Keys are ``int64``; the value of key ``k`` is ``format(k, "032x")``.
@@ -21,8 +23,8 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from .config import WORKLOADS, ClusterConfig, WorkloadName
-from .persist.parts import full_schema
+from ..config import WORKLOADS, ClusterConfig
+from ..persist.parts import DEFAULT_SCHEMA, full_schema
 
 #: The shard schema of every workload: the default key int64 / val string.
 SCHEMA = full_schema()
@@ -34,7 +36,7 @@ _CHUNK = 1 << 16
 class Workload(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One workload's shape. ``snapshot_rows`` is used by ``hydrate`` only."""
 
-    name: WorkloadName
+    name: str
     rows_per_interval: int
     snapshot_rows: int = 0
     interval_ms: int = 1000
@@ -53,10 +55,27 @@ class Workload(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     @classmethod
     def of(cls, config: ClusterConfig) -> Workload:
-        """The workload ``config`` runs."""
+        """The built-in workload ``config`` names, its shape from ``config``'s
+        fields and its ``workload_args`` (``rows_per_interval``,
+        ``snapshot_rows``), ``ValueError`` for any other argument."""
+        args = dict(config.workload_args)
+        unknown = sorted(set(args) - {"rows_per_interval", "snapshot_rows"})
+        if unknown:
+            raise ValueError(
+                f"workload {config.workload} takes rows_per_interval and snapshot_rows, "
+                f"not {', '.join(unknown)}"
+            )
         return cls(
-            config.workload, config.rows_per_interval, config.snapshot_rows, config.interval_ms
+            config.workload,
+            args.get("rows_per_interval", config.rows_per_interval),
+            args.get("snapshot_rows", config.snapshot_rows),
+            config.interval_ms,
         )
+
+    @property
+    def schema(self) -> pa.Schema:
+        """Key ``int64``, val ``string``."""
+        return DEFAULT_SCHEMA
 
     def inserted_range(self, interval: int) -> tuple[int, int]:
         """The keys ``[lo, hi)`` that interval ``interval`` inserts."""

@@ -37,7 +37,8 @@ MACHINE_SATURATED = 0.90
 class Point(msgspec.Struct, frozen=True):
     """One point of a sweep: ``n`` the value of the axis, ``processes`` the
     worker processes in all (groups x workers); the figures of the run with
-    the median rows/s among its verified repeats (``runs`` of them)."""
+    the median rows/s among its verified repeats (``runs`` of them), and
+    the lowest and highest rows/s of those repeats (``rows_per_s_range``)."""
 
     n: int
     processes: int
@@ -49,6 +50,7 @@ class Point(msgspec.Struct, frozen=True):
     cpu_cores: dict[str, float]
     busiest: str
     busiest_core: float
+    rows_per_s_range: tuple[float, float] = (0.0, 0.0)
 
 
 class Sweep(msgspec.Struct, frozen=True):
@@ -157,6 +159,7 @@ def _point(n: int, runs: list[dict]) -> Point:
         cpu_cores=row.get("cpu_cores", {}),
         busiest=row.get("busiest", ""),
         busiest_core=row.get("busiest_core", 0.0),
+        rows_per_s_range=(min(r["rows_per_s"] for r in runs), max(r["rows_per_s"] for r in runs)),
     )
 
 
@@ -272,6 +275,8 @@ def plot(rows: list[dict], out: Path, cores: int) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from .figures import add_caption, caption
+
     written = []
     found = sweeps(rows)
     for section, axis in SECTIONS.items():
@@ -283,8 +288,17 @@ def plot(rows: list[dict], out: Path, cores: int) -> list[Path]:
             color = f"C{k}"
             xs = [p.processes for p in sweep.points]
             first = sweep.points[0]
-            axes[0].plot(
-                xs, [p.rows_per_s for p in sweep.points], "o-", color=color, label=sweep.mode
+            axes[0].errorbar(
+                xs,
+                [p.rows_per_s for p in sweep.points],
+                yerr=[
+                    [p.rows_per_s - p.rows_per_s_range[0] for p in sweep.points],
+                    [p.rows_per_s_range[1] - p.rows_per_s for p in sweep.points],
+                ],
+                fmt="o-",
+                capsize=3,
+                color=color,
+                label=sweep.mode,
             )
             axes[0].plot(
                 xs,
@@ -300,18 +314,27 @@ def plot(rows: list[dict], out: Path, cores: int) -> list[Path]:
                 xs, [p.latency_ms_p50 for p in sweep.points], "o-", color=color, label=sweep.mode
             )
         axes[0].set_yscale("log")  # the ideal line stays straight, the measured ones readable
-        titles = ("rows/s (log)", "data + inline parts per append", "append latency p50 (ms)")
+        titles = (
+            "rows/s (median of repeats, bars: lowest to highest)",
+            "data + inline parts per append",
+            "append latency p50",
+        )
+        units = ("rows/s (log scale)", "parts per append", "p50 append latency (ms)")
         fixed = "G=1" if axis == "workers" else f"W={_fixed_workers(rows, section)}"
         ticks = {p.processes: p.n for sweep in mine for p in sweep.points}
         labels = [f"{t}\n{axis[0].upper()}={n}" for t, n in sorted(ticks.items())]
-        for ax, title in zip(axes, titles, strict=True):
+        for ax, title, unit in zip(axes, titles, units, strict=True):
             ax.axvline(cores, color="grey", linestyle="--", label=f"{cores} cores")
             ax.set_xscale("log", base=2)
             ax.set_xticks(sorted(ticks), labels)
             ax.set_xlabel(f"worker processes ({axis} grow, {fixed})")
-            ax.set_title(title)
+            ax.set_ylabel(unit)
+            ax.set_title(title, fontsize=10)
             ax.legend(fontsize="small")
+        for ax in axes[1:]:
+            ax.set_ylim(bottom=0)
         fig.tight_layout()
+        add_caption(fig, caption())
         path = out / f"{section}.png"
         fig.savefig(path, dpi=100)
         plt.close(fig)

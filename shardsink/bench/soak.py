@@ -275,6 +275,8 @@ def plot(blocks: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from .figures import add_caption, caption
+
     x = [b["first_interval"] + b["appends"] for b in blocks]
     panels = [
         ("append latency (ms)", {"p50": "append_ms_p50", "p99": "append_ms_p99"}),
@@ -303,8 +305,10 @@ def plot(blocks: list[dict], path: Path) -> None:
     rss_axis.set_title("peak RSS (high-water mark) per process kind (MiB)")
     rss_axis.legend(fontsize="small")
     for axis in axes.flat:
-        axis.set_xlabel("interval")
+        axis.set_xlabel("interval (each point: the block ending there)")
         axis.set_ylim(bottom=0)
     figure.tight_layout()
+    note = f"blocks of {blocks[0]['appends']} intervals" if blocks else ""
+    add_caption(figure, caption(note=note))
     figure.savefig(path, dpi=90)
     plt.close(figure)

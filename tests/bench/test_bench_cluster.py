@@ -324,3 +324,41 @@ def test_every_matrix_runs_each_repeat_in_its_own_seeded_order() -> None:
     assert len({labels[0] for labels in per_repeat}) > 1  # no variant always first
     assert all(sorted(labels) == sorted(per_repeat[0]) for labels in per_repeat)
     assert repeat_order("abcdef", 1) == repeat_order("abcdef", 1) != repeat_order("abcdef", 2)
+
+
+def test_bars_show_the_median_the_spread_the_value_and_a_zero_as_zero(tmp_path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from shardsink.bench import figures
+    from shardsink.bench.cluster.plots import plot
+
+    fig, ax = plt.subplots()
+    figures.grouped_bars(
+        ax, ["2x4", "4x8"], {"off": {"2x4": [3.0, 1.0, 2.0], "4x8": [0.0]}, "barrier": {}}, "{:.1f}"
+    )
+    texts = [t.get_text() for t in ax.texts]
+    assert texts == ["2.0", "0.0", "n/a", "n/a"]  # a measured zero is labelled, a gap is n/a
+    assert [bar.get_height() for bar in ax.patches[:2]] == [2.0, 0.0]  # off's medians
+    assert ax.get_ylim()[0] == 0
+    plt.close(fig)
+    assert figures.median_range([3.0, 1.0, 2.0]) == (2.0, 1.0, 1.0)
+    rows = [
+        {
+            **_trickle_row(mode, "group", parts, 1000.0 + k),
+            "repeat": k,
+            "shared_max_bytes": 1 << 20,
+            "blob_puts": 0,
+            "appends": 10,
+            "append_latency_ms_p50": 5.0 + k,
+        }
+        for mode, parts in (("off", 8.0), ("barrier", 2.0))
+        for k in range(3)
+    ]
+    written = plot(rows, tmp_path, command="shardsink bench cluster --matrix quick")
+    assert {p.name for p in written} >= {"parts_per_append.png", "latency.png"}
+    text = figures.caption("shardsink bench cluster --matrix quick")
+    assert text.startswith("shardsink bench cluster --matrix quick | ")
+    assert "cores" in text and ("commit " in text or "shardsink " in text)

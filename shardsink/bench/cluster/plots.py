@@ -1,6 +1,8 @@
 """The PNG plots of a ``bench cluster`` run: parts, blob PUTs, diff bytes and
 p50 append latency per append by mode and shape; hydration wall time by
-threshold; the scale curves (:func:`shardsink.bench.scale.plot`).
+``--shared-max-bytes``; the scale curves (:func:`shardsink.bench.scale.plot`).
+Each bar is the median of its repeats with their spread, its value on it,
+and each plot names its command, commit and machine (:mod:`..figures`).
 
 Only verified runs are plotted; a plot with nothing to show is not written.
 matplotlib is imported when plotting (the ``bench`` extra), with the Agg
@@ -10,50 +12,68 @@ backend, so no display is needed.
 from __future__ import annotations
 
 import os
-import statistics
 from pathlib import Path
 
 from ...config import AUTO
 from .. import scale
+from ..figures import add_caption, caption, grouped_bars
 from .matrices import bytes_label, shape_of
 
-#: The per-append bar plots: ``(file stem, title, value of a row)``.
+#: The per-append bar plots: ``(file stem, title, y-axis label, value format,
+#: value of a row)``.
 METRICS = [
     (
         "parts_per_append",
         "data + inline parts per append",
+        "parts per append",
+        "{:.2f}",
         lambda r: r["data_parts_per_append"] + r["inline_parts_per_append"],
     ),
     (
         "blob_puts_per_append",
         "blob PUTs per append",
+        "blob PUTs per append",
+        "{:.2f}",
         lambda r: r["blob_puts"] / max(r["appends"], 1),
     ),
     (
         "diff_bytes_per_append",
         "consensus diff bytes per append",
+        "bytes per append",
+        "{:,.0f}",
         lambda r: r["diff_bytes_per_append"],
     ),
-    ("latency", "append latency p50 (ms)", lambda r: r["append_latency_ms_p50"]),
+    (
+        "latency",
+        "append latency p50",
+        "p50 append latency (ms)",
+        "{:.1f}",
+        lambda r: r["append_latency_ms_p50"],
+    ),
 ]
+#: The x axis of the per-append plots.
+SHAPE_AXIS = "shape: groups x workers, R = rows per interval"
 
 
-def plot(rows: list[dict], out: Path) -> list[Path]:
-    """PNG plots of the verified runs; returns the files written."""
+def plot(rows: list[dict], out: Path, command: str | None = None) -> list[Path]:
+    """PNG plots of the verified runs, each captioned with ``command``
+    (default: this process's), the commit and the machine
+    (:mod:`shardsink.bench.figures`); returns the files written."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     ok = [r for r in rows if r.get("verified")]
-    written = _metric_plots(plt, ok, out)
-    written += _hydrate_plot(plt, ok, out)
+    text = caption(command)
+    written = _metric_plots(plt, ok, out, text)
+    written += _hydrate_plot(plt, ok, out, text)
     return written + scale.plot(rows, out, os.cpu_count() or 1)
 
 
-def _metric_plots(plt, ok: list[dict], out: Path) -> list[Path]:
+def _metric_plots(plt, ok: list[dict], out: Path, text: str) -> list[Path]:
     """One bar chart per :data:`METRICS` of the small-writes and trickle runs
-    (``auto`` left out): a bar per variant at each shape."""
+    (``auto`` left out): a bar per variant at each shape, over its repeats."""
     written: list[Path] = []
     shapes = [
         r
@@ -63,20 +83,19 @@ def _metric_plots(plt, ok: list[dict], out: Path) -> list[Path]:
     labels = sorted({shape_of(r) for r in shapes})
     if not labels:
         return written
-    for name, title, value in METRICS:
-        fig, ax = plt.subplots(figsize=(8, 4))
-        modes = list(dict.fromkeys(scale.variant(r) for r in shapes))
-        width = 0.8 / len(modes)
-        for k, mode in enumerate(modes):
-            ys = []
-            for label in labels:
-                match = [r for r in shapes if scale.variant(r) == mode and shape_of(r) == label]
-                ys.append(value(match[0]) if match else 0)
-            ax.bar([i + k * width for i in range(len(labels))], ys, width, label=mode)
-        ax.set_xticks([i + width for i in range(len(labels))], labels)
-        ax.set_title(title)
-        ax.legend()
+    repeats = max(sum(1 for _ in group) for group in _by_variant_and_shape(shapes).values())
+    for name, title, unit, fmt, value in METRICS:
+        series: dict[str, dict[str, list[float]]] = {}
+        for (mode, label), runs in _by_variant_and_shape(shapes).items():
+            series.setdefault(mode, {})[label] = [value(r) for r in runs]
+        fig, ax = plt.subplots(figsize=(9, 5))
+        grouped_bars(ax, labels, series, fmt)
+        ax.set_title(f"{title} (median of up to {repeats} repeats, bars: lowest to highest)")
+        ax.set_ylabel(unit)
+        ax.set_xlabel(SHAPE_AXIS)
+        ax.legend(fontsize="small")
         fig.tight_layout()
+        add_caption(fig, text)
         path = out / f"{name}.png"
         fig.savefig(path, dpi=100)
         plt.close(fig)
@@ -84,20 +103,37 @@ def _metric_plots(plt, ok: list[dict], out: Path) -> list[Path]:
     return written
 
 
-def _hydrate_plot(plt, ok: list[dict], out: Path) -> list[Path]:
-    """The median hydration wall time of ``off`` and of each threshold."""
+def _by_variant_and_shape(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        groups.setdefault((scale.variant(r), shape_of(r)), []).append(r)
+    return groups
+
+
+def _hydrate_plot(plt, ok: list[dict], out: Path, text: str) -> list[Path]:
+    """Hydration wall time of ``off`` and of each ``--shared-max-bytes``
+    threshold, over the repeats."""
     hydrate = [r for r in ok if r["section"] == "hydrate"]
     if not hydrate:
         return []
     groups: dict[str, list[float]] = {}
     for r in hydrate:
-        key = "off" if r["mode"] == "off" else f"B={bytes_label(r['shared_max_bytes'])}"
+        key = "off" if r["mode"] == "off" else bytes_label(r["shared_max_bytes"])
         groups.setdefault(key, []).append(r["wall_s"])
-    fig, ax = plt.subplots(figsize=(6, 4))
     keys = list(groups)
-    ax.bar(keys, [statistics.median(groups[k]) for k in keys])
-    ax.set_title("hydration wall time by threshold (median s)")
+    fig, ax = plt.subplots(figsize=(8, 5))
+    grouped_bars(ax, keys, {"wall time": groups}, "{:.2f} s")
+    repeats = max(len(v) for v in groups.values())
+    first = hydrate[0]
+    ax.set_title(
+        f"hydration of {first['snapshot_rows']:,} rows at {first['groups']}x{first['workers']}: "
+        f"wall time (median of up to {repeats}, bars: lowest to highest)",
+        fontsize=10,
+    )
+    ax.set_ylabel("wall time (s)")
+    ax.set_xlabel("--shared-max-bytes (best-effort), or mode off")
     fig.tight_layout()
+    add_caption(fig, text)
     path = out / "hydrate_wall.png"
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -17,6 +17,7 @@ from pathlib import Path
 from ...config import AUTO
 from .. import scale
 from ..figures import add_caption, caption, grouped_bars
+from . import hosts
 from .matrices import bytes_label, shape_of
 
 #: The per-append bar plots: ``(file stem, title, y-axis label, value format,
@@ -68,6 +69,7 @@ def plot(rows: list[dict], out: Path, command: str | None = None) -> list[Path]:
     text = caption(command)
     written = _metric_plots(plt, ok, out, text)
     written += _hydrate_plot(plt, ok, out, text)
+    written += hosts.plot(plt, ok, out)
     return written + scale.plot(rows, out, os.cpu_count() or 1)
 
 

@@ -26,7 +26,7 @@ from typing import Protocol, runtime_checkable
 import msgspec
 import pyarrow as pa
 
-from ..storage.contracts import Blob, Committed, Consensus, VersionedData
+from ..storage.contracts import Blob, CasResult, Committed, Consensus, Mismatch, VersionedData
 from ..storage.errors import IndeterminateError, StorageError
 from .commands import AddRollup, ApplyCompaction, Command, CompareAndAppend, PartsMissing, Result
 from .config import ShardConfig
@@ -51,6 +51,20 @@ _SCAN_PAGE = 512
 #: stores it, then version 0, within milliseconds): younger, it is no
 #: evidence that consensus lost the shard.
 CREATE_RACE_S = 60.0
+
+
+class Prepared(msgspec.Struct, frozen=True):
+    """A command applied to a machine's cached state, its version not yet
+    stored (:meth:`LocalMachine.prepare`): the command, the state it was
+    applied to and the one it makes, its result, the version to store, and
+    the machine's counts before it."""
+
+    command: Command
+    old: ShardState
+    new: ShardState
+    result: Result
+    version: VersionedData
+    before: MachineStats
 
 
 def wall_clock_ms() -> int:
@@ -221,6 +235,66 @@ class LocalMachine:
             before = self.stats()
             result = self.run(command)
             return result, self.stats() - before
+
+    def prepare(self, command: Command) -> Prepared | Result | None:
+        """The first half of a grouped commit (a consensus server's, which
+        stores the versions of many shards' commands in one
+        ``compare_and_set_many``): ``command`` applied to the cached state.
+
+        A :class:`Prepared` holds the version to store; this machine's lock
+        stays held (by this thread) until :meth:`finish` is given the
+        outcome, which it must be, so no other command lands in between. A
+        ``Result`` is the command's answer without a commit (a no-op, or
+        :class:`~.commands.PartsMissing`). ``None``: this machine cannot
+        group it (not ``exclusive``, or its cache may predate a commit after
+        a failed run): :meth:`run_measured` it. Errors as :meth:`run`'s."""
+        self._lock.acquire()
+        try:
+            self._check_open()
+            if not self.exclusive or self._suspect:
+                self._lock.release()
+                return None
+            before = self.stats()
+            state = self._state
+            new, result = apply(state, command, self._clock())
+            missing = None if new is None else self._missing_parts(command, set())
+            if new is None or missing is not None:
+                self._lock.release()
+                return result if missing is None else missing
+            version = VersionedData(new.seqno, encode_diff(diff(state, new)))
+        except BaseException:
+            self._lock.release()
+            raise
+        return Prepared(command, state, new, result, version, before)
+
+    def finish(
+        self, prepared: Prepared, outcome: CasResult | Exception
+    ) -> tuple[Result, MachineStats]:
+        """The second half: ``outcome`` is what storing ``prepared.version``
+        with ``expected = prepared.old.seqno`` returned, or raised. Committed:
+        the new state is this machine's and the command's result is returned;
+        otherwise the command is run again as :meth:`run` does (after a
+        re-read of the head: the outcome may have been a commit). Releases
+        the lock :meth:`prepare` took; returns the result and the work, as
+        :meth:`run_measured`."""
+        try:
+            self._stats.cas_calls += 1
+            if isinstance(outcome, Committed):
+                self._count_committed(prepared.version)
+                self._state = prepared.new
+                self._after_commit(prepared.new)
+                return prepared.result, self.stats() - prepared.before
+            if isinstance(outcome, Mismatch):
+                self._stats.cas_mismatches += 1
+            elif isinstance(outcome, IndeterminateError):
+                self._stats.indeterminate += 1
+            elif not isinstance(outcome, StorageError):
+                raise outcome
+            self._suspect = True
+            result = self.run(prepared.command)
+            return result, self.stats() - prepared.before
+        finally:
+            self._lock.release()
 
     def state(self, refresh: bool = False) -> ShardState:
         with self._lock:
@@ -394,12 +468,15 @@ class LocalMachine:
         self._stats.cas_calls += 1
         result = self._consensus.compare_and_set(self.shard, expected, version)
         if isinstance(result, Committed):
-            self._stats.versions += 1
-            self._stats.diff_bytes += len(version.data)
-            self._stats.last_diff_bytes = len(version.data)
+            self._count_committed(version)
             return True
         self._stats.cas_mismatches += 1
         return False
+
+    def _count_committed(self, version: VersionedData) -> None:
+        self._stats.versions += 1
+        self._stats.diff_bytes += len(version.data)
+        self._stats.last_diff_bytes = len(version.data)
 
     def _commit(self, old: ShardState, new: ShardState) -> bool:
         data = encode_diff(diff(old, new))

@@ -82,6 +82,11 @@ FLAGS: dict[str, Flag] = {
     "check_parts": Flag(None, "look up every append's blob parts before they commit "
                         "(--no-check-parts only to measure the cost: a part deleted before its "
                         "append would then commit)"),
+    "batch_max": Flag("N", "group commit: store the commands of at most N shards in one store "
+                      "transaction (1: each command its own)"),
+    "batch_window_max_ms": Flag("MS", "group commit: wait at most MS to gather a batch (a share "
+                                "of the observed commit latency, 0 while one client is alone; "
+                                "0: never wait)"),
 }  # fmt: skip
 #: Where each environment variable goes when its flag is not given (a
 #: consensus child's are :data:`shardsink.server.serve.ROLE_ENV`).

@@ -12,6 +12,12 @@ from .._curve import ServerKeys, needs_keys, server_keys
 from ..persist.config import COMPACT_INTERVAL_S, COMPACT_SLACK, SERVED_FIELDS, ShardConfig
 from ..persist.gc import check_grace
 
+#: The most shards' commands one group commit stores (``batch_max``).
+BATCH_MAX = 256
+#: The longest the server gathers requests for a group commit
+#: (``batch_window_max_ms``; :class:`~.group_commit.BatchWindow`).
+BATCH_WINDOW_MAX_S = 0.002
+
 _SHARD = ShardConfig()
 
 
@@ -40,6 +46,10 @@ class ServeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
       free port); ``None``: none.
     - ``check_parts``: every append's and compaction's blob parts are looked
       up before they commit (off: only to measure the look's cost).
+    - ``batch_max``: the most shards' commands one group commit stores (1:
+      every command its own store transaction); ``batch_window_max_ms``: the
+      longest the server waits to gather a batch (0: never waits, commits
+      what is queued).
     """
 
     bind: str | None = None
@@ -58,6 +68,8 @@ class ServeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     max_attempts: int = _SHARD.max_attempts
     metrics_port: int | None = None
     check_parts: bool = True
+    batch_max: int = BATCH_MAX
+    batch_window_max_ms: float = BATCH_WINDOW_MAX_S * 1000
 
     def __post_init__(self) -> None:
         at_least(
@@ -68,7 +80,9 @@ class ServeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             "compact_interval_s",
             "compact_slack",
             "retain",
+            "batch_window_max_ms",
         )
+        at_least(self, 1, "batch_max")
         port(self, "metrics_port")
         self.shard_config()  # its own checks
         check_grace(self.leaked_blob_grace_ms, self.writer_lease_ms)

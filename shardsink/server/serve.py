@@ -88,6 +88,8 @@ def serve(config: ServeConfig, ready: Callable[[str, str | None], None]) -> int:
             config.bind,
             keys=config.server_keys(),
             check_parts=config.check_parts,
+            batch_max=config.batch_max,
+            batch_window_max_s=config.batch_window_max_ms / 1000,
             gc_interval_s=config.gc_interval_s,
             compact_interval_s=config.compact_interval_s,
             compact_slack=config.compact_slack,

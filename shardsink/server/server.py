@@ -7,6 +7,14 @@ compare-and-set. Each shard's state lives in a
 server is the only writer), so reading state costs no store round trip; a
 command's new version is stored durably before its reply is sent.
 
+Commands are group-committed (:mod:`.group_commit`): the loop queues them
+per shard and, after a batch window that adapts to the store's commit
+latency, applies the oldest of each shard to its state and stores all their
+versions with one ``compare_and_set_many`` (one transaction, one fsync on
+SQLite), at most ``batch_max`` shards a batch and one command per shard.
+Each command keeps its own answer: a version that does not commit sends
+only its machine back to its own retrying run.
+
 GC and the leaked-blob sweep run on a schedule in a background thread: their
 blob deletes never block the request loop, and their state changes go through
 the same thread-safe machine. So does expiry: every tenth of the writer lease
@@ -22,7 +30,6 @@ import logging
 import os
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -37,12 +44,10 @@ from ..persist.commands import (
     CLIENT_COMMANDS,
     Command,
     ExpireWriter,
-    HeartbeatWriter,
     Result,
     Retain,
-    WriterGone,
 )
-from ..persist.compaction import CompactionReport, compact, merge_runs
+from ..persist.compaction import compact, merge_runs
 from ..persist.config import (
     COMPACT_INTERVAL_S,
     COMPACT_PART_BYTES,
@@ -52,14 +57,16 @@ from ..persist.config import (
     check_served,
 )
 from ..persist.errors import PersistError
-from ..persist.gc import GcReport, check_grace, collect_garbage, expire, sweep_leaked_blobs
-from ..persist.machine import LocalMachine, wall_clock_ms
-from ..persist.maintenance import register_writer
+from ..persist.gc import check_grace, collect_garbage, expire, sweep_leaked_blobs
+from ..persist.machine import LocalMachine, Prepared, wall_clock_ms
 from ..persist.parts import schema_from_bytes
 from ..persist.state import Batch, ShardState
-from ..persist.stats import ShardStats
-from ..storage.contracts import Blob, Consensus
+from ..persist.stats import MachineStats, ShardStats
+from ..storage.contracts import Blob, CasRequest, Consensus
 from ..storage.errors import StorageError
+from .config import BATCH_MAX, BATCH_WINDOW_MAX_S
+from .group_commit import BatchWindow, CommandQueue, Queued
+from .loaded import LoadedShard
 from .rpc import RpcServer
 from .wire import (
     ErrorReply,
@@ -104,56 +111,6 @@ MAX_SCAN_VERSIONS = 1000
 #: machine, and a 64 MiB one keeps the 4 MiB outputs of the appends during a
 #: long merge within the spine's rule.
 LANE_CAPS = (4 << 20, 64 << 20, None)
-
-
-class _Shard:
-    """A loaded shard, the writer its compactions write as, and what the
-    server did for it."""
-
-    def __init__(self, machine: LocalMachine) -> None:
-        self.machine = machine
-        self.writer = self.register()
-        self.commands = 0
-        self.gc_runs = 0
-        self.blobs_deleted = 0
-        self.leaked_swept = 0
-        self.readers_expired = 0
-        self.writers_expired = 0
-        self.compactions = 0
-        self.compactions_abandoned = 0
-        self.compacted_batches = 0
-        self.compaction_puts = 0
-        self.compaction_put_bytes = 0
-        self.last_run = dict.fromkeys(("expiry", "compact", "gc", "sweep"), time.monotonic())
-        self.maintenance: Future | None = None
-        #: passes of the spine's merges running, by lane, with their inputs' ids
-        self.merging: dict[int, tuple[Future, frozenset[str]]] = {}
-        self.counts_lock = threading.Lock()  # merge lanes count concurrently
-
-    def register(self) -> str:
-        """Register a writer of this server's for the shard's compactions (a
-        fresh one each time: an expired id never comes back)."""
-        return register_writer(self.machine, f"consensus-{os.getpid()}-{uuid.uuid4().hex[:12]}")
-
-    def heartbeat(self) -> None:
-        """Keep the server's writer registered; if it expired anyway (the
-        server paused past its lease), register a new one."""
-        if isinstance(self.machine.run(HeartbeatWriter(self.writer)), WriterGone):
-            self.writer = self.register()
-
-    def count_gc(self, report: GcReport) -> None:
-        self.gc_runs += 1
-        self.readers_expired += len(report.readers_expired)
-        self.writers_expired += len(report.writers_expired)
-        self.blobs_deleted += len(report.blobs_deleted)
-
-    def count_pass(self, report: CompactionReport, stats: ShardStats) -> None:
-        with self.counts_lock:
-            self.compactions += report.applied
-            self.compactions_abandoned += report.skipped
-            self.compacted_batches += report.batches_merged
-            self.compaction_puts += stats.blob_puts
-            self.compaction_put_bytes += stats.blob_put_bytes
 
 
 class _Parked(msgspec.Struct):
@@ -209,6 +166,8 @@ class ConsensusServer:
         clock: Callable[[], int] = wall_clock_ms,
         keys: ServerKeys | None = None,
         check_parts: bool = True,
+        batch_max: int = BATCH_MAX,
+        batch_window_max_s: float = BATCH_WINDOW_MAX_S,
     ) -> None:
         config = config or ShardConfig()
         check_grace(config.leaked_blob_grace_ms, config.writer_lease_ms)
@@ -224,7 +183,13 @@ class ConsensusServer:
         self.config = config
         self._clock = clock
         self._check_parts = check_parts
-        self._shards: dict[str, _Shard] = {}
+        self._shards: dict[str, LoadedShard] = {}
+        self._queue = CommandQueue()
+        if batch_max < 1:
+            raise ValueError(f"batch_max must be at least 1, got {batch_max}")
+        self._batch_max = batch_max
+        self.window = BatchWindow(batch_window_max_s)
+        self.batches = 0
         self._parked: list[_Parked] = []
         self._maintenance = ThreadPoolExecutor(1, thread_name_prefix="shardsink-gc")
         self._lanes = [
@@ -241,16 +206,88 @@ class ConsensusServer:
     # --- the loop ---------------------------------------------------------------
 
     def serve(self, stop: threading.Event, poll_ms: int = 50) -> None:
-        """Answer requests until ``stop`` is set."""
+        """Answer requests until ``stop`` is set: shard commands are queued
+        and stored a batch at a time (:meth:`_commit_batch`), after the
+        batch window (:class:`~.group_commit.BatchWindow`) gathered more."""
         while not stop.is_set():
-            for peer, request_id, payload in self._rpc.receive(poll_ms):
-                self.requests += 1
-                reply = self._handle(peer, request_id, payload)
-                if reply is not None:
-                    self._rpc.reply(peer, request_id, encode(reply))
+            if not self._receive(0 if len(self._queue) else poll_ms):
+                self.window.idle()
+            if len(self._queue):
+                if self.window.seconds > 0 and len(self._queue) < self._batch_max:
+                    time.sleep(self.window.seconds)
+                    self._receive(0)
+                self._commit_batch()
             self._answer_parked(time.monotonic())
             self._answer_jobs()
             self._schedule_maintenance()
+
+    def _receive(self, timeout_ms: int) -> int:
+        """Answer or queue what arrives within ``timeout_ms``; how many came."""
+        received = self._rpc.receive(timeout_ms)
+        for peer, request_id, payload in received:
+            self.requests += 1
+            reply = self._handle(peer, request_id, payload)
+            if reply is not None:
+                self._rpc.reply(peer, request_id, encode(reply))
+        return len(received)
+
+    def _commit_batch(self) -> None:
+        """Apply the oldest queued command of each shard (at most
+        ``batch_max``) to its machine's state and store every new version in
+        one ``compare_and_set_many``; each command gets its own answer (a
+        mismatch or a failed store only sends its machine back to its own
+        retrying run)."""
+        prepared: list[tuple[Queued, LocalMachine, Prepared]] = []
+        for item in self._queue.take(self._batch_max):
+            machine = self._shards[item.shard].machine
+            try:
+                step = machine.prepare(item.command)
+                if step is None:
+                    self._ran(item, *machine.run_measured(item.command))
+                elif isinstance(step, Prepared):
+                    prepared.append((item, machine, step))
+                else:
+                    self._ran(item, step, MachineStats())
+            except Exception as exc:
+                self._failed(item, exc)
+        if not prepared:
+            return
+        started = time.monotonic()
+        try:
+            outcomes: list = self._store.compare_and_set_many(
+                [CasRequest(m.shard, step.old.seqno, step.version) for _, m, step in prepared]
+            )
+        except Exception as exc:  # every machine retries on its own, from the head
+            outcomes = [exc] * len(prepared)
+        self.batches += 1
+        self.window.committed(len(prepared), time.monotonic() - started)
+        for (item, machine, step), outcome in zip(prepared, outcomes, strict=True):
+            try:
+                self._ran(item, *machine.finish(step, outcome))
+            except Exception as exc:
+                self._failed(item, exc)
+        self._answer_parked(time.monotonic(), {item.shard for item, _, _ in prepared})
+
+    def _ran(self, item: Queued, result: Result, work: MachineStats) -> None:
+        """Answer a command that ran (stored durably, if it changed state)."""
+        faults.point("consensus.after_store")
+        self._shards[item.shard].commands += 1
+        if self.on_command is not None:
+            self.on_command(item.shard, item.command, result, time.monotonic() - item.received)
+        self._rpc.reply(item.peer, item.request_id, encode(RunReply(result, work)))
+
+    def _failed(self, item: Queued, exc: Exception) -> None:
+        self._rpc.reply(item.peer, item.request_id, encode(self._error(item.command, exc)))
+
+    def _error(self, request: object, exc: Exception) -> ErrorReply:
+        """The answer to a request that raised ``exc``, counted and logged."""
+        self.errors += 1
+        kind = error_kind(exc)
+        if kind == "internal":
+            log.error("request %s failed", type(request).__name__, exc_info=exc)
+        else:
+            log.warning("request %s failed: %s", type(request).__name__, exc)
+        return ErrorReply(kind, f"{type(exc).__name__}: {exc}")
 
     def _answer_jobs(self) -> None:
         running = []
@@ -269,7 +306,7 @@ class ConsensusServer:
             self._rpc.reply(peer, request_id, encode(reply))
         self._jobs = running
 
-    def _run_job(self, shard: _Shard, request: Maintain) -> MaintainedReply:
+    def _run_job(self, shard: LoadedShard, request: Maintain) -> MaintainedReply:
         """Runs on the maintenance thread: one job a client asked for."""
         machine = shard.machine
         if request.job == "compact":
@@ -305,13 +342,7 @@ class ConsensusServer:
         try:
             return self._dispatch(peer, request_id, request)
         except Exception as exc:
-            self.errors += 1
-            kind = error_kind(exc)
-            if kind == "internal":
-                log.exception("request %s failed", type(request).__name__)
-            else:
-                log.warning("request %s failed: %s", type(request).__name__, exc)
-            return ErrorReply(kind, f"{type(exc).__name__}: {exc}")
+            return self._error(request, exc)
 
     def _dispatch(
         self, peer: bytes, request_id: bytes, request: ServerRequest
@@ -331,14 +362,10 @@ class ConsensusServer:
                     f"{type(request.command).__name__} is maintenance, which this server runs "
                     "itself; clients ask for it (shard gc, shard compact), never send it"
                 )
-            started = time.monotonic()
-            result, work = machine.run_measured(request.command)
-            faults.point("consensus.after_store")
-            shard.commands += 1
-            if self.on_command is not None:
-                self.on_command(request.shard, request.command, result, time.monotonic() - started)
-            self._answer_parked(time.monotonic(), request.shard)
-            return RunReply(result, work)
+            self._queue.put(
+                Queued(peer, request_id, request.shard, request.command, time.monotonic())
+            )
+            return None
         if isinstance(request, FetchState):
             return StateReply(machine.state(refresh=True))
         if isinstance(request, WaitForUpper):
@@ -359,7 +386,7 @@ class ConsensusServer:
             return VersionsReply(tuple(Version(v.seqno, v.data) for v in versions))
         raise TypeError(f"unhandled request {type(request).__name__}")
 
-    def _open(self, request: OpenShard) -> _Shard:
+    def _open(self, request: OpenShard) -> LoadedShard:
         check_served(request.config, self.config, f"shard {request.shard!r}")
         shard = self._shards.get(request.shard)
         if shard is None:
@@ -379,22 +406,24 @@ class ConsensusServer:
                 exclusive=True,
                 check_parts=self._check_parts,
             )
-            shard = self._shards[request.shard] = _Shard(machine)
+            shard = self._shards[request.shard] = LoadedShard(machine)
         return shard
 
-    def _shard(self, name: str) -> _Shard:
+    def _shard(self, name: str) -> LoadedShard:
         """A loaded shard; after a restart, an existing shard loads on first use."""
         shard = self._shards.get(name)
         if shard is None:
             shard = self._open(OpenShard(name, b"", self.config, create=False))
         return shard
 
-    def _answer_parked(self, now: float, shard: str | None = None) -> None:
+    def _answer_parked(self, now: float, shards: set[str] | None = None) -> None:
+        """Answer the long polls whose upper moved past (of ``shards``, if
+        given) or whose time is up."""
         if not self._parked:
             return
         keep = []
         for parked in self._parked:
-            if shard is not None and parked.shard != shard and parked.deadline > now:
+            if shards is not None and parked.shard not in shards and parked.deadline > now:
                 keep.append(parked)
                 continue
             state = self._shards[parked.shard].machine.state(refresh=True)
@@ -429,7 +458,7 @@ class ConsensusServer:
                 shard.last_run.update(dict.fromkeys(due, now))
                 shard.maintenance = self._maintenance.submit(self._maintain, shard, due)
 
-    def _maintain(self, shard: _Shard, due: set[str]) -> None:
+    def _maintain(self, shard: LoadedShard, due: set[str]) -> None:
         """Runs on the maintenance thread: blob reads, writes and deletes
         happen here, never in the request loop; state changes go through the
         thread-safe machine."""
@@ -453,7 +482,7 @@ class ConsensusServer:
         except Exception:
             log.exception("maintenance of shard %r failed; retrying on schedule", machine.shard)
 
-    def _schedule_merge(self, shard: _Shard) -> None:
+    def _schedule_merge(self, shard: LoadedShard) -> None:
         """Start a pass of the spine's merges in a free lane when one is due
         (``compact_slack``) among the batches newer than those being merged
         (:func:`~shardsink.persist.spine.next_pass`)."""
@@ -473,7 +502,7 @@ class ConsensusServer:
             future = self._lanes[lane].submit(self._merge, shard, state, runs)
             shard.merging[lane] = (future, frozenset(b.id for run in runs for b in run))
 
-    def _merge(self, shard: _Shard, state: ShardState, runs: list[list[Batch]]) -> None:
+    def _merge(self, shard: LoadedShard, state: ShardState, runs: list[list[Batch]]) -> None:
         """Runs in a merge lane: the pass's blob reads and writes happen here."""
         stats = ShardStats()
         target = min(self.config.blob_target_bytes, COMPACT_PART_BYTES)

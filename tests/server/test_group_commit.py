@@ -1,0 +1,223 @@
+"""Group commit in the consensus server: the queue and the window as plain
+state, and batches of many shards' commands through a server whose store
+counts, holds and fails its ``compare_and_set_many`` calls."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+
+import pytest
+
+from shardsink import open_shard
+from shardsink.persist.commands import HeartbeatWriter
+from shardsink.server import ConsensusServer
+from shardsink.server.group_commit import (
+    WINDOW_FRACTION,
+    WINDOW_START_S,
+    BatchWindow,
+    CommandQueue,
+    Queued,
+)
+from shardsink.storage import Mismatch, open_blob, open_consensus
+from shardsink.storage.errors import DeterminateError, IndeterminateError
+from shardsink.workloads import Workload
+
+WORKLOAD = Workload("churn", rows_per_interval=4, interval_ms=1)
+
+
+def queued(shard: str, n: int) -> Queued:
+    return Queued(b"peer", n.to_bytes(8, "big"), shard, HeartbeatWriter(f"w{n}"), float(n))
+
+
+def test_a_batch_takes_the_oldest_command_of_each_shard_in_order() -> None:
+    queue = CommandQueue()
+    for n, shard in enumerate(["a", "b", "a", "c", "a", "b"]):
+        queue.put(queued(shard, n))
+    assert len(queue) == 3
+    first = queue.take(2)
+    assert [(q.shard, q.command.writer_id) for q in first] == [("a", "w0"), ("b", "w1")]
+    # c waited longest now; a and b went to the back
+    assert [(q.shard, q.command.writer_id) for q in queue.take(10)] == [
+        ("c", "w3"),
+        ("a", "w2"),
+        ("b", "w5"),
+    ]
+    assert [q.command.writer_id for q in queue.take(10)] == ["w4"]
+    assert len(queue) == 0 and queue.take(10) == []
+
+
+def test_the_window_grows_from_small_to_its_share_of_the_latency_and_back() -> None:
+    window = BatchWindow(max_s=0.002)
+    assert window.seconds == 0.0
+    window.committed(8, 0.001)
+    assert window.seconds == WINDOW_START_S
+    seen = [window.seconds]
+    for _ in range(10):
+        window.committed(8, 0.001)
+        seen.append(window.seconds)
+    assert seen == sorted(seen) and seen[-1] == pytest.approx(WINDOW_FRACTION * 0.001)
+    for _ in range(20):  # slow commits: bounded by max_s
+        window.committed(8, 0.1)
+    assert window.seconds == 0.002
+    for _ in range(20):  # one client alone: no waiting for company
+        window.committed(1, 0.001)
+    assert window.seconds == 0.0
+    window.committed(8, 0.001)
+    window.idle()
+    assert window.seconds == 0.0
+    never = BatchWindow(max_s=0.0)
+    never.committed(8, 0.01)
+    assert never.seconds == 0.0
+    with pytest.raises(ValueError, match=">= 0"):
+        BatchWindow(-1.0)
+
+
+class GateStore:
+    """A consensus store whose ``compare_and_set_many`` is recorded (the
+    shards of each batch), may be held until :attr:`release` is set, and
+    fails as :attr:`plan` says: ``("mismatch", shard)`` answers that shard's
+    request with a mismatch, ``("determinate", None)`` fails the batch before
+    it is stored, ``("indeterminate", None)`` after."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.uri = inner.uri
+        self.batches: list[list[str]] = []
+        self.hold = False
+        self.held = threading.Event()
+        self.release = threading.Event()
+        self.plan: list[tuple[str, str | None]] = []
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def compare_and_set_many(self, requests):
+        self.batches.append([r.shard for r in requests])
+        if self.hold:
+            self.hold = False
+            self.held.set()
+            assert self.release.wait(30)
+        fault = self.plan.pop(0) if self.plan else None
+        if fault == ("determinate", None):
+            raise DeterminateError("injected: nothing stored")
+        results = self.inner.compare_and_set_many(requests)
+        if fault == ("indeterminate", None):
+            raise IndeterminateError("injected: stored, but the reply was lost")
+        if fault is not None:
+            return [
+                Mismatch(self.inner.head(r.shard)) if r.shard == fault[1] else result
+                for r, result in zip(requests, results, strict=True)
+            ]
+        return results
+
+
+def _append_concurrently(address: str, blob: str, shards: list[str], rounds: int, go=None):
+    """One thread per shard appending ``rounds`` batches; the uppers reached."""
+    uppers: dict[str, int] = {}
+    errors: list[BaseException] = []
+    opened = [open_shard(s, blob=blob, consensus=address) for s in shards]
+    writers = [shard.writer() for shard in opened]
+
+    def append(i: int) -> None:
+        try:
+            if go is not None:
+                go.wait(30)
+            upper = 0
+            for _ in range(rounds):
+                upper = writers[i].compare_and_append_table(
+                    WORKLOAD.updates(upper), upper, upper + 1
+                )
+            uppers[shards[i]] = upper
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=append, args=(i,)) for i in range(len(shards))]
+    try:
+        for t in threads:
+            t.start()
+        yield
+        for t in threads:
+            t.join(60)
+    finally:
+        for shard in opened:
+            shard.close()
+    assert not errors, errors
+    assert uppers == dict.fromkeys(shards, rounds)
+
+
+@pytest.fixture
+def gate(tmp_path):
+    return GateStore(open_consensus(f"sqlite://{tmp_path}/c.db"))
+
+
+@contextlib.contextmanager
+def serving(tmp_path, store, **options):
+    """A server on ``store`` (closed with it) in a thread until the block ends."""
+    blob = open_blob(f"file://{tmp_path}/blob")
+    options = {"gc_interval_s": 0, "sweep_interval_s": 0, **options}
+    server = ConsensusServer(store, blob, f"ipc://{tmp_path}/sock/c", **options)
+    stop = threading.Event()
+    loop = threading.Thread(target=server.serve, args=(stop,))
+    loop.start()
+    try:
+        yield server
+    finally:
+        stop.set()
+        loop.join(30)
+        server.close()
+    assert not loop.is_alive()
+
+
+def _read_back(tmp_path, address: str, shard: str):
+    with open_shard(shard, blob=f"file://{tmp_path}/blob", consensus=address) as opened:
+        return opened.reader().snapshot()
+
+
+def test_commands_queued_behind_a_commit_are_stored_in_one_batch(tmp_path, gate) -> None:
+    blob = f"file://{tmp_path}/blob"
+    shards = [f"s{i}" for i in range(8)]
+    with serving(tmp_path, gate) as server:
+        go = threading.Event()
+        appending = _append_concurrently(server.address, blob, shards, 5, go)
+        next(appending)
+        gate.hold = True
+        go.set()
+        assert gate.held.wait(30)
+        time.sleep(0.3)  # the other shards' first appends queue behind the held commit
+        gate.release.set()
+        next(appending, None)
+        batches = gate.batches[gate.batches.index(next(b for b in gate.batches if b)) :]
+        assert max(len(b) for b in batches) >= 2
+        assert all(len(b) == len(set(b)) for b in gate.batches)  # one command per shard
+        assert server.batches == len(gate.batches)
+        for shard in shards:
+            assert _read_back(tmp_path, server.address, shard).equals(WORKLOAD.expected(5))
+
+
+@pytest.mark.parametrize(
+    "fault", [("mismatch", "s3"), ("determinate", None), ("indeterminate", None)]
+)
+def test_a_failed_commit_fails_no_request_and_duplicates_nothing(tmp_path, gate, fault) -> None:
+    """A mismatch sends only its shard's machine back to its own run; a batch
+    that failed (stored or not) sends each, and every append lands once."""
+    blob = f"file://{tmp_path}/blob"
+    shards = [f"s{i}" for i in range(6)]
+    with serving(tmp_path, gate, compact_interval_s=0) as server:
+        go = threading.Event()
+        appending = _append_concurrently(server.address, blob, shards, 4, go)
+        next(appending)
+        gate.hold = True
+        go.set()
+        assert gate.held.wait(30)
+        time.sleep(0.3)
+        gate.plan = [fault, fault]  # the held batch (one shard) and the one behind it
+        gate.release.set()
+        next(appending, None)
+        counters = {c.shard: c for c in server.stats().shards}
+        for shard in shards:  # every append once: the rows as written, none twice
+            assert _read_back(tmp_path, server.address, shard).equals(WORKLOAD.expected(4))
+    if fault[0] == "mismatch":
+        assert counters["s3"].machine.cas_mismatches >= 1
+        assert all(counters[s].machine.cas_mismatches == 0 for s in shards if s != "s3")

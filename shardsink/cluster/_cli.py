@@ -59,8 +59,10 @@ FLAGS: dict[str, Flag] = {
                                   "off at once", old="--linger-ms"),
     "message_part_max_bytes": Flag("SIZE", "a part up to this size travels inside the "
                                    "worker's message, a larger one through shared memory; 0: "
-                                   "always shared memory"),
-    "workload": Flag(None, "what the workers write (docs/architecture.md, workloads)"),
+                                   "always shared memory", old="--inline-max-bytes"),
+    "workload": Flag("NAME|PATH.py:NAME|MODULE:NAME", "what the workers write: trickle, "
+                     "churn, hydrate, synth, or a workload of your own (docs/workloads.md); a "
+                     "class gets the [workload] table of --config as keyword arguments"),
     "rows_per_interval": Flag("R", "rows of each interval"),
     "snapshot_rows": Flag("S", "hydrate's interval-0 rows",
                           default=f"{HYDRATE_SNAPSHOT_ROWS} for hydrate, 0 otherwise"),
@@ -112,8 +114,9 @@ FLAGS: dict[str, Flag] = {
                       "per append, restarts) at http://HOST:PORT/ while the cluster runs; "
                       f"loopback only; without HOST:PORT {FREE_PORT}, a free port",
                       const=FREE_PORT),
-    "verify": Flag(None, "read the shard back after the run and compare it with the "
-                   "workload's expected collection"),
+    "verify": Flag(None, "read the shard back after the run and check it against the "
+                   "digests it was written with and the workload's expected collection, if it "
+                   "has one"),
 }  # fmt: skip
 
 
@@ -541,7 +544,7 @@ def summary_table(stats):
     def mib(n: float) -> str:
         return f"{n / MIB:.1f} MiB"
 
-    verified = {True: "yes: equals the expected collection", False: "NO", None: "not checked"}
+    verified = {True: "yes", False: "NO", None: "not checked"}
     rows = [
         ("shape", f"{stats.groups}x{stats.workers} {stats.mode}{_host(stats)}"),
         ("workload", f"{stats.workload} (R={stats.rows_per_interval}, S={stats.snapshot_rows})"),

@@ -515,7 +515,7 @@ class Cluster:
             rollup_puts=self.shard.stats().rollup_puts,
             peak_rss=dict(supervision.peak_rss),
             verified=None if v is None else v.ok,
-            verify_detail="" if v is None else v.detail,
+            verify_detail="" if v is None else v.detail or _how(v),
         )
 
     # --- helpers ---------------------------------------------------------------------------
@@ -597,3 +597,9 @@ def _sigint_ignored():
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def _how(v: Verification) -> str:
+    """How a verification that passed checked the shard."""
+    digests = f"{v.digested} batches match their digests"
+    return f"equals the expected collection, {digests}" if v.exact else f"by digest: {digests}"

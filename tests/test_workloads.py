@@ -74,3 +74,149 @@ def test_bad_shapes_are_clear_errors() -> None:
         Workload("trickle", rows_per_interval=-1)
     with pytest.raises(ValueError, match="worker 3"):
         Workload("trickle", rows_per_interval=1).updates(0, 3, 3)
+
+
+# --- your own workloads: loading, any schema, verification by digest --------------
+
+import msgspec  # noqa: E402
+
+from shardsink import ClusterConfig, open_shard  # noqa: E402
+from shardsink import workloads as W  # noqa: E402
+from shardsink.persist.batches import build_batch  # noqa: E402
+from shardsink.persist.digest import digest  # noqa: E402
+from shardsink.persist.stats import ShardStats  # noqa: E402
+
+EXAMPLE = "examples/orders.py:Orders"
+
+
+def _config(**kw) -> ClusterConfig:
+    return ClusterConfig(**kw)
+
+
+def test_a_file_workload_is_found_and_given_its_table():
+    config = _config(workload=W.resolve(EXAMPLE), workload_args={"rows_per_interval": 12})
+    workload = W.of(config)
+    assert workload.rows == 12
+    schema = W.shard_schema(workload, EXAMPLE)
+    assert schema.names == ["key", "val", "ts", "diff"]
+    table = W.updates(workload, schema, 3, 1, 4, 3000)
+    assert set(table["ts"].to_pylist()) == {3000} and table.schema == schema
+
+
+def test_the_cluster_settings_fill_what_the_table_leaves():
+    workload = W.of(_config(workload=W.resolve(EXAMPLE), rows_per_interval=7))
+    assert workload.rows == 7
+
+
+@pytest.mark.parametrize(
+    ("spec", "args", "error"),
+    [
+        ("nosuch", {}, "unknown workload 'nosuch'"),
+        ("examples/none.py:X", {}, "no file examples/none.py"),
+        ("shardsink.workloads.builtin:Nope", {}, "has no Nope"),
+        ("no_such_module_x:Y", {}, "cannot import no_such_module_x"),
+        (EXAMPLE, {"colour": 1}, "unexpected keyword argument 'colour'"),
+        ("shardsink.workloads.builtin:SCHEMA", {}, "is not a workload"),
+        ("trickle", {"colour": 1}, "takes rows_per_interval and snapshot_rows, not colour"),
+    ],
+)
+def test_a_bad_workload_is_named_in_one_line(spec, args, error):
+    with pytest.raises(ValueError, match=error):
+        W.of(_config(workload=W.resolve(spec), workload_args=args))
+
+
+def test_a_workload_table_in_a_config_file(tmp_path):
+    from shardsink.options import build, layered
+
+    path = tmp_path / "c.toml"
+    path.write_text(f'groups = 1\n[workload]\nuse = "{EXAMPLE}"\nrows_per_interval = 3\n')
+    config = build(ClusterConfig, layered(ClusterConfig, path, {}))
+    assert (config.workload, config.workload_args) == (EXAMPLE, {"rows_per_interval": 3})
+    flagged = build(ClusterConfig, layered(ClusterConfig, path, {"workload": "x.py:Y"}))
+    assert (flagged.workload, flagged.workload_args) == ("x.py:Y", {"rows_per_interval": 3})
+
+
+class _Unsortable:
+    schema = pa.schema([("key", pa.int64()), ("val", pa.struct([("tags", pa.list_(pa.int8()))]))])
+
+    def updates(self, interval, worker, workers):
+        raise AssertionError("never asked")
+
+
+def test_a_field_that_cannot_be_sorted_is_named():
+    with pytest.raises(ValueError, match=r"field val\.tags of type list<item: int8>"):
+        W.shard_schema(_Unsortable(), "mine")
+
+
+def _damaged_shard(tmp_path, damage: str):
+    """Three intervals of the example workload appended by one writer, the
+    second's batch damaged: its digest is what was meant, its parts hold
+    ``damage`` (one value changed, one writer's rows dropped, doubled)."""
+    workload = W.of(_config(workload=W.resolve(EXAMPLE), rows_per_interval=20))
+    schema = W.shard_schema(workload, EXAMPLE)
+    stores = {"blob": f"file://{tmp_path}/blob", "consensus": f"sqlite://{tmp_path}/c.db"}
+    shard = open_shard("s", **stores, schema=schema)
+    writer = shard.writer()
+    for i in range(3):
+        tables = [W.updates(workload, schema, i, w, 2, i * 1000) for w in range(2)]
+        meant = digest(tables[0]) + digest(tables[1])
+        if i == 1 and damage == "changed":
+            val = tables[0]["val"].combine_chunks()
+            status = val.field("status").to_pylist()
+            status[0] = "lost"
+            fixed = pa.StructArray.from_arrays(
+                [pa.array(status), val.field("amount"), val.field("qty")], fields=list(val.type)
+            )
+            tables[0] = tables[0].set_column(1, "val", fixed)
+        elif i == 1 and damage == "dropped":
+            tables = tables[1:]
+        elif i == 1 and damage == "doubled":
+            tables = tables + tables
+        batches = [
+            build_batch(shard.blob, "s", t, i * 1000, (i + 1) * 1000, writer=writer.writer_id,
+                        inline_max_bytes=0, target_bytes=1 << 20, stats=ShardStats())
+            for t in tables
+        ]  # fmt: skip
+        share = [msgspec.structs.replace(b, digest=None) for b in batches]
+        share[0] = msgspec.structs.replace(share[0], digest=meant)
+        for b in share[1:]:
+            share[0] = msgspec.structs.replace(
+                share[0], parts=share[0].parts + b.parts, rows=share[0].rows + b.rows
+            )
+        writer.compare_and_append([share[0]], i * 1000, (i + 1) * 1000)
+    return shard, workload
+
+
+@pytest.mark.parametrize("damage", ["changed", "dropped", "doubled"])
+def test_shard_verify_and_the_run_name_the_damaged_interval(tmp_path, damage):
+    from shardsink.cli import main
+    from shardsink.cluster.verify import verify
+
+    shard, workload = _damaged_shard(tmp_path, damage)
+    with shard:
+        report = shard.verify()
+        assert not report.ok and report.digested == 3
+        (problem,) = report.problems
+        assert problem.startswith("interval [1000, 2000)") and ".parquet" in problem
+        assert ("a value changed" in problem) == (damage == "changed")
+        run = verify(shard, workload, 1000)
+        assert not run.ok and "interval [1000, 2000)" in run.detail
+        shard.compact()  # a compacted batch keeps what its inputs were written with
+        after = shard.verify().problems
+        assert len(after) == 1 and after[0].startswith("interval [")
+    code = main(["shard", "verify", "--shard", "s", "--blob", f"file://{tmp_path}/blob",
+                 "--consensus", f"sqlite://{tmp_path}/c.db"])  # fmt: skip
+    assert code != 0
+
+
+def test_an_undamaged_shard_verifies_through_compaction(tmp_path):
+    shard, workload = _damaged_shard(tmp_path, "none")
+    with shard:
+        from shardsink.cluster.verify import verify
+
+        assert shard.verify().ok
+        shard.advance_since(1500)
+        shard.compact()
+        report = shard.verify()
+        assert report.ok and report.digested >= 1
+        assert verify(shard, workload, 1000).ok

@@ -247,3 +247,28 @@ def test_host_coalesced_reports_that_do_not_add_up_are_not_appended(reports, err
 def test_a_group_generation_reported_delivered_without_a_host_builder_is_refused():
     with pytest.raises(AccountingError, match="g0/w1 reports a group generation passed to a host"):
         _check(_good_host())
+
+
+def test_batches_whose_digests_do_not_add_up_are_refused():
+    """A batch that lost, doubled or changed a row holds another digest than
+    its workers wrote: the attempt is refused, naming the interval."""
+    from shardsink.persist.digest import Digest
+
+    def with_digests(held: Digest) -> dict:
+        reports = _good()
+        wrote = {(0, 0): Digest(5, 5, 11), (0, 1): Digest(7, 7, 13), (1, 0): Digest(9, 9, 17)}
+        out = {}
+        for key, r in reports.items():
+            changes = {"digest": wrote.get(key, Digest())}
+            if r.own is not None:
+                changes["own"] = msgspec.structs.replace(r.own, digest=Digest(9, 9, 17))
+            if r.received is not None:
+                batch = msgspec.structs.replace(r.received.batch, digest=held)
+                changes["received"] = msgspec.structs.replace(r.received, batch=batch)
+            out[key] = msgspec.structs.replace(r, **changes)
+        return out
+
+    assert _check(with_digests(Digest(12, 12, 24))).rows == 21
+    for held in (Digest(12, 12, 25), Digest(12, 11, 24), Digest(12, 24, 48)):
+        with pytest.raises(AccountingError, match="interval 3: its batches hold"):
+            _check(with_digests(held))

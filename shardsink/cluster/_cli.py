@@ -537,6 +537,15 @@ def _restart_times(restart_s: list[float]) -> str:
     return f" (median {ordered[len(ordered) // 2] * 1000:.0f} ms, max {ordered[-1] * 1000:.0f} ms)"
 
 
+def _by_host(parts: dict[int, float]) -> list[tuple[str, str]]:
+    """The summary's row of parts per append by host, with more than one."""
+    if len(parts) < 2:
+        return []
+    return [
+        ("parts / append by host", ", ".join(f"{h}: {n:.2f}" for h, n in sorted(parts.items())))
+    ]
+
+
 def summary_table(stats):
     """The end-of-run summary of ``stats`` as a rich table."""
     from rich.table import Table
@@ -552,6 +561,7 @@ def summary_table(stats):
         ("rows", f"{stats.rows} ({stats.rows_per_s:,.0f}/s over {stats.wall_s:.2f}s)"),
         ("data parts / append", f"{stats.data_parts_per_append:.2f}"),
         ("inline parts / append", f"{stats.inline_parts_per_append:.2f}"),
+        *_by_host(stats.parts_per_append_by_host),
         ("inline bytes / append", f"{stats.inline_bytes_per_append:,.0f}"),
         ("blob PUTs", f"{stats.blob_puts} ({mib(stats.blob_put_bytes)})"),
         ("diff bytes / append", f"{stats.diff_bytes_per_append:,.0f}"),

@@ -501,6 +501,7 @@ class Cluster:
             diff_bytes_per_append=per_append(totals.diff_bytes),
             own_batches_per_append=per_append(totals.own_batches),
             shared_batches_per_append=per_append(totals.shared_batches),
+            parts_per_append_by_host={h: per_append(n) for h, n in totals.parts_by_host.items()},
             rows=rows,
             wall_s=wall,
             startup_s=self.startup_s,

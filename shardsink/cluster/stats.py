@@ -36,7 +36,9 @@ class ClusterStats(msgspec.Struct, frozen=True, kw_only=True):
     latency percentiles are over the last
     :data:`~shardsink.coordinator.coordinator.RECORDS_KEPT`. ``blob_puts`` and
     ``blob_put_bytes`` count data parts (rollups apart, in ``rollup_puts``).
-    ``verified`` is ``None`` until the shard was read back. ``peak_rss`` maps
+    ``verified`` is ``None`` until the shard was read back.
+    ``parts_per_append_by_host``: parts (data and inline) appended per
+    append by each host's builders, by host index. ``peak_rss`` maps
     a process kind (coordinator, consensus, builder, worker) to the largest
     peak resident bytes of any process of it; ``read-back`` is the
     coordinator's peak while it read the shard back to verify it, measured
@@ -85,3 +87,4 @@ class ClusterStats(msgspec.Struct, frozen=True, kw_only=True):
     peak_rss: dict[str, int]
     verified: bool | None
     verify_detail: str = ""
+    parts_per_append_by_host: dict[int, float] = {}

@@ -20,7 +20,7 @@ a row is never appended (skipped when digests are off). Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import msgspec
@@ -297,4 +297,23 @@ def batches_of(reports: Iterable[Report]) -> list[Batch]:
             out.append(r.own)
         if r.received is not None:
             out.append(r.received.batch)
+    return out
+
+
+def parts_by_host(
+    reports: Iterable[Report], host_of: Callable[[int], int], coalesced: bool
+) -> dict[int, int]:
+    """The parts of an attempt's batches by the host that built them: a
+    worker's own batch on its group's host (``host_of(group)``), a shared
+    batch on its group's host or, ``coalesced`` per host, on the host of the
+    host builder that built it."""
+    out: dict[int, int] = {}
+    for report in reports:
+        if report.own is not None:
+            host = host_of(report.group)
+            out[host] = out.get(host, 0) + len(report.own.parts)
+        if report.received is not None:
+            shared = report.received
+            host = shared.host if coalesced else host_of(shared.group)
+            out[host] = out.get(host, 0) + len(shared.batch.parts)
     return out

@@ -67,7 +67,7 @@ from ..persist.shard import Shard
 from ..persist.writer import Writer
 from ..process import Child, ConsensusProcess, Starter
 from ..storage.errors import StorageError
-from .accounting import Accepted, AccountingError, batches_of, check
+from .accounting import Accepted, AccountingError, batches_of, check, parts_by_host
 from .errors import ClusterError
 from .groups import GroupHost, LocalGroups, Sockets
 from .ray_groups import RayGroups
@@ -117,7 +117,9 @@ class IntervalRecord(msgspec.Struct, frozen=True):
     """One appended interval: what went in and what it cost. ``segment_parts``
     counts the parts of shared batches that reached their builder through a
     shared-memory segment rather than inline in a ZeroMQ message;
-    ``shared_max_bytes`` is the threshold the interval was minted with."""
+    ``shared_max_bytes`` is the threshold the interval was minted with;
+    ``parts_by_host`` the parts appended by host index (one host on this
+    machine alone)."""
 
     interval: int
     attempt: int
@@ -134,6 +136,7 @@ class IntervalRecord(msgspec.Struct, frozen=True):
     latency_ms: float
     segment_parts: int
     shared_max_bytes: int
+    parts_by_host: dict[int, int] = {}
 
 
 #: Intervals whose :class:`IntervalRecord` a coordinator keeps: a window for
@@ -158,6 +161,7 @@ class Totals:
     diff_bytes: int = 0
     own_batches: int = 0
     shared_batches: int = 0
+    parts_by_host: dict[int, int] = field(default_factory=dict)
 
     def add(self, record: IntervalRecord) -> None:
         self.appends += 1
@@ -171,6 +175,8 @@ class Totals:
         self.diff_bytes += record.diff_bytes
         self.own_batches += record.own_batches
         self.shared_batches += sum(record.shared_batches.values())
+        for host, parts in record.parts_by_host.items():
+            self.parts_by_host[host] = self.parts_by_host.get(host, 0) + parts
 
 
 @dataclass
@@ -441,14 +447,23 @@ class Coordinator:
                         self._renew_writer(str(exc))
                 else:
                     since = close if close is not None else minted
-                    record = self._record(interval, attempt, accepted, cost, since)
+                    by_host = parts_by_host(
+                        reports.values(), self.supervisor.host.host_of, self.config.host_builder
+                    )
+                    record = self._record(interval, attempt, accepted, cost, since, by_host)
                     self.threshold = self.threshold.after(observe(reports.values()))
                     return record
             attempt = self._next_attempt(interval, attempt)
         return None
 
     def _record(
-        self, interval: int, attempt: int, accepted: Accepted, cost: AppendCost, since: float
+        self,
+        interval: int,
+        attempt: int,
+        accepted: Accepted,
+        cost: AppendCost,
+        since: float,
+        by_host: dict[int, int],
     ) -> IntervalRecord:
         return IntervalRecord(
             interval=interval,
@@ -466,6 +481,7 @@ class Coordinator:
             latency_ms=(time.monotonic() - since) * 1000,
             segment_parts=accepted.segment_parts,
             shared_max_bytes=self.threshold.bytes,
+            parts_by_host=by_host,
         )
 
     def _next_attempt(self, interval: int, attempt: int) -> int | None:

@@ -8,7 +8,7 @@ import pytest
 
 from shardsink import protocol
 from shardsink.config import ClusterConfig
-from shardsink.coordinator.accounting import AccountingError, check
+from shardsink.coordinator.accounting import AccountingError, check, parts_by_host
 from shardsink.persist.state import Batch, BlobPart, InlinePart
 
 LOWER, UPPER = 3000, 4000
@@ -54,6 +54,15 @@ def test_reports_that_add_up_are_appended_together():
     assert accepted.own_batches == 1 and accepted.shared_batches == {0: 1}
     assert accepted.blob_puts == 1 and len(accepted.batches) == 2
     assert accepted.segment_parts == 1  # the shared batch's; own batches use no channel
+
+
+def test_parts_are_counted_by_the_host_that_built_them():
+    reports = _good()
+    # group 0 on host 2, group 1 on host 0: its shared batch, its own batch
+    assert parts_by_host(reports.values(), {0: 2, 1: 0}.__getitem__, False) == {2: 1, 0: 1}
+    host_batch = msgspec.structs.replace(_shared(0, {0: 5, 1: 7}), host=1)
+    reports[(0, 1)] = msgspec.structs.replace(reports[(0, 1)], received=host_batch)
+    assert parts_by_host(reports.values(), {0: 2, 1: 0}.__getitem__, True) == {1: 1, 0: 1}
 
 
 def _broken(**changes) -> dict:

@@ -62,6 +62,7 @@ def test_groups_on_every_node_each_run_where_they_were_placed(tmp_path, ray_clus
     # one group per host: one part per host per append, by either builder
     assert stats.data_parts_per_append + stats.inline_parts_per_append == len(nodes)
     assert stats.shared_batches_per_append == len(nodes)
+    assert stats.parts_per_append_by_host == dict.fromkeys(range(len(nodes)), 1.0)
     assert_nothing_left(pids, cluster.cluster_id)
 
 

@@ -15,7 +15,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
-from ._address import check_address
+from ._address import _is_loopback, check_address
 
 #: A page: called per request, returns its content type and body.
 Page = Callable[[], tuple[str, bytes]]
@@ -34,6 +34,13 @@ def parse_listen(text: str) -> tuple[str, int]:
     host = host or LOOPBACK
     if not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"invalid listen address {text!r}: give HOST:PORT, e.g. 127.0.0.1:8787")
+    if not _is_loopback(host.strip("[]")):
+        # the pages have no login: anyone who reaches the port reads them
+        raise ValueError(
+            f"refusing to serve HTTP on {text}: the page has no login, so only loopback "
+            f"addresses may be bound (127.0.0.1, ::1, localhost); from another machine, "
+            f"tunnel to it: ssh -L {port}:127.0.0.1:{port} THIS_HOST"
+        )
     check_address(f"tcp://{host}:{port}", for_bind=True)
     return host, int(port)
 

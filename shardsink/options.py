@@ -49,7 +49,8 @@ class Flag(NamedTuple):
     """How one config field is given on the command line: the flag is the
     field's name with dashes; ``help`` is followed by ``(default ...)``, the
     Struct's value unless ``default`` words it. ``old`` is a former spelling,
-    still accepted and never shown; ``const``, if set, is what the flag given
+    never shown, refused as a flag and (its dashes underscores) as a TOML key
+    with the name the setting has now; ``const``, if set, is what the flag given
     without a value means (``--dashboard`` alone)."""
 
     metavar: str | None
@@ -122,7 +123,36 @@ def add_fields(
                 kwargs.update(nargs="?", const=row.const)
         parser.add_argument(flag_of(field.name), help=f"{row.help} (default {shown})", **kwargs)
         if row.old is not None:
-            parser.add_argument(row.old, help=argparse.SUPPRESS, **kwargs)
+            _RENAMED.setdefault(kind, {})[row.old.lstrip("-").replace("-", "_")] = field.name
+            parser.add_argument(
+                row.old,
+                help=argparse.SUPPRESS,
+                action=_Renamed,
+                nargs="?",
+                dest=f"_renamed_{field.name}",
+                new=flag_of(field.name),
+            )
+
+
+#: By config Struct, each former name of a field (a :class:`Flag`'s ``old``
+#: as a TOML key) and the field's name: filled as the flags are added, so a
+#: command's TOML keys are answered as its flags are.
+_RENAMED: dict[type, dict[str, str]] = {}
+
+
+class _Renamed(argparse.Action):
+    """A former spelling of a flag: refused, naming the flag the setting has
+    now (one name per setting, the same in flags, TOML and the API)."""
+
+    def __init__(self, option_strings, dest, *, new: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.new = new
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        parser.error(
+            f"{option_string} is now {self.new}: a setting has one name, its field's, "
+            f"as flag ({self.new}), TOML key and keyword ({self.new[2:].replace('-', '_')})"
+        )
 
 
 def _flaggable(kind: type) -> list[str]:
@@ -299,7 +329,12 @@ def _plain(kind: type, exc: msgspec.ValidationError) -> str:
     if unknown:
         for name in filter(None, (unknown.group(2) or "").split(".")):
             kind = _struct(_hints(kind).get(name)) or kind
-        text += did_you_mean(unknown.group(1), kind.__struct_fields__, quote=True)
+        renamed = _RENAMED.get(kind, {}).get(unknown.group(1))
+        text += (
+            f"; it is {renamed!r} now"
+            if renamed
+            else did_you_mean(unknown.group(1), kind.__struct_fields__, quote=True)
+        )
     text = re.sub(r"Object contains unknown field `([^`]+)`", r"unknown key '\1'", text)
     return re.sub(r"\s*- at `\$\.([^`]+)`", r" (key '\1')", text)
 

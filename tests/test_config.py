@@ -242,12 +242,29 @@ def test_every_field_has_exactly_its_dashed_flag(path, kind):
         assert shown.get(field.name) == [expected], field.name
 
 
-def test_the_old_spellings_still_parse_but_are_not_shown():
-    old = ["--linger-ms", "0", "--interval-timeout", "9.5", "--append-retry", "60"]
-    new = ["--best-effort-linger-ms", "0", "--interval-timeout-s", "9.5", "--append-retry-s", "60"]
-    assert _config(*old) == _config(*new)
-    shown = _command("up").format_help()
-    assert "--linger-ms" not in shown and "--interval-timeout " not in shown
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("--linger-ms", "--best-effort-linger-ms"),
+        ("--interval-timeout", "--interval-timeout-s"),
+        ("--append-retry", "--append-retry-s"),
+        ("--inline-max-bytes", "--message-part-max-bytes"),
+    ],
+)
+def test_an_old_spelling_is_refused_naming_the_one_name(capsys, tmp_path, old, new):
+    """One name per setting: a former flag, or its TOML key, is refused with the
+    name the setting has now, in flags, TOML and keywords alike."""
+    with pytest.raises(SystemExit) as exc:
+        main(["up", old, "1"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exc.value.code == 2 and f"error: {old} is now {new}:" in err, err
+    assert old not in _command("up").format_help().replace(new, "")
+    key, field = old[2:].replace("-", "_"), new[2:].replace("-", "_")
+    path = tmp_path / "c.toml"
+    path.write_text(f"{key} = 1\n")
+    assert main(["up", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"unknown key '{key}'; it is '{field}' now" in err, err
 
 
 @pytest.mark.parametrize(

@@ -155,3 +155,11 @@ def test_read_output_a_directory(capsys, tmp_path):
     err = capsys.readouterr().err.splitlines()[-1]
     assert exit.value.code == 2 and "(it ends in /); give a file path" in err
     assert not (tmp_path / "new").exists() and list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_dashboard_on_every_interface_is_refused_in_words_about_http(capsys, tmp_path):
+    data = tmp_path / "d"
+    err = one_line(capsys, ["up", "--data-dir", str(data), "--dashboard", "0.0.0.0:8080"])
+    assert "refusing to serve HTTP on 0.0.0.0:8080: the page has no login" in err
+    assert "ssh -L 8080:127.0.0.1:8080" in err and "CURVE" not in err
+    assert not data.exists()

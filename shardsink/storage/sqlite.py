@@ -51,6 +51,8 @@ CREATE TABLE IF NOT EXISTS consensus (
     PRIMARY KEY (shard, seqno)
 ) WITHOUT ROWID
 """
+#: Shards per ``IN (...)`` list: within SQLite's oldest bound on variables (999).
+_IN_MOST = 500
 _INSERT = "INSERT INTO consensus (shard, seqno, data) VALUES (?, ?, ?)"
 _HEAD = "SELECT seqno, data FROM consensus WHERE shard = ? ORDER BY seqno DESC LIMIT 1"
 
@@ -58,6 +60,22 @@ _HEAD = "SELECT seqno, data FROM consensus WHERE shard = ? ORDER BY seqno DESC L
 def _head(conn: sqlite3.Connection, shard: str) -> VersionedData | None:
     row = conn.execute(_HEAD, (shard,)).fetchone()
     return None if row is None else VersionedData(row[0], bytes(row[1]))
+
+
+def _head_seqnos(conn: sqlite3.Connection, shards: list[str]) -> dict[str, int]:
+    """The head seqno of each of ``shards`` that has a version: one statement
+    per :data:`_IN_MOST` shards, reading no payload."""
+    heads: dict[str, int] = {}
+    for start in range(0, len(shards), _IN_MOST):
+        chunk = shards[start : start + _IN_MOST]
+        marks = ",".join("?" * len(chunk))
+        heads.update(
+            conn.execute(
+                f"SELECT shard, max(seqno) FROM consensus WHERE shard IN ({marks}) GROUP BY shard",
+                chunk,
+            ).fetchall()
+        )
+    return heads
 
 
 class SqliteConsensus:
@@ -250,12 +268,12 @@ class SqliteConsensus:
             return []
 
         def cas_all(conn: sqlite3.Connection) -> tuple[list[CasResult], bool]:
+            heads = _head_seqnos(conn, [r.shard for r in requests])
             results: list[CasResult] = []
             rows = []
             for request in requests:
-                current = _head(conn, request.shard)
-                if (current.seqno if current else None) != request.expected:
-                    results.append(Mismatch(current))
+                if heads.get(request.shard) != request.expected:
+                    results.append(Mismatch(_head(conn, request.shard)))
                     continue
                 results.append(Committed(request.new.seqno))
                 rows.append((request.shard, request.new.seqno, bytes(request.new.data)))

@@ -75,7 +75,7 @@ from ..server.config import ServeConfig
 from ..shm import sweep, unlink_cluster
 from ..storage.uri import redact
 from .control import ControlServer, ProcessStatus, Status
-from .dashboard import ControlSource, Dashboard
+from .dashboard import ControlSource, Dashboard, Plan
 from .metrics import Metrics, Supervised
 from .stats import ClusterStats, ProcessInfo, Supervision
 from .verify import Verification, verify
@@ -228,6 +228,9 @@ class Cluster:
                     ControlSource(address=self.control.address),
                     config.dashboard,
                     title=f"shardsink up: cluster {self.cluster_id}",
+                    plan=Plan(
+                        intervals=config.intervals, rows_per_interval=config.rows_per_interval
+                    ),
                 )
         except BaseException:
             self.close()

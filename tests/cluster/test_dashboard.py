@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 import urllib.error
@@ -192,6 +193,30 @@ def _observe(page) -> dict:
     }
 
 
+def _check_what_the_page_shows(page) -> None:
+    """Progress toward --intervals, rows/s, parts and PUTs apart, clock-time
+    axes, memory per kind, values on hover, no hosts table on one machine."""
+    progress = page.inner_text("#progress-text")
+    assert re.fullmatch(
+        r"[\d,]+ of 3,000 intervals \([\d.]+%\), about .+ left at [\d.]+/s", progress
+    )
+    assert int(page.get_attribute("#progress-bar", "max")) == 3000
+    assert "rows / s" in page.inner_text("#figures")
+    for chart in ("chart-parts", "chart-puts", "chart-rows", "chart-rate"):
+        assert len(page.locator(f"#{chart} path.series").evaluate_all("ps => ps")) == 1, chart
+    ticks = page.locator("#chart-rate text.time").all_text_contents()
+    assert ticks and all(re.fullmatch(r"\d\d:\d\d:\d\d", t) for t in ticks), ticks
+    kinds = page.locator("#chart-memory path.series").evaluate_all(
+        "ps => ps.map(p => p.dataset.key)"
+    )
+    assert kinds == ["coordinator", "consensus", "builder", "worker"]
+    box = page.locator("#chart-latency").bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.9, box["y"] + box["height"] / 2)
+    tip = page.text_content("#chart-latency text.tip")
+    assert re.fullmatch(r"\d\d:\d\d:\d\d  p50 [\d.,]+  p99 [\d.,]+", tip), tip
+    assert page.locator("#hosts-section").is_hidden()
+
+
 def test_the_dashboard_updates_live_in_chromium(tmp_path, popen, chromium) -> None:
     data = tmp_path / "d"
     proc, cluster_id, second = start_up(
@@ -229,6 +254,7 @@ def test_the_dashboard_updates_live_in_chromium(tmp_path, popen, chromium) -> No
         assert time.monotonic() < deadline, f"only {changed} changed in 60 s"
     assert after["pids"] == before["pids"]  # the same processes, nothing restarted
     assert "coordinator pid" in page.inner_text("#events")
+    _check_what_the_page_shows(page)
     shot = tmp_path / "dashboard.png"
     page.screenshot(path=str(shot), full_page=True)
     assert shot.read_bytes().startswith(b"\x89PNG")
@@ -246,3 +272,45 @@ def test_the_dashboard_updates_live_in_chromium(tmp_path, popen, chromium) -> No
     _, alive = psutil.wait_procs(children, timeout=10)
     assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
     assert list_segments(cluster_id) == []
+
+
+class _Fixed:
+    """A source answering one status, with no faults."""
+
+    def __init__(self, status: Status) -> None:
+        self._status = status
+
+    def status(self) -> Status:
+        return self._status
+
+    def faults(self) -> list[str]:
+        return []
+
+
+def test_the_hosts_of_a_ray_cluster_are_a_table_and_a_run_without_end_has_no_bar(
+    chromium,
+) -> None:
+    from shardsink.cluster.dashboard import Dashboard, Plan
+    from shardsink.coordinator.groups import HostInfo
+
+    hosts = [
+        HostInfo(index=0, hostname="node-a", node_id="f" * 40, address="10.0.0.1",
+                 groups=(0, 2), restarts=1),
+        HostInfo(index=1, hostname="node-b", node_id="e" * 40, address="10.0.0.2",
+                 alive=False),
+    ]  # fmt: skip
+    board = Dashboard(_Fixed(_status(hosts=hosts)), "127.0.0.1:0", "hosts", plan=Plan())
+    try:
+        page = chromium.new_page()
+        page.goto(board.url)
+        page.wait_for_function("document.querySelectorAll('#hosts tbody tr').length === 2")
+        rows = page.locator("#hosts tbody tr").all_inner_texts()
+        assert [r.split("\t") for r in rows] == [
+            ["node-a", "f" * 12, "10.0.0.1", "0, 2", "alive", "1"],
+            ["node-b", "e" * 12, "10.0.0.2", "-", "lost", "0"],
+        ]
+        assert page.inner_text("#progress-text") == "10 intervals appended (no end set)"
+        assert page.locator("#progress-bar").is_hidden()
+        assert page.locator("#rows-section").is_hidden()  # no rows per interval given
+    finally:
+        board.close()

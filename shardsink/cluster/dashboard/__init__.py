@@ -47,7 +47,8 @@ class Sample(msgspec.Struct, frozen=True, kw_only=True):
     are the status's (over its last minute; latencies ``None`` if nothing
     was appended in it); ``parts_per_append`` and
     ``puts_per_append`` are over the appends since the previous sample of
-    the same coordinator (``None`` if none)."""
+    the same coordinator (``None`` if none); ``rss_by_kind`` is the resident
+    bytes of the live processes of each kind, summed."""
 
     t: float
     coordinator_pid: int
@@ -59,6 +60,7 @@ class Sample(msgspec.Struct, frozen=True, kw_only=True):
     parts_per_append: float | None
     puts_per_append: float | None
     restarts: int
+    rss_by_kind: dict[str, int] = {}
 
 
 class Event(msgspec.Struct, frozen=True):
@@ -126,7 +128,26 @@ def sample_of(previous: Status | None, status: Status, t: float) -> Sample:
         parts_per_append=data_parts / appended if appended > 0 else None,
         puts_per_append=puts / appended if appended > 0 else None,
         restarts=status.restarts,
+        rss_by_kind=rss_by_kind(status),
     )
+
+
+def rss_by_kind(status: Status) -> dict[str, int]:
+    """The resident bytes of ``status``'s live processes, summed per kind."""
+    out: dict[str, int] = {}
+    for p in status.processes:
+        if p.alive:
+            out[p.kind] = out.get(p.kind, 0) + p.rss_bytes
+    return out
+
+
+class Plan(msgspec.Struct, frozen=True, kw_only=True):
+    """What the run shown was asked to do, for its progress: ``intervals``
+    to append (``None``: no end, as a chaos run's cluster) and
+    ``rows_per_interval`` (rows/s are intervals/s times it; ``None``: not shown)."""
+
+    intervals: int | None = None
+    rows_per_interval: int | None = None
 
 
 class Watch(msgspec.Struct, frozen=True):
@@ -181,11 +202,12 @@ def observe(watch: Watch, status: Status | None, t: float) -> tuple[Watch, list[
 
 
 class State(msgspec.Struct, kw_only=True):
-    """What ``/api/state`` answers: the page's ``title``, the latest answer
-    (``None`` if the last sample got none), the samples and the events, oldest
-    first."""
+    """What ``/api/state`` answers: the page's ``title``, the run's ``plan``,
+    the latest answer (``None`` if the last sample got none), the samples and
+    the events, oldest first."""
 
     title: str
+    plan: Plan = Plan()
     status: Status | None
     samples: list[Sample]
     events: list[Event]
@@ -193,14 +215,23 @@ class State(msgspec.Struct, kw_only=True):
 
 class Dashboard:
     """Serve the dashboard of ``source`` at ``listen`` (``HOST:PORT``,
-    loopback; port 0: a free one), titled ``title``; :attr:`url` is its page.
+    loopback; port 0: a free one), titled ``title``, showing progress
+    toward ``plan``; :attr:`url` is its page.
     ``ValueError`` naming the address if it is not loopback or cannot be
     bound. ``close()`` stops the sampling thread and the server; idempotent."""
 
-    def __init__(self, source: Source, listen: str, title: str, every_s: float = EVERY_S) -> None:
+    def __init__(
+        self,
+        source: Source,
+        listen: str,
+        title: str,
+        every_s: float = EVERY_S,
+        plan: Plan | None = None,
+    ) -> None:
         host, port = parse_listen(listen)
         self._source = source
         self._title = title
+        self._plan = plan or Plan()
         self._every_s = every_s
         self._lock = threading.Lock()
         self._samples: deque[Sample] = deque(maxlen=HISTORY)
@@ -225,6 +256,7 @@ class Dashboard:
         with self._lock:
             state = State(
                 title=self._title,
+                plan=self._plan,
                 status=self._status,
                 samples=list(self._samples),
                 events=list(self._events),

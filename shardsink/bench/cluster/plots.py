@@ -18,7 +18,7 @@ from ...config import AUTO
 from .. import scale
 from ..figures import add_caption, caption, grouped_bars
 from . import hosts
-from .matrices import bytes_label, shape_of
+from .matrices import HYDRATE_THRESHOLDS, VARIANTS, bytes_label, shape_of
 
 #: The per-append bar plots: ``(file stem, title, y-axis label, value format,
 #: value of a row)``.
@@ -66,7 +66,9 @@ def plot(rows: list[dict], out: Path, command: str | None = None) -> list[Path]:
     import matplotlib.pyplot as plt
 
     ok = [r for r in rows if r.get("verified")]
-    text = caption(command)
+    runs = sorted({r["intervals"] for r in ok if r.get("intervals")})
+    lengths = "/".join(map(str, runs))
+    text = caption(command, note=f"runs of {lengths} intervals" if runs else "")
     written = _metric_plots(plt, ok, out, text)
     written += _hydrate_plot(plt, ok, out, text)
     written += hosts.plot(plt, ok, out)
@@ -92,7 +94,7 @@ def _metric_plots(plt, ok: list[dict], out: Path, text: str) -> list[Path]:
             series.setdefault(mode, {})[label] = [value(r) for r in runs]
         fig, ax = plt.subplots(figsize=(9, 5))
         grouped_bars(ax, labels, series, fmt)
-        ax.set_title(f"{title} (median of up to {repeats} repeats, bars: lowest to highest)")
+        ax.set_title(f"{title} ({_over(repeats)})")
         ax.set_ylabel(unit)
         ax.set_xlabel(SHAPE_AXIS)
         ax.legend(fontsize="small")
@@ -106,10 +108,23 @@ def _metric_plots(plt, ok: list[dict], out: Path, text: str) -> list[Path]:
 
 
 def _by_variant_and_shape(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """``rows`` by variant, in :data:`VARIANTS`' order whatever order they ran in, and shape."""
+    order = [scale.variant({"mode": m, "coalesce": c}) for m, c in VARIANTS]
     groups: dict[tuple[str, str], list[dict]] = {}
-    for r in rows:
+    for r in sorted(rows, key=lambda r: (_rank(order, scale.variant(r)), shape_of(r))):
         groups.setdefault((scale.variant(r), shape_of(r)), []).append(r)
     return groups
+
+
+def _rank(order: list, item) -> int:
+    return order.index(item) if item in order else len(order)
+
+
+def _over(repeats: int) -> str:
+    """How a bar's figure was taken over ``repeats`` runs."""
+    if repeats == 1:
+        return "one run each"
+    return f"median of up to {repeats} runs, bars: lowest to highest"
 
 
 def _hydrate_plot(plt, ok: list[dict], out: Path, text: str) -> list[Path]:
@@ -118,8 +133,14 @@ def _hydrate_plot(plt, ok: list[dict], out: Path, text: str) -> list[Path]:
     hydrate = [r for r in ok if r["section"] == "hydrate"]
     if not hydrate:
         return []
+    order = [("off", "off"), *((m, bytes_label(b)) for m, b in HYDRATE_THRESHOLDS if m != "off")]
     groups: dict[str, list[float]] = {}
-    for r in hydrate:
+
+    def rank(r: dict) -> int:
+        key = (r["mode"], "off" if r["mode"] == "off" else bytes_label(r["shared_max_bytes"]))
+        return _rank(order, key)
+
+    for r in sorted(hydrate, key=rank):
         key = "off" if r["mode"] == "off" else bytes_label(r["shared_max_bytes"])
         groups.setdefault(key, []).append(r["wall_s"])
     keys = list(groups)
@@ -129,7 +150,7 @@ def _hydrate_plot(plt, ok: list[dict], out: Path, text: str) -> list[Path]:
     first = hydrate[0]
     ax.set_title(
         f"hydration of {first['snapshot_rows']:,} rows at {first['groups']}x{first['workers']}: "
-        f"wall time (median of up to {repeats}, bars: lowest to highest)",
+        f"wall time ({_over(repeats)})",
         fontsize=10,
     )
     ax.set_ylabel("wall time (s)")

@@ -241,9 +241,10 @@ def _run(args: argparse.Namespace) -> int:
     """Exit 1 if a check of the report fails or a run does not verify,
     saying how many, unless ``--report-only``."""
     from .cluster import checks, command_line, matrix, run
+    from .cluster.matrices import workload_matrix
 
     config = bench_cluster_config(args)
-    specs = matrix(config.matrix)
+    specs = workload_matrix(config.workload) if config.workload else matrix(config.matrix)
     # before any run: plots need matplotlib, the Delta peer's runs deltalake
     peer = ["deltalake"] if any(s.mode.startswith("delta") for s in specs) else []
     require("bench cluster", "bench", "matplotlib", *peer)

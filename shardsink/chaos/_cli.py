@@ -25,7 +25,9 @@ FLAGS: dict[str, Flag] = {
     "workers": Flag("W", "workers per group"),
     "mode": Flag(None, "the cluster's --mode"),
     "coalesce": Flag(None, "the cluster's --coalesce"),
-    "rows_per_interval": Flag("R", "rows of each interval of the churn workload"),
+    "workload": Flag("NAME|PATH.py:NAME|MODULE:NAME", "the cluster's --workload; a class gets "
+                     "the [workload] table of --config as keyword arguments"),
+    "rows_per_interval": Flag("R", "rows of each interval of the workload"),
     "faults": Flag("KINDS", "comma-separated fault kinds", default=f"all: {','.join(FAULT_KINDS)}"),
     "mean_gap_s": Flag("S", "mean seconds between faults", old="--mean-gap"),
     "pause_max_s": Flag("S", "a pause lasts up to S seconds; below --interval-timeout-s"),
@@ -53,11 +55,13 @@ def register(commands, bench) -> None:
     chaos = commands.add_parser(
         "chaos",
         help="run a cluster under injected faults and check that nothing is lost",
-        description="Run a churn workload for DURATION seconds while a nemesis, seeded by "
+        description="Run a workload (churn unless --workload names another) for DURATION "
+        "seconds while a nemesis, seeded by "
         "SEED, kills and pauses the cluster's processes and makes its stores fail; readers "
-        "check snapshots throughout. Then check that the shard equals the expected "
-        "collection, every referenced blob exists, leaked blobs are swept and no process or "
-        "shared-memory segment is left. Exits 1 on any violation. The same seed replays the "
+        "check snapshots throughout. Then check that the shard holds what its batches' "
+        "digests say (and equals the expected collection, if the workload has one), every "
+        "referenced blob exists, leaked blobs are swept and no process or shared-memory "
+        "segment is left. Exits 1 on any violation. The same seed replays the "
         "same fault schedule.",
     )
     add_options(chaos, ChaosConfig, FLAGS, 'duration_s = 30.0, faults = ["kill-worker"]')

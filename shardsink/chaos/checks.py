@@ -15,7 +15,6 @@ from ..process import remove_dead_run_dirs
 from ..shm.sweep import list_segments, unlink_segment
 from ..storage.contracts import temp_files
 from ..storage.errors import StorageError
-from ..workloads import SCHEMA
 from .config import INTERVAL_MS, SHARD, ChaosReport
 from .context import RunContext
 from .nemesis import Nemesis
@@ -41,7 +40,7 @@ def final_checks(
             SHARD,
             blob=run.cluster.blob_uri,
             consensus=run.cluster.consensus_uri,
-            schema=SCHEMA,
+            schema=run.config.schema(),
             config=OFFLINE,  # every process of the run is gone: so are its writers
             create=False,
         ) as shard:
@@ -88,10 +87,11 @@ def final_checks(
 
 
 def check_shard(run: RunContext, shard: Shard, when: str, *, swept: bool = False) -> int:
-    """The shard equals the expected collection at its upper, and every blob
+    """The shard holds what its batches' digests say and, for a workload
+    with one, equals the expected collection at its upper; every blob
     its state references exists (and, once ``swept``, no other blob and no
     temporary file of a killed writer does); returns the intervals it holds."""
-    workload = run.config.workload()
+    workload = run.config.load_workload()
     intervals = shard.upper // INTERVAL_MS
     try:
         verification = verify(shard, workload, INTERVAL_MS)
@@ -99,7 +99,7 @@ def check_shard(run: RunContext, shard: Shard, when: str, *, swept: bool = False
         run.violation(f"{when}: the shard cannot be read back: {exc}")
     else:
         if not verification.ok:
-            run.violation(f"{when}: the shard differs from the expected: {verification.detail}")
+            run.violation(f"{when}: the shard differs from what was written: {verification.detail}")
     state = shard.state()
     present = set(shard.blob.list(f"{SHARD}/"))
     missing = sorted(state.live_keys() - present)

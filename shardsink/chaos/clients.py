@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 
+from .. import workloads
 from ..cluster.verify import difference
 from ..persist.errors import NotReadable, PartMissing, ShardNotFound
 from ..process import MODULE, Child, Launch, SpawnStarter, module_payload
@@ -28,7 +29,8 @@ UNAVAILABLE = (StorageError, TimeoutError, ShardNotFound, OSError)
 
 def read_loop(run: RunContext, index: int) -> None:
     """Snapshots at random as-ofs within ``since .. upper - 1``, each checked."""
-    workload = run.config.workload()
+    workload = run.config.load_workload()
+    schema = run.config.schema()
     rng = random.Random(f"chaos:{run.config.seed}:reader:{index}")
     shard = reader = None
     while not run.stop.wait(rng.uniform(0.05, 0.3)):
@@ -57,7 +59,10 @@ def read_loop(run: RunContext, index: int) -> None:
         except Exception as exc:  # any other failure of a reader is a finding
             run.violation(f"reader {index} failed: {type(exc).__name__}: {exc}")
             continue
-        expected = workload.expected(as_of // INTERVAL_MS + 1, as_of)
+        expected = workloads.expected(workload, schema, as_of // INTERVAL_MS + 1, as_of)
+        if expected is None:  # no oracle: the digests are checked at the end
+            run.count("read (no expected collection)")
+            continue
         if not table.equals(expected):
             run.violation(
                 f"reader {index}: snapshot as of {as_of} is wrong: {difference(table, expected)}"

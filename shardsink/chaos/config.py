@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
-import msgspec
+from pathlib import Path
+from typing import Any
 
+import msgspec
+import pyarrow as pa
+
+from .. import workloads
 from .._bounds import at_least, positive
 from .._http import parse_listen
 from ..config import COALESCES, MODES, ClusterConfig, Coalesce, HostLost, Mode
-from ..workloads import Workload
 from .schedule import FAULT_KINDS, injectable
 
 SHARD = "default"
@@ -42,7 +46,11 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     ``host_lost``: the cluster's (``ray:ADDRESS``: ``groups`` groups on each
     node of that Ray cluster, whose nodes must run on this machine for the
     nemesis to reach their processes; the fault kinds ``kill-host`` and
-    ``pause-host`` need it)."""
+    ``pause-host`` need it). ``workload`` and ``workload_args`` (the
+    ``[workload]`` table of ``--config``): what the cluster writes, as
+    ``up --workload`` takes it (docs/workloads.md); readers check snapshots
+    against its ``expected`` if it has one, and the shard is checked by
+    digest at the end in any case."""
 
     duration_s: float = 60.0
     seed: int = 0
@@ -53,6 +61,8 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     workers: int = 3
     mode: Mode = "barrier"
     coalesce: Coalesce = "group"
+    workload: str = "churn"
+    workload_args: dict[str, Any] = {}
     rows_per_interval: int = 200
     faults: tuple[str, ...] = FAULT_KINDS
     mean_gap_s: float = 3.0
@@ -103,8 +113,38 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
                 f"({self.interval_timeout_s}), or a pause is indistinguishable from a hang"
             )
 
-    def workload(self) -> Workload:
-        return Workload("churn", self.rows_per_interval, 0, INTERVAL_MS)
+    @staticmethod
+    def from_toml(table: dict[str, Any]) -> dict[str, Any]:
+        """A config file's ``[workload]`` table, as ``ClusterConfig`` reads it."""
+        return ClusterConfig.from_toml(table)
+
+    def cluster_workload(self) -> ClusterConfig:
+        """The cluster config of the run's workload (its file made absolute)."""
+        return ClusterConfig(
+            workload=workloads.resolve(self.workload),
+            workload_args=self.workload_args,
+            rows_per_interval=self.rows_per_interval,
+            interval_ms=INTERVAL_MS,
+            seed=self.seed,
+        )
+
+    def load_workload(self) -> workloads.AnyWorkload:
+        """The run's workload (``ValueError`` naming what is wrong with it)."""
+        return workloads.of(self.cluster_workload())
+
+    def schema(self) -> pa.Schema:
+        """The shard schema of the run's workload."""
+        return workloads.shard_schema(self.load_workload(), self.workload)
+
+    def workload_flags(self, directory: Path) -> list[str]:
+        """``up``'s flags for the run's workload: ``--workload`` and, for its
+        arguments, ``--config`` naming a file written into ``directory``."""
+        config = self.cluster_workload()
+        if not config.workload_args:
+            return ["--workload", config.workload]
+        path = directory / "workload.toml"
+        path.write_bytes(msgspec.toml.encode({"workload": config.workload_args}))
+        return ["--workload", config.workload, "--config", str(path)]
 
     @property
     def on_hosts(self) -> bool:

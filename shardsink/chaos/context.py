@@ -20,7 +20,6 @@ from ..persist.config import ShardConfig
 from ..persist.shard import Shard
 from ..process import RUN_MARK, Child, marked
 from ..storage.uri import BLOB_ENV, STORE_ENV
-from ..workloads import SCHEMA
 from .config import SHARD, ChaosConfig
 from .nemesis import cluster_processes
 
@@ -175,7 +174,7 @@ def client_shard(run: RunContext) -> Shard:
         SHARD,
         blob=run.cluster.blob_uri,
         consensus=run.bind,
-        schema=SCHEMA,
+        schema=run.config.schema(),
         config=run.shard_config(),
         create=False,
     )

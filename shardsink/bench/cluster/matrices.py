@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
@@ -46,6 +46,7 @@ RUN_FIELDS = (
     "coalesce",
     "shared_max_bytes",
     "workload",
+    "workload_args",
     "rows_per_interval",
     "snapshot_rows",
     "intervals",
@@ -63,9 +64,14 @@ class BenchClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unkno
     run from ``cluster``: ClusterConfig fields every run starts from
     (``start``, ``best_effort_linger_ms``,
     ``blob_target_bytes``, ...), all but :data:`RUN_FIELDS`, which each run
-    sets itself (``ValueError`` naming such a key)."""
+    sets itself (``ValueError`` naming such a key). ``workload``: a
+    ``[workload]`` table naming a workload of your own (``use``, as
+    ``--workload`` takes it) and its keyword arguments; given, ``bench
+    cluster`` runs it side by side with trickle (:func:`workload_matrix`)
+    instead of ``matrix``."""
 
     out: str | None = None
+    workload: dict[str, Any] = {}
     matrix: Literal["default", "quick", "trickle", "scale", "auto", "latency", "hosts"] = "default"
     cluster: ClusterConfig = msgspec.field(default_factory=ClusterConfig)
 
@@ -92,6 +98,8 @@ SECTIONS = (
     "peer",
     "hydrate",
     "hosts",
+    "workload",
+    "digest",
     *scale.SECTIONS,
 )
 
@@ -113,6 +121,10 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
     coalesce: str = "group"
     #: hosts of a Ray cluster its groups run on (``groups`` in all), 0: this machine alone
     hosts: int = 0
+    #: the workload's keyword arguments (a [workload] table's), and whether
+    #: the run computes digests (off only to measure what they cost)
+    workload_args: dict[str, Any] = {}
+    digests: bool = True
     #: its place in the matrix's run order, and the seed that drew it (:func:`ordered`)
     order: int = 0
     order_seed: int = ORDER_SEED
@@ -236,6 +248,71 @@ def _trickles(shapes: list[tuple[int, int, int]], n: int) -> list[RunSpec]:
         for shape in shapes
         for mode, coalesce in VARIANTS
     ]
+
+
+def workload_matrix(table: dict[str, Any], repeats: int = 3) -> list[RunSpec]:
+    """A ``[workload]`` table's runs: its workload (``use``) and trickle at
+    4x8 best-effort, the same rows per interval (the table's
+    ``rows_per_interval``, else 128), 20 intervals; and trickle with and
+    without digests (section ``digest``); ``repeats`` times, interleaved."""
+    args = dict(table)
+    use = args.pop("use", None)
+    if not use:
+        raise ValueError('the [workload] table needs use = "PATH.py:NAME" (or a built-in)')
+    r = int(args.get("rows_per_interval", 128))
+    runs = []
+    for repeat in range(repeats):
+        shape = {"mode": "best-effort", "groups": 4, "workers": 8, "rows_per_interval": r}
+        runs += [
+            RunSpec(section="workload", workload=use, workload_args=args, intervals=20,
+                    repeat=repeat, **shape),
+            RunSpec(section="workload", workload="trickle", intervals=20, repeat=repeat,
+                    **shape),
+        ]  # fmt: skip
+        runs += [
+            RunSpec(section="digest", mode="best-effort", groups=1, workers=4,
+                    rows_per_interval=DIGEST_ROWS, workload="trickle", intervals=10,
+                    repeat=repeat, digests=digests)
+            for digests in (True, False)
+        ]  # fmt: skip
+    return ordered(runs)
+
+
+#: Rows per interval of the digest-cost runs: enough that hashing is a
+#: measurable share of the workers' and builder's CPU (parts go to blob).
+DIGEST_ROWS = 200_000
+
+
+def workload_lines(section: str, rows: list[dict]) -> list[str]:
+    """The side-by-side medians of a ``workload`` or ``digest`` section:
+    per workload (or digests on and off), rows/s, MB/s stored, data parts
+    and diff bytes per append, and the ratio to trickle (to digests off)."""
+    key = "workload" if section == "workload" else "digests"
+    groups: dict = {}
+    for r in rows:
+        if r.get("verified"):
+            groups.setdefault(r[key], []).append(r)
+    base = groups.get("trickle" if section == "workload" else False)
+    lines = ["", "| variant | rows/s | MB/s | data parts / append | diff bytes / append | "
+             "rows/s vs base |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for variant, picked in groups.items():
+        med = {f: _median([r[f] for r in picked]) for f in FIGURES}
+        ratio = med["rows_per_s"] / _median([r["rows_per_s"] for r in base]) if base else 0
+        lines.append(
+            f"| {variant} | {med['rows_per_s']:,.0f} | {med['mb_per_s']:.2f} | "
+            f"{med['data_parts_per_append']:.2f} | {med['diff_bytes_per_append']:,.0f} | "
+            f"{ratio:.3f} |"
+        )
+    return lines
+
+
+FIGURES = ("rows_per_s", "mb_per_s", "data_parts_per_append", "diff_bytes_per_append")
+
+
+def _median(values: list[float]) -> float:
+    values = sorted(values)
+    n = len(values)
+    return 0.0 if not n else (values[n // 2] + values[(n - 1) // 2]) / 2
 
 
 #: The trickle shapes of the default matrix.

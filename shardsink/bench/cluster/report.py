@@ -17,7 +17,7 @@ from ...config import AUTO
 from .. import scale
 from . import hosts
 from .checks import checks
-from .matrices import SECTIONS, bytes_label, describe, shape_of
+from .matrices import SECTIONS, bytes_label, describe, shape_of, workload_lines
 
 #: The columns of every section's table (and of the console table):
 #: ``(header, row key or None if computed, format)``.
@@ -105,6 +105,8 @@ def _section_lines(section: str, rows: list[dict]) -> list[str]:
         "|" + "---|" * len(headers),
     ]
     lines += ["| " + " | ".join(cells) + " |" for cells in table_rows(picked)]
+    if section in ("workload", "digest"):
+        lines += workload_lines(section, picked)
     if section == "compaction":
         lines += _compaction_lines(picked)
     if section == "peer":

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from ...config import ClusterConfig
+from ...persist.digest import NO_DIGEST_ENV
 from ...workloads import Workload
 from .. import scale
 from . import hosts
@@ -83,6 +84,7 @@ def _run_cluster(spec: RunSpec, work_dir: Path, base: ClusterConfig) -> dict:
         coalesce=spec.coalesce,
         shared_max_bytes=spec.shared_max_bytes,
         workload=spec.workload,
+        workload_args=spec.workload_args,
         rows_per_interval=spec.rows_per_interval,
         snapshot_rows=spec.snapshot_rows,
         intervals=spec.intervals,
@@ -90,7 +92,7 @@ def _run_cluster(spec: RunSpec, work_dir: Path, base: ClusterConfig) -> dict:
         data_dir=str(work_dir / "data"),
         verify=False,
     )
-    with Cluster(hosts.config_for(spec, config)) as cluster:
+    with _digests(spec.digests), Cluster(hosts.config_for(spec, config)) as cluster:
         cpu_before = _cpu_times(cluster)
         machine_before = scale.cpu_sample()
         started = time.monotonic()
@@ -105,10 +107,26 @@ def _run_cluster(spec: RunSpec, work_dir: Path, base: ClusterConfig) -> dict:
         stats = cluster.stats()
     row = msgspec.structs.asdict(stats)
     row["verified"] = bool(stats.verified)
+    stored = stats.blob_put_bytes + stats.inline_bytes_per_append * stats.appends
+    row["mb_per_s"] = stored / stats.wall_s / 1e6 if stats.wall_s else 0.0
     if not stats.verified:
         row["error"] = stats.verify_detail or "the shard does not match the workload"
     row.update(extra)
     return row
+
+
+@contextlib.contextmanager
+def _digests(on: bool):
+    """Digests off (:data:`~shardsink.persist.digest.NO_DIGEST_ENV`, which the
+    cluster's processes inherit) unless ``on``."""
+    if on:
+        yield
+        return
+    os.environ[NO_DIGEST_ENV] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop(NO_DIGEST_ENV, None)
 
 
 def _run_intervals(cluster: Cluster, spec: RunSpec) -> dict:

@@ -333,17 +333,24 @@ def gc_summary(shard: str, report: dict) -> str:
     words, counts only."""
     swept = report.get("leaked_blobs_deleted")
     lines = [
-        f"gc of shard {shard!r}: deleted {len(report['blobs_deleted'])} retired blobs"
-        + ("" if swept is None else f" and {len(swept)} leaked ones")
+        f"gc of shard {shard!r}: deleted {plural(len(report['blobs_deleted']), 'retired blob')}"
+        + ("" if swept is None else f" and {plural(len(swept), 'leaked one')}")
         + (
             ", their size unknown (the listing failed)"
             if report["bytes_deleted"] is None
             else f", {human_bytes(report['bytes_deleted'])} in all"
         ),
-        f"  expired {len(report['readers_expired'])} readers and "
-        f"{len(report['writers_expired'])} writers; readers hold seqno {report['seqno_hold']}",
-        f"  truncated {report['versions_truncated']} versions below seqno "
-        f"{report['truncated_below']}; retired {report['rollups_retired']} rollups",
+        f"  expired {plural(len(report['readers_expired']), 'reader')} and "
+        f"{plural(len(report['writers_expired']), 'writer')}; readers hold seqno "
+        f"{report['seqno_hold']}",
+        "  "
+        + (
+            f"truncated {plural(report['versions_truncated'], 'version')} below seqno "
+            f"{report['truncated_below']}"
+            if report["versions_truncated"]
+            else "truncated no versions"
+        )
+        + f"; retired {plural(report['rollups_retired'], 'rollup')}",
         "  (--json lists every key)",
     ]
     return "\n".join(lines)

@@ -220,3 +220,65 @@ def test_an_undamaged_shard_verifies_through_compaction(tmp_path):
         report = shard.verify()
         assert report.ok and report.digested >= 1
         assert verify(shard, workload, 1000).ok
+
+
+# --- synth ------------------------------------------------------------------------
+
+import numpy as np  # noqa: E402
+import pyarrow.compute as pc  # noqa: E402
+
+from shardsink.persist import parts as P  # noqa: E402
+from shardsink.workloads.synth import Synth  # noqa: E402
+
+
+def _synth(**kw) -> Synth:
+    args = {
+        "rows_per_interval": 400,
+        "update": 0.3,
+        "delete": 0.1,
+        "key": "string",
+        "columns": {"name": "string", "n": "int32", "x": "float64"},
+        "value_bytes": 24,
+    }
+    return Synth(**{**args, **kw})  # fmt: skip
+
+
+def test_synth_is_deterministic_per_seed_interval_and_worker():
+    a, b = _synth(seed=3), _synth(seed=3)
+    for interval in (0, 1, 2, 5):
+        assert a.updates(interval, 1, 4).equals(b.updates(interval, 1, 4))
+    assert a.updates(1, 1, 4).equals(b.updates(1, 1, 4))  # asked again: replayed
+    assert not _synth(seed=4).updates(5, 1, 4).equals(a.updates(5, 1, 4))
+
+
+@pytest.mark.parametrize("distribution", ["sequential", "uniform", "zipfian", "latest"])
+def test_synth_updates_and_deletes_only_what_is_live(distribution):
+    workload = _synth(distribution=distribution, worker_skew=1.0)
+    schema = W.shard_schema(workload, "synth")
+    live = None
+    for interval in range(6):
+        tables = [W.updates(workload, schema, interval, w, 3, 0) for w in range(3)]
+        keys = [set(t["key"].to_pylist()) for t in tables]
+        assert not any(keys[i] & keys[j] for i in range(3) for j in range(i + 1, 3))
+        batch = pa.concat_tables(tables)
+        live = batch if live is None else P.consolidate(pa.concat_tables([live, batch]))
+        assert set(live["diff"].to_pylist()) <= {1}  # never retracted what is not there
+    inserts = 400 - round(400 * 0.4)
+    assert 0 < live.num_rows < 6 * inserts  # some keys were deleted
+
+
+def test_synth_zipfian_keys_are_skewed_and_workers_too():
+    workload = _synth(rows_per_interval=4000, update=0.9, delete=0.0, records=1000)
+    workload.updates(0, 0, 1)
+    picked = workload._pick(np.random.default_rng(0), 1000, 20_000, 1)
+    counts = np.sort(np.bincount(picked, minlength=1000))[::-1]
+    assert counts[:10].sum() > 0.2 * counts.sum()  # the hot keys of theta 0.99
+    skewed = _synth(worker_skew=2.0, update=0.0, delete=0.0)
+    rows = [skewed.updates(0, w, 4).num_rows for w in range(4)]
+    assert rows[0] > 2 * rows[3] and sum(rows) == 400
+
+
+def test_synth_two_kib_values():
+    workload = Synth(rows_per_interval=50, value_bytes=2048, update=0.3)
+    table = workload.updates(1, 0, 1)
+    assert set(pc.utf8_length(table["val"]).to_pylist()) == {2048}

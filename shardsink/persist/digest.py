@@ -106,7 +106,7 @@ def row_hashes(table: pa.Table | pa.RecordBatch) -> np.ndarray:
     with np.errstate(over="ignore"):
         for name in ("key", "val"):
             for path, leaf in leaves(name, table.column(name)):
-                acc = _mix(acc * _P + _leaf(path, leaf))
+                acc = mix(acc * _P + _leaf(path, leaf))
     return acc
 
 
@@ -184,7 +184,7 @@ def _leaf(path: str, array: pa.Array | pa.ChunkedArray) -> np.ndarray:
         offsets = offsets[array.offset : array.offset + len(array) + 1].astype(np.int64)
         data = np.frombuffer(array.buffers()[2] or b"", dtype=np.uint8)
         h = _bytes_hash(data[offsets[0] : offsets[-1]], offsets - offsets[0])
-    h = _mix(h)
+    h = mix(h)
     if array.null_count:
         h = np.where(_numpy(array.is_valid()), h, _NULL)
     return h
@@ -227,7 +227,7 @@ def _tables(n: int) -> tuple[np.ndarray, np.ndarray]:
     return _powers, _inverses
 
 
-def _mix(z: np.ndarray) -> np.ndarray:
+def mix(z: np.ndarray) -> np.ndarray:
     """The splitmix64 finalizer, element-wise (wrapping)."""
     with np.errstate(over="ignore"):
         z = z ^ (z >> np.uint64(30))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -143,7 +144,8 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
         if not config.workload_args:
             return ["--workload", config.workload]
         path = directory / "workload.toml"
-        path.write_bytes(msgspec.toml.encode({"workload": config.workload_args}))
+        lines = [f"{json.dumps(k)} = {_toml(v)}" for k, v in config.workload_args.items()]
+        path.write_text("[workload]\n" + "\n".join(lines) + "\n")
         return ["--workload", config.workload, "--config", str(path)]
 
     @property
@@ -215,3 +217,13 @@ class ChaosReport(msgspec.Struct, kw_only=True):
     @property
     def ok(self) -> bool:
         return not self.violations
+
+
+def _toml(value: Any) -> str:
+    """``value`` (what a TOML table held) as a TOML value: JSON's spelling of
+    strings, numbers, booleans and arrays is TOML's; a table is inline."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return json.dumps(value)

@@ -141,7 +141,8 @@ def register(commands, bench) -> None:
         default=None,
         metavar="FILE",
         help="append one JSON line per appended interval to FILE, flushed as it happens: "
-        "the coordinator's pid, the interval's figures (interval, attempt, rows, latency_ms, "
+        "the coordinator's pid, when it was appended (time, seconds since the epoch), the "
+        "interval's figures (interval, attempt, rows, latency_ms, "
         "...), the supervision counts so far (restarts, consensus_restarts, "
         "abandoned_attempts) and restart_s, the durations of the group restarts since the "
         "previous line (default: none)",
@@ -497,6 +498,7 @@ def _run(cluster, intervals: int, console, events=None) -> None:
             timed += len(restart_s)
             line = {
                 "coordinator": os.getpid(),
+                "time": time.time(),
                 **msgspec.structs.asdict(rec),
                 **msgspec.structs.asdict(cluster.supervision()),
                 "restart_s": restart_s,

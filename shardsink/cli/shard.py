@@ -106,19 +106,24 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
 
 @with_shard
 def _read(args: argparse.Namespace, shard: Shard) -> int:
-    if args.output is None and args.format in BINARY_FORMATS and sys.stdout.isatty():
-        raise ValueError(
-            f"--format {args.format} is binary and stdout is a terminal: write it with "
-            "--output FILE, or pipe it (| duckdb, > file)"
-        )
-    stream = shard.batches(args.as_of, args.columns)
     if args.output is None:
-        _write(stream, args.format, args.limit, sys.stdout.buffer)
+        _no_binary_to_a_terminal(args.format, sys.stdout, "stdout")
+        _write(shard.batches(args.as_of, args.columns), args.format, args.limit, sys.stdout.buffer)
         sys.stdout.flush()
     else:
         with _output.file_output(args.output) as out:
-            _write(stream, args.format, args.limit, out)
+            _no_binary_to_a_terminal(args.format, out, f"--output {args.output}")
+            _write(shard.batches(args.as_of, args.columns), args.format, args.limit, out)
     return 0
+
+
+def _no_binary_to_a_terminal(fmt: str, out: io.IOBase, name: str) -> None:
+    """``ValueError`` if ``fmt`` is binary and ``out`` (called ``name``) a terminal."""
+    if fmt in BINARY_FORMATS and out.isatty():
+        raise ValueError(
+            f"--format {fmt} is binary and {name} is a terminal: write it with --output FILE, "
+            "or pipe it (| duckdb, > file)"
+        )
 
 
 def _write(

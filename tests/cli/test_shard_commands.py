@@ -142,7 +142,7 @@ def test_read_jsonl_is_one_object_per_line(capsys, data_dir):
     )
 
 
-def test_read_refuses_binary_to_a_terminal(data_dir):
+def test_read_refuses_binary_to_a_terminal(capsys, data_dir):
     leader, terminal = pty.openpty()
     try:
         proc = subprocess.run(
@@ -153,6 +153,9 @@ def test_read_refuses_binary_to_a_terminal(data_dir):
             env={**os.environ, "PYTHONPATH": str(ROOT)},
             timeout=120,
         )
+        named = os.ttyname(terminal)
+        argv = ["read", "--data-dir", str(data_dir), "--format", "parquet", "--output", named]
+        code, _, err = run(capsys, *argv)
     finally:
         os.close(terminal)
         os.close(leader)
@@ -160,3 +163,4 @@ def test_read_refuses_binary_to_a_terminal(data_dir):
     assert "--format parquet is binary and stdout is a terminal: write it with --output" in (
         proc.stderr
     )
+    assert code == 2 and f"--output {named} is a terminal" in err, err

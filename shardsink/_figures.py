@@ -1,4 +1,4 @@
-"""What every benchmark plot carries: a caption naming the command, the
+"""What every plot of a benchmark or a chaos run carries: a caption naming the command, the
 commit and the machine it was measured with, and bars that show their
 repeats.
 
@@ -19,8 +19,6 @@ import textwrap
 from functools import cache
 from pathlib import Path
 
-from .. import __version__
-
 #: Where the caption goes: the figure's bottom, this share of its height kept for it.
 CAPTION_SPACE = 0.16
 
@@ -34,7 +32,7 @@ def command_line() -> str:
 def commit() -> str:
     """The commit of the package's checkout (``+dirty`` if it has changes),
     or its version when it is not a git checkout."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[1]
 
     def git(*args: str) -> str:
         done = subprocess.run(
@@ -48,7 +46,12 @@ def commit() -> str:
     except (OSError, subprocess.TimeoutExpired):
         head = ""
     if not head:
-        return f"shardsink {__version__}"
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return f"shardsink {version('shardsink')}"
+        except PackageNotFoundError:
+            return "shardsink (not installed, no git checkout)"
     return f"commit {head}{'+dirty' if dirty else ''}"
 
 

@@ -275,7 +275,7 @@ def plot(rows: list[dict], out: Path, cores: int) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .figures import add_caption, caption
+    from .._figures import add_caption, caption
 
     written = []
     found = sweeps(rows)

@@ -275,7 +275,7 @@ def plot(blocks: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .figures import add_caption, caption
+    from .._figures import add_caption, caption
 
     x = [b["first_interval"] + b["appends"] for b in blocks]
     panels = [

@@ -332,7 +332,7 @@ def test_bars_show_the_median_the_spread_the_value_and_a_zero_as_zero(tmp_path) 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from shardsink.bench import figures
+    from shardsink import _figures as figures
     from shardsink.bench.cluster.plots import plot
 
     fig, ax = plt.subplots()

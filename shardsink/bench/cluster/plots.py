@@ -2,7 +2,7 @@
 p50 append latency per append by mode and shape; hydration wall time by
 ``--shared-max-bytes``; the scale curves (:func:`shardsink.bench.scale.plot`).
 Each bar is the median of its repeats with their spread, its value on it,
-and each plot names its command, commit and machine (:mod:`..figures`).
+and each plot names its command, commit and machine (:mod:`shardsink._figures`).
 
 Only verified runs are plotted; a plot with nothing to show is not written.
 matplotlib is imported when plotting (the ``bench`` extra), with the Agg
@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..._figures import add_caption, caption, grouped_bars
 from ...config import AUTO
 from .. import scale
-from ..figures import add_caption, caption, grouped_bars
 from . import hosts
 from .matrices import HYDRATE_THRESHOLDS, VARIANTS, bytes_label, shape_of
 
@@ -59,7 +59,7 @@ SHAPE_AXIS = "shape: groups x workers, R = rows per interval"
 def plot(rows: list[dict], out: Path, command: str | None = None) -> list[Path]:
     """PNG plots of the verified runs, each captioned with ``command``
     (default: this process's), the commit and the machine
-    (:mod:`shardsink.bench.figures`); returns the files written."""
+    (:mod:`shardsink._figures`); returns the files written."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -105,7 +105,8 @@ class RemoteMember(Launched):
 class RayGroups:
     """The groups of one cluster on ``agents`` (see the module doc): host
     ``i`` is a slot, held by ``placed[i]`` (its agent now) and given to a
-    new agent when that one is lost. Lost slots are offered to alive nodes
+    new agent when that one is lost (an agent that did not come up, its
+    ``where`` ``None``, is lost from the start). Lost slots are offered to alive nodes
     without an agent of the cluster every :data:`REPLACE_EVERY_S`; an agent
     placed there is used once it is located."""
 
@@ -117,14 +118,14 @@ class RayGroups:
         self.sockets = sockets
         self.config = sockets.config
         self.placed = list(agents)
-        self.alive = list(agents)
+        self.alive = [a for a in agents if a.where is not None]
         self.host_timeout_s = host_timeout_s
         self.members: dict[str, RemoteMember] = {}
         self._polls: dict[str, Any] = {}
         self._answered = {a.node_id: time.monotonic() for a in agents}
         self._on: dict[int, RemoteAgent] = {}  # group -> the agent it was launched on
         self._joining: dict[int, tuple[RemoteAgent, Any, float]] = {}  # slot -> (agent, ref, since)
-        self._lost = [False] * len(agents)  # by slot: lost and not yet replaced
+        self._lost = [a not in self.alive for a in agents]  # by slot: lost, not yet replaced
         self._looked = time.monotonic()
         self._every: list[RemoteAgent] = list(agents)  # to close
         self._closed = False

@@ -16,6 +16,7 @@ default, see :mod:`shardsink.testing.ray` for the tests').
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ from .agent import (
     decode_reply,
     encode,
 )
+
+log = logging.getLogger(__name__)
 
 #: What the agents, and so every process they start, take from the
 #: environment of the process placing them: what arms fault points and a
@@ -92,7 +95,7 @@ class RemoteAgent:
         try:
             answer = ray.get(ref, timeout=timeout_s)
         except RayActorError as exc:
-            raise AgentGone(f"{who} is gone: {exc}") from None
+            raise AgentGone(f"{who} is gone: {_why(exc)}") from None
         except GetTimeoutError:
             raise TimeoutError(f"{who} did not answer in {timeout_s}s") from None
         reply = decode_reply(answer)
@@ -159,6 +162,14 @@ def alive_nodes() -> dict[str, str]:
     return {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}
 
 
+def _why(exc: BaseException) -> str:
+    """One line of what Ray says of a dead actor: the line saying why, if
+    there is one (its messages run to paragraphs of advice)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()] or [repr(exc)]
+    because = [line for line in lines if "because" in line]
+    return (because or lines)[0].split(". Some common causes")[0]
+
+
 def place_agents(
     cluster_id: str,
     roles: Sequence[str],
@@ -169,9 +180,12 @@ def place_agents(
     timeout_s: float = 60.0,
 ) -> list[RemoteAgent]:
     """One agent per alive node (the first ``max_hosts``, if not 0), each
-    ready (located) when this returns; ``env`` is added to their
-    environment. :class:`AgentError` if none can be placed or one does not
-    come up in ``timeout_s`` (those placed are closed)."""
+    located when this returns, unless it failed to come up in ``timeout_s``
+    (gone, or killed meanwhile: then its ``where`` is ``None``, and it is
+    killed); ``env`` is added to their environment. :class:`AgentError` if
+    there is no node, or no agent came up (those placed are closed)."""
+    import ray
+
     nodes = alive_nodes()
     if max_hosts:
         nodes = dict(list(nodes.items())[:max_hosts])
@@ -181,13 +195,22 @@ def place_agents(
         place_agent(cluster_id, roles, node_id, address, start=start, env=env)
         for node_id, address in nodes.items()
     ]
+    failed = []
     try:
-        for agent in agents:
-            locate(agent, agent.submit(Locate()), timeout_s)
+        refs = [agent.submit(Locate()) for agent in agents]
+        for agent, ref in zip(agents, refs, strict=True):
+            try:
+                locate(agent, ref, timeout_s)
+            except (AgentError, TimeoutError) as exc:
+                log.warning("the agent on node %s did not come up: %s", agent.node_id, exc)
+                failed.append(f"node {agent.node_id}: {exc}")
+                ray.kill(agent.actor, no_restart=True)
     except BaseException:
         for agent in agents:
-            agent.close(timeout_s=5.0)
+            ray.kill(agent.actor, no_restart=True)
         raise
+    if len(failed) == len(agents):
+        raise AgentError(f"no host agent came up: {'; '.join(failed)}")
     return agents
 
 

@@ -60,20 +60,33 @@ def create(data_dir: str | os.PathLike) -> Path:
     """Make ``data_dir`` (absolute path returned) with mode 0700 if it does not
     exist; missing parents get the default mode, an existing directory keeps
     its own. ``ValueError``, one line naming the directory, the cause and the
-    fix, if it exists and is not a directory or cannot be made (a file on
-    its path, a read-only file system, a parent it may not write, a virtual
-    file system such as ``/proc``)."""
+    fix, if it exists and is not a directory or not one this process can make
+    files in, or cannot be made (a file on its path, a read-only file system,
+    a parent it may not write, a virtual file system such as ``/proc``)."""
     path = Path(os.path.abspath(data_dir))
     try:
         path.mkdir(mode=0o700, parents=True)
     except FileExistsError:
         if not path.is_dir():
             raise ValueError(f"data dir {path} exists and is not a directory; {_FIX}") from None
+        _check_writable(path)
     except OSError as exc:
         raise unusable(path, exc) from None
     else:
         path.chmod(0o700)  # whatever the umask
     return path
+
+
+def _check_writable(path: Path) -> None:
+    """:func:`unusable` unless a file can be made in the existing directory
+    ``path``: tried, since permission bits, capabilities and a read-only
+    mount each decide it and ``os.access`` sees only some of them."""
+    probe = path / f".shardsink-probe-{os.getpid()}"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.unlink(probe)
+    except OSError as exc:
+        raise unusable(path, exc) from None
 
 
 #: What every refusal of a data dir suggests.

@@ -91,9 +91,13 @@ def _client(argv: list[str]) -> None:
         appended = upper_mismatches = 0
         latencies_us: list[int] = []
         upper = shard.state(refresh=True).upper
+        building_s = 0.0  # this process's CPU building batches, apart from appending them
+        cpu_started = time.process_time()
         end = time.monotonic() + seconds
         while time.monotonic() < end:
+            building = time.process_time()
             batch = writer.batch(workload.updates(upper), upper, upper + 1)
+            building_s += time.process_time() - building
             started = time.perf_counter()
             try:
                 upper = writer.compare_and_append([batch], upper, upper + 1)
@@ -102,6 +106,7 @@ def _client(argv: list[str]) -> None:
                 upper_mismatches += 1
                 upper = exc.actual
             latencies_us.append(round((time.perf_counter() - started) * 1e6))
+        cpu_s = time.process_time() - cpu_started
         stats = shard.stats()
         racing.report(
             {
@@ -111,6 +116,8 @@ def _client(argv: list[str]) -> None:
                 "versions": stats.versions,
                 "diff_bytes": stats.diff_bytes,
                 "latencies_us": latencies_us,
+                "cpu_s": cpu_s,
+                "building_s": building_s,
             }
         )
 

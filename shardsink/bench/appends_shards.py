@@ -15,7 +15,11 @@ append for ``--seconds``, client i to shard i mod S:
 ``--repeats`` runs each pair that many times, the two variants in turn.
 Reported: appends (committed versions) per second, the server's share of
 raw, the server's CPU time per append (user + system of its process over
-the measured seconds, ``psutil``), append latency p50 and p99. ``--out DIR``
+the measured seconds, ``psutil``) and its request loop's alone (its main
+thread; the rest is maintenance: the spine's merges, GC, expiry, and
+ZeroMQ's I/O thread), the clients' CPU time per append (every client
+process's over its loop) and how much of it built the batches
+(``Writer.batch``, before the append is sent), append latency p50 and p99. ``--out DIR``
 writes ``results.json``, ``report.md`` and ``appends.png``.
 """
 
@@ -49,6 +53,9 @@ COLUMNS = [
     ("raw CaS/s", "raw_per_s", "{:,.0f}"),
     ("server/raw", "ratio", "{:.2f}"),
     ("server CPU ms/append", "server_cpu_ms", "{:.3f}"),
+    ("loop CPU ms/append", "loop_cpu_ms", "{:.3f}"),
+    ("client CPU ms/append", "client_cpu_ms", "{:.3f}"),
+    ("of it building", "build_cpu_ms", "{:.3f}"),
     ("p50 ms", "append_ms_p50", "{:.2f}"),
     ("p99 ms", "append_ms_p99", "{:.2f}"),
     ("raw p50 ms", "raw_ms_p50", "{:.2f}"),
@@ -83,10 +90,13 @@ def server_run(
     process = psutil.Process(pid)
     prefix = f"bench-s{shards}-c{clients}-{uuid.uuid4().hex[:8]}"
     cpu: list[float] = []
+    loop: list[float] = []  # its main thread: the request loop, where group commit runs
 
     def sample() -> None:
         times = process.cpu_times()
         cpu.append(times.user + times.system)
+        main = next(t for t in process.threads() if t.id == pid)
+        loop.append(main.user_time + main.system_time)
 
     reports = racing.race(
         "shardsink.bench.appends:_client",
@@ -105,6 +115,9 @@ def server_run(
         "server_per_s": appended / seconds,
         "server_cpu_s": cpu[1] - cpu[0],
         "server_cpu_ms": (cpu[1] - cpu[0]) * 1000 / max(appended, 1),
+        "loop_cpu_ms": (loop[1] - loop[0]) * 1000 / max(appended, 1),
+        "client_cpu_ms": sum(r["cpu_s"] for r in reports) * 1000 / max(appended, 1),
+        "build_cpu_ms": sum(r["building_s"] for r in reports) * 1000 / max(appended, 1),
         "upper_mismatches": sum(r["upper_mismatches"] for r in reports),
         "cas_mismatches": sum(r["cas_mismatches"] for r in reports),
         "diff_bytes_mean": sum(r["diff_bytes"] for r in reports) / max(versions, 1),
@@ -244,6 +257,9 @@ def plot(rows: list[dict], path: Path) -> Path:
             xs, [r["raw_per_s"] for r in mine], "s:", color=f"C{k}", label=f"{label}: raw CaS"
         )
         axes[1].plot(xs, [r["server_cpu_ms"] for r in mine], "o-", color=f"C{k}", label=label)
+        axes[1].plot(
+            xs, [r["loop_cpu_ms"] for r in mine], "^--", color=f"C{k}", label=f"{label}: loop"
+        )
     for ax, title in zip(axes, ("appends/s", "server CPU ms per append"), strict=True):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("shards (one server)")

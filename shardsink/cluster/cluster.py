@@ -57,6 +57,7 @@ from ..coordinator.coordinator import Coordinator, IntervalRecord, interval_of
 from ..coordinator.errors import ClusterError
 from ..coordinator.groups import HostInfo
 from ..coordinator.ray_groups import close_agents, place_hosts
+from ..coordinator.records import IntervalRecord
 from ..persist.config import ShardConfig
 from ..persist.errors import ShardNotFound
 from ..persist.shard import Shard
@@ -330,7 +331,7 @@ class Cluster:
     @property
     def records(self) -> list[IntervalRecord]:
         """The intervals appended so far, in order, up to the last
-        :data:`~shardsink.coordinator.coordinator.RECORDS_KEPT` (also after
+        :data:`~shardsink.coordinator.records.RECORDS_KEPT` (also after
         :meth:`close`)."""
         return list(self.coordinator.counters.records) if self.coordinator is not None else []
 

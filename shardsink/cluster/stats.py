@@ -34,7 +34,7 @@ class ClusterStats(msgspec.Struct, frozen=True, kw_only=True):
 
     Per-append figures average over the intervals appended; the append
     latency percentiles are over the last
-    :data:`~shardsink.coordinator.coordinator.RECORDS_KEPT`. ``blob_puts`` and
+    :data:`~shardsink.coordinator.records.RECORDS_KEPT`. ``blob_puts`` and
     ``blob_put_bytes`` count data parts (rollups apart, in ``rollup_puts``).
     ``verified`` is ``None`` until the shard was read back.
     ``parts_per_append_by_host``: parts (data and inline) appended per

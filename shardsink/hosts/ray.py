@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,11 @@ from .agent import (
 )
 
 log = logging.getLogger(__name__)
+
+#: Once one agent is up, how long the others of a placement have: an agent
+#: killed while Ray starts it is reported dead only after tens of seconds,
+#: and a start must not wait for that (the late one is replaced later).
+STRAGGLER_S = 15.0
 
 #: What the agents, and so every process they start, take from the
 #: environment of the process placing them: what arms fault points and a
@@ -180,9 +186,10 @@ def place_agents(
     timeout_s: float = 60.0,
 ) -> list[RemoteAgent]:
     """One agent per alive node (the first ``max_hosts``, if not 0), each
-    located when this returns, unless it failed to come up in ``timeout_s``
-    (gone, or killed meanwhile: then its ``where`` is ``None``, and it is
-    killed); ``env`` is added to their environment. :class:`AgentError` if
+    located when this returns, unless it failed to come up in ``timeout_s``,
+    or :data:`STRAGGLER_S` after the first did (gone, killed meanwhile, or
+    slow: then its ``where`` is ``None``, it is killed, and the cluster
+    replaces it as a lost host); ``env`` is added to their environment. :class:`AgentError` if
     there is no node, or no agent came up (those placed are closed)."""
     import ray
 
@@ -195,16 +202,8 @@ def place_agents(
         place_agent(cluster_id, roles, node_id, address, start=start, env=env)
         for node_id, address in nodes.items()
     ]
-    failed = []
     try:
-        refs = [agent.submit(Locate()) for agent in agents]
-        for agent, ref in zip(agents, refs, strict=True):
-            try:
-                locate(agent, ref, timeout_s)
-            except (AgentError, TimeoutError) as exc:
-                log.warning("the agent on node %s did not come up: %s", agent.node_id, exc)
-                failed.append(f"node {agent.node_id}: {exc}")
-                ray.kill(agent.actor, no_restart=True)
+        failed = _locate_all(agents, timeout_s)
     except BaseException:
         for agent in agents:
             ray.kill(agent.actor, no_restart=True)
@@ -212,6 +211,34 @@ def place_agents(
     if len(failed) == len(agents):
         raise AgentError(f"no host agent came up: {'; '.join(failed)}")
     return agents
+
+
+def _locate_all(agents: list[RemoteAgent], timeout_s: float) -> list[str]:
+    """Locate ``agents`` as they come up, for up to ``timeout_s``, and once
+    one has, the others for up to :data:`STRAGGLER_S` more; kill those that
+    fail or are late. Why each failed."""
+    import ray
+
+    pending = {agent.submit(Locate()): agent for agent in agents}
+    deadline = time.monotonic() + timeout_s
+    failed = []
+    while pending and (left := deadline - time.monotonic()) > 0:
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=left)
+        for ref in ready:
+            agent = pending.pop(ref)
+            try:
+                locate(agent, ref, timeout_s)
+            except (AgentError, TimeoutError) as exc:
+                failed.append(f"node {agent.node_id}: {exc}")
+                ray.kill(agent.actor, no_restart=True)
+            else:
+                deadline = min(deadline, time.monotonic() + STRAGGLER_S)
+    for agent in pending.values():
+        failed.append(f"node {agent.node_id}: not up in time")
+        ray.kill(agent.actor, no_restart=True)
+    for why in failed:
+        log.warning("a host agent did not come up: %s", why)
+    return failed
 
 
 def place_agent(

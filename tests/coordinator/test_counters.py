@@ -3,7 +3,7 @@ sums, and only the last RECORDS_KEPT interval records are kept."""
 
 from __future__ import annotations
 
-from shardsink.coordinator.coordinator import RECORDS_KEPT, Counters, IntervalRecord
+from shardsink.coordinator.records import RECORDS_KEPT, Counters, IntervalRecord
 
 
 def record(interval: int) -> IntervalRecord:

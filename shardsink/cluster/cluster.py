@@ -53,7 +53,7 @@ from .. import datadir, faults, protocol, workloads
 from .._curve import key_dir, keys_for
 from ..config import ClusterConfig
 from ..connect import open_shard
-from ..coordinator.coordinator import Coordinator, IntervalRecord, interval_of
+from ..coordinator.coordinator import Coordinator, interval_of
 from ..coordinator.errors import ClusterError
 from ..coordinator.groups import HostInfo
 from ..coordinator.ray_groups import close_agents, place_hosts

@@ -54,6 +54,8 @@ def test_matrices_cover_what_the_design_promises() -> None:
     assert sections == {"small-writes", "trickle", "compaction", "peer", "hydrate"}
     hydrate = [s for s in default if s.section == "hydrate"]
     assert {s.snapshot_rows for s in hydrate} == {2_000_000}
+    assert [s.workers for s in hydrate if s.mode == "pyarrow"] == [8, 8, 8]  # the baseline
+    assert {(s.snapshot_rows, s.workers) for s in matrix("hydrate")} == {(4_000_000, 2)}
     assert {s.shared_max_bytes for s in hydrate if s.mode == "best-effort"} == {
         0, 1 << 20, 1 << 50, "auto"
     }  # fmt: skip

@@ -72,7 +72,9 @@ class BenchClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unkno
 
     out: str | None = None
     workload: dict[str, Any] = {}
-    matrix: Literal["default", "quick", "trickle", "scale", "auto", "latency", "hosts"] = "default"
+    matrix: Literal[
+        "default", "quick", "trickle", "hydrate", "scale", "auto", "latency", "hosts"
+    ] = "default"
     cluster: ClusterConfig = msgspec.field(default_factory=ClusterConfig)
 
 
@@ -361,7 +363,9 @@ def _hydrate(
     repeat: int,
     thresholds: list[tuple[str, int | str]] = HYDRATE_THRESHOLDS,
 ) -> list[RunSpec]:
-    """Hydration by threshold: one run of each ``(mode, shared_max_bytes)``."""
+    """Hydration by threshold: one run of each ``(mode, shared_max_bytes)``,
+    and the plain-pyarrow baseline of the same rows (mode ``pyarrow``: as
+    many processes as workers; :mod:`shardsink.bench.baseline`)."""
     return [
         RunSpec(
             section="hydrate",
@@ -375,7 +379,7 @@ def _hydrate(
             shared_max_bytes=smb,
             repeat=repeat,
         )
-        for mode, smb in thresholds
+        for mode, smb in [*thresholds, ("pyarrow", 0)]
     ]
 
 
@@ -456,8 +460,17 @@ def _latency() -> list[RunSpec]:
     ]
 
 
+def _hydrate_only() -> list[RunSpec]:
+    """Hydration of 4M rows at 1x2 by threshold, against the plain-pyarrow
+    baseline of two processes, three times interleaved."""
+    return [
+        r for repeat in range(3) for r in _hydrate(4_000_000, 1000, 4, workers=2, repeat=repeat)
+    ]
+
+
 MATRICES: dict[str, Callable[[], list[RunSpec]]] = {
     "default": _default,
+    "hydrate": _hydrate_only,
     "quick": _quick,
     "trickle": _trickle_only,
     "scale": _scale,

@@ -127,21 +127,32 @@ def _over(repeats: int) -> str:
     return f"median of up to {repeats} runs, bars: lowest to highest"
 
 
+def _hydrate_key(row: dict) -> str:
+    """A hydrate run's bar: its mode for ``off`` and the pyarrow baseline,
+    else its threshold."""
+    return (
+        row["mode"] if row["mode"] in ("off", "pyarrow") else bytes_label(row["shared_max_bytes"])
+    )
+
+
 def _hydrate_plot(plt, ok: list[dict], out: Path, text: str) -> list[Path]:
     """Hydration wall time of ``off`` and of each ``--shared-max-bytes``
     threshold, over the repeats."""
     hydrate = [r for r in ok if r["section"] == "hydrate"]
     if not hydrate:
         return []
-    order = [("off", "off"), *((m, bytes_label(b)) for m, b in HYDRATE_THRESHOLDS if m != "off")]
+    order = [
+        ("off", "off"),
+        *((m, bytes_label(b)) for m, b in HYDRATE_THRESHOLDS if m != "off"),
+        ("pyarrow", "pyarrow"),
+    ]
     groups: dict[str, list[float]] = {}
 
     def rank(r: dict) -> int:
-        key = (r["mode"], "off" if r["mode"] == "off" else bytes_label(r["shared_max_bytes"]))
-        return _rank(order, key)
+        return _rank(order, (r["mode"], _hydrate_key(r)))
 
     for r in sorted(hydrate, key=rank):
-        key = "off" if r["mode"] == "off" else bytes_label(r["shared_max_bytes"])
+        key = _hydrate_key(r)
         groups.setdefault(key, []).append(r["wall_s"])
     keys = list(groups)
     fig, ax = plt.subplots(figsize=(8, 5))
@@ -154,7 +165,7 @@ def _hydrate_plot(plt, ok: list[dict], out: Path, text: str) -> list[Path]:
         fontsize=10,
     )
     ax.set_ylabel("wall time (s)")
-    ax.set_xlabel("--shared-max-bytes (best-effort), or mode off")
+    ax.set_xlabel("--shared-max-bytes (best-effort), mode off, or plain pyarrow")
     fig.tight_layout()
     add_caption(fig, text)
     path = out / "hydrate_wall.png"

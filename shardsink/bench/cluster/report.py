@@ -32,6 +32,7 @@ COLUMNS = [
     ("CaS/append", "cas_per_append", "{:.2f}"),
     ("wall s", "wall_s", "{:.2f}"),
     ("rows/s", "rows_per_s", "{:,.0f}"),
+    ("of pyarrow", "of_baseline", "{:.2f}"),
     ("p50 ms", "append_latency_ms_p50", "{:.1f}"),
     ("p99 ms", "append_latency_ms_p99", "{:.1f}"),
     ("CPU busy", "machine_busy", "{:.0%}"),

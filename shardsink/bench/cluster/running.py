@@ -61,6 +61,12 @@ def run_one(spec: RunSpec, work_dir: Path, base: ClusterConfig | None = None) ->
                     work_dir / "delta",
                 )
             )
+        elif spec.mode == "pyarrow":
+            from ..baseline import measure
+
+            processes = spec.groups * spec.workers
+            row.update(measure(f"file://{work_dir}/blob", spec.snapshot_rows, processes))
+            row["verified"] = True
         else:
             row.update(_run_cluster(spec, work_dir, base or ClusterConfig()))
     except Exception as exc:
@@ -212,7 +218,22 @@ def _run_specs(
     for i, spec in enumerate(specs):
         progress.update(task, description=spec.label)
         done(spec, run_one(spec, scratch / f"run-{i:03d}", base))
+    of_baseline(rows)
+    _write_results(out, rows)
     return rows
+
+
+def of_baseline(rows: list[dict]) -> None:
+    """Each verified hydrate run's rows/s as a fraction of the plain-pyarrow
+    baseline's of its repeat (``of_baseline``; :mod:`shardsink.bench.baseline`)."""
+    base = {
+        r["repeat"]: r["rows_per_s"]
+        for r in rows
+        if r.get("section") == "hydrate" and r["mode"] == "pyarrow" and r.get("verified")
+    }
+    for r in rows:
+        if r.get("section") == "hydrate" and r.get("verified") and r["repeat"] in base:
+            r["of_baseline"] = r["rows_per_s"] / base[r["repeat"]]
 
 
 def _print_summary(rows: list[dict], out: Path, title: str, quiet: bool) -> None:

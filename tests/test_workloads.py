@@ -282,3 +282,72 @@ def test_synth_two_kib_values():
     workload = Synth(rows_per_interval=50, value_bytes=2048, update=0.3)
     table = workload.updates(1, 0, 1)
     assert set(pc.utf8_length(table["val"]).to_pylist()) == {2048}
+
+
+def test_a_struct_schema_reads_exports_and_queries_end_to_end(tmp_path, capsys):
+    """The example's string keys and struct values through a writer, the
+    reader, export, the manifest and DuckDB and Polars over both."""
+    import json
+
+    import duckdb
+    import polars
+
+    from shardsink.cli import main
+    from shardsink.persist import ShardConfig
+
+    workload = W.of(_config(workload=W.resolve(EXAMPLE), rows_per_interval=30))
+    schema = W.shard_schema(workload, EXAMPLE)
+    stores = {"blob": f"file://{tmp_path}/blob", "consensus": f"sqlite://{tmp_path}/consensus.db"}
+    with open_shard(**stores, schema=schema, config=ShardConfig(inline_max_bytes=0)) as shard:
+        writer = shard.writer()
+        for i in range(4):
+            table = pa.concat_tables(W.updates(workload, schema, i, w, 3, i * 10) for w in range(3))
+            writer.compare_and_append_table(P.consolidate(table), i * 10, i * 10 + 10)
+        snapshot = shard.snapshot()
+        with shard.reader() as reader:
+            manifest = reader.manifest()
+    # 30 placed (interval 3), 30 shipped (2), the odd half of 1's and 0's shipped
+    statuses = [v["status"] for v in snapshot["val"].to_pylist()]
+    assert (statuses.count("placed"), statuses.count("shipped")) == (30, 60)
+    assert set(snapshot["diff"].to_pylist()) == {1}
+    out = tmp_path / "export"
+    assert main(["export", "--data-dir", str(tmp_path), "--output", str(out)]) == 0
+    capsys.readouterr()
+
+    def rows(table: pa.Table) -> list:
+        return sorted((r["key"], json.dumps(r["val"], sort_keys=True)) for r in table.to_pylist())
+
+    expected = rows(snapshot)
+    assert rows(polars.scan_parquet(out).collect().to_arrow()) == expected
+    assert rows(duckdb.sql(f"select * from read_parquet('{out}')").to_arrow_table()) == expected
+    paths = [f"{tmp_path}/blob/{p['key']}" for p in manifest["parts"]]
+    query = (
+        f"select key, val from read_parquet({paths!r}) where ts <= {manifest['as_of']} "
+        "group by key, val having sum(diff) <> 0"
+    )
+    assert not manifest["inline"] and rows(duckdb.sql(query).to_arrow_table()) == expected
+
+
+@pytest.mark.parametrize(
+    ("spec", "args", "mode"),
+    [
+        (EXAMPLE, {"rows_per_interval": 40}, "best-effort"),
+        ("synth", {"key": "string", "columns": {"a": "string", "b": "int32"},
+                   "update": 0.3, "delete": 0.1, "worker_skew": 1.0}, "barrier"),
+        ("shardsink.workloads.builtin:SCHEMA", None, None),
+    ],
+)  # fmt: skip
+def test_a_cluster_runs_your_workload_and_verifies_it_by_digest(tmp_path, spec, args, mode):
+    from tests.helpers.cluster import run_cluster
+
+    if args is None:
+        with pytest.raises(ValueError, match="is not a workload"):
+            run_cluster(tmp_path, 1, workload=spec)
+        return
+    run = run_cluster(
+        tmp_path, 4, groups=2, workers=2, mode=mode, workload=spec, workload_args=args,
+        rows_per_interval=60,
+    )  # fmt: skip
+    stats = run.stats
+    assert stats.verified is True and stats.appends == 4
+    assert stats.verify_detail.startswith("by digest: ")

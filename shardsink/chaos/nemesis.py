@@ -78,14 +78,21 @@ def cluster_processes(coordinator: int, mark: str = "") -> list[Target]:
 
 
 def host_agents(mark: str, coordinator: int) -> list[psutil.Process]:
-    """The live host agents of the run marked ``mark`` on this machine, by
-    pid: marked processes whose parent is not marked, the coordinator aside."""
+    """The live host agents of the run marked ``mark`` on this machine that
+    are up (they have started a child), by pid: marked processes whose
+    parent is not marked, the coordinator aside.
+
+    One still starting is left alone: killing the process Ray is starting an
+    agent in, while its node lives on, is no machine lost but a worker that
+    never registers, which Ray reports only after its registration timeout
+    (a minute)."""
     pids = set(marked(RUN_MARK, mark)) - {coordinator}
     out = []
     for pid in sorted(pids):
         with contextlib.suppress(psutil.Error):
             process = psutil.Process(pid)
-            if process.ppid() not in pids and process.ppid() != coordinator:
+            parent = process.ppid()
+            if parent not in pids and parent != coordinator and process.children():
                 out.append(process)
     return out
 

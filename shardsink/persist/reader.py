@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import pyarrow as pa
 
 from .. import faults
+from .._extras import require
 from . import parts as P
 from .batches import load_part
 from .commands import (
@@ -159,7 +160,8 @@ class Reader:
     def to_duckdb(self, connection=None, as_of: int | None = None, columns=None):
         """The snapshot as a DuckDB relation on ``connection`` (default: a new
         in-memory one) that scans :meth:`batches` as DuckDB reads it (needs
-        the ``read`` extra)."""
+        the ``read`` extra: :class:`~shardsink._extras.MissingExtra` without it)."""
+        require("Reader.to_duckdb", "read", "duckdb")
         import duckdb
 
         connection = connection or duckdb.connect()
@@ -167,7 +169,9 @@ class Reader:
 
     def to_polars(self, as_of: int | None = None, columns=None):
         """The snapshot as a Polars DataFrame built from :meth:`batches`'
-        Arrow buffers (needs the ``read`` extra)."""
+        Arrow buffers (needs the ``read`` extra: :class:`~shardsink._extras.MissingExtra`
+        without it)."""
+        require("Reader.to_polars", "read", "polars")
         import polars
 
         return polars.from_arrow(self.batches(as_of, columns).read_all())

@@ -163,3 +163,16 @@ def test_a_dashboard_on_every_interface_is_refused_in_words_about_http(capsys, t
     assert "refusing to serve HTTP on 0.0.0.0:8080: the page has no login" in err
     assert "ssh -L 8080:127.0.0.1:8080" in err and "CURVE" not in err
     assert not data.exists()
+
+
+@pytest.mark.parametrize(("call", "gone"), [("to_duckdb", "duckdb"), ("to_polars", "polars")])
+def test_reading_into_an_engine_without_the_read_extra(tmp_path, monkeypatch, call, gone):
+    monkeypatch.setitem(sys.modules, gone, None)
+    stores = {"blob": f"file://{tmp_path}/blob", "consensus": f"sqlite://{tmp_path}/c.db"}
+    needs = rf"needs {gone}, .*: pip install 'shardsink\[read\]'"
+    with (
+        open_shard(**stores) as shard,
+        shard.reader() as reader,
+        pytest.raises(ValueError, match=needs),
+    ):
+        getattr(reader, call)()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 from .._http import FREE_PORT
 from ..options import Flag, add_options, build, layered
@@ -69,6 +70,13 @@ def register(commands, bench) -> None:
         "--json", action="store_true", default=False, help="print the report as JSON"
     )
     chaos.add_argument(
+        "--out",
+        metavar="DIR",
+        help="also write the report into DIR: report.md in words, report.json, and the "
+        "timeline (timeline.png: throughput and append latency over time, each fault and "
+        "restart marked; timeline.json)",
+    )
+    chaos.add_argument(
         "-v", "--verbose", action="store_true", default=False, help="log what happens"
     )
     chaos.set_defaults(func=_chaos)
@@ -85,6 +93,7 @@ def _chaos(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from .._figures import command_line
     from .runner import run_chaos
 
     config = config_of(args)
@@ -110,13 +119,19 @@ def _chaos(args: argparse.Namespace) -> int:
                 f"{status['snapshots']} snapshots checked, {status['violations']} violations",
             )
 
-        report = run_chaos(config, on_tick=tick)
+        report = run_chaos(
+            config, on_tick=tick, out=Path(args.out) if args.out else None, command=command_line()
+        )
     if args.json:
         print(msgspec.json.encode(report).decode())
     else:
         Console().print(report_table(report))
         for violation in report.violations:
             print(f"VIOLATION: {violation}", file=sys.stderr)
+    if args.out:
+        print(
+            f"the report in words and its timeline: {Path(args.out) / 'report.md'}", file=sys.stderr
+        )
     if not report.ok:
         return 1
     return 130 if report.interrupted else 0

@@ -13,16 +13,22 @@ The pieces, each in its own thread of this process:
   compaction merges by the spine's rule; both armed with the run's fault
   points), and ``shardsink shard gc`` as children armed with them too.
 
-After the duration the run goes on, for up to :data:`SETTLE_S`, until the
+After the duration the run goes on, for up to :data:`SETTLE_SHARE` of it, until the
 nemesis has carried out every event, every fault point firing it released
 has been taken by a process, and the cluster has appended an interval since
 (it recovered from the last fault): a fault released near the end would
 otherwise be left for a process that never comes, and a signal event delayed
-by a restart never sent. Then the coordinator is stopped with SIGINT and the
+by a restart never sent; a fault that no process reaches in that time is
+reported as never fired rather than stretching the run. Then the
+coordinator is stopped with SIGINT and the
 shard is checked straight on its stores. Every failed check is a
 *violation*; failures that faults are allowed to cause (a killed ``shard
 gc``, a reader that could not reach the consensus process while it
 restarted) are counted, not violations.
+
+With ``out``, the run's report is also written there: ``report.json``,
+``report.md`` (the report in words, :mod:`.words`) and the timeline
+(:mod:`.timeline`: ``timeline.png``, ``timeline.json``).
 """
 
 from __future__ import annotations
@@ -39,11 +45,14 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import msgspec
+
 from .. import faults
 from ..connect import open_shard
 from ..persist.errors import ShardNotFound
 from ..process import MODULE, Child, Launch, SpawnStarter, module_payload
 from ..storage.uri import redact
+from . import timeline
 from .checks import final_checks
 from .clients import maintenance_loop, read_loop
 from .config import (
@@ -58,20 +67,35 @@ from .context import RunContext, exit_reason, fault_dir_of
 from .dashboard import open_dashboard
 from .nemesis import Nemesis
 from .schedule import firings, point_specs, schedule
+from .words import describe
 
 log = logging.getLogger(__name__)
 
 #: How long a coordinator has to stop after SIGINT, and a child to exit.
 STOP_TIMEOUT_S = 60.0
 #: How long a run goes on after its duration for its scheduled faults to fire
-#: and the cluster to append again.
-SETTLE_S = 120.0
+#: and the cluster to append again, as a share of the duration: a fault that
+#: no process reaches (a kill-builder whose point a run never gets to) is
+#: reported as never fired, not waited for (it once stretched 60 s to 180).
+SETTLE_SHARE = 0.10
 
 
-def run_chaos(config: ChaosConfig, on_tick: Callable[[dict], None] | None = None) -> ChaosReport:
+def settle_s(config: ChaosConfig) -> float:
+    """How long ``config``'s run waits after its faults (:data:`SETTLE_SHARE`)."""
+    return SETTLE_SHARE * config.duration_s
+
+
+def run_chaos(
+    config: ChaosConfig,
+    on_tick: Callable[[dict], None] | None = None,
+    out: Path | None = None,
+    command: str | None = None,
+) -> ChaosReport:
     """Run ``config`` (see the module); ``on_tick`` gets a status dict about
-    once a second. ``ValueError`` if the data dir already holds a shard. A
-    first SIGINT (in the main thread) ends the run at once, settled or not."""
+    once a second; with ``out``, the report, in words too, and the timeline
+    are written there, captioned with ``command``. ``ValueError`` if the data
+    dir already holds a shard. A first SIGINT (in the main thread) ends the
+    run at once, settled or not."""
     work = Path(config.data_dir) if config.data_dir else Path(tempfile.mkdtemp(prefix="chaos-"))
     if (work / "data").exists():
         raise ValueError(f"data dir {work} holds a previous run; give an empty or new one")
@@ -88,7 +112,7 @@ def run_chaos(config: ChaosConfig, on_tick: Callable[[dict], None] | None = None
     try:
         _check_fresh(run)
         with _first_sigint_sets() as interrupt:
-            report = _run(run, interrupt, on_tick)
+            report = _run(run, interrupt, on_tick, out, command)
     finally:
         shutil.rmtree(run.sock_dir, ignore_errors=True)
     if report.ok and not config.data_dir:
@@ -156,11 +180,16 @@ def _first_sigint_sets() -> Iterator[threading.Event]:
 
 
 def _run(
-    run: RunContext, interrupt: threading.Event, on_tick: Callable[[dict], None] | None
+    run: RunContext,
+    interrupt: threading.Event,
+    on_tick: Callable[[dict], None] | None,
+    out: Path | None,
+    command: str | None,
 ) -> ChaosReport:
     """One run in ``run``'s directories: arm the schedule, start the
     coordinator, the nemesis and the clients, watch until the run is over
-    (:func:`_watch`), stop everything and return the final checks' report."""
+    (:func:`_watch`), stop everything and return the final checks' report
+    (written into ``out`` with the timeline, if given)."""
     config = run.config
     events = schedule(
         config.seed,
@@ -172,7 +201,7 @@ def _run(
         hosts=config.on_hosts,
     )
     specs = point_specs(events)
-    start = time.monotonic()
+    start, started = time.monotonic(), time.time()
     mark = run.mark if config.on_hosts else ""
     nemesis = Nemesis(events, run.fault_dir, run.coordinator_pid, start, mark)
     nemesis.hold_points(specs)
@@ -202,7 +231,40 @@ def _run(
     report.interrupted = interrupt.is_set()
     report.lost = dict(nemesis.lost())
     report.unfired = dict(firings(events) - Counter(report.injected) - Counter(report.lost))
+    if out is not None:
+        line = timeline.collect(
+            started=started,
+            duration_s=run.config.duration_s,
+            ran_s=report.ran_s,
+            events_path=run.events_path,
+            fault_dir=run.fault_dir,
+            schedule=events,
+            coordinator_starts=watched.started_at,
+        )
+        write_out(out, report, line, settle_s(run.config), command)
     return report
+
+
+def write_out(
+    out: Path,
+    report: ChaosReport,
+    line: timeline.Timeline,
+    settle: float,
+    command: str | None = None,
+) -> None:
+    """``report.json``, ``report.md`` (in words, with the command and the
+    timeline) and the timeline's files in ``out``."""
+    from .._figures import caption, command_line, commit, machine
+
+    out.mkdir(parents=True, exist_ok=True)
+    command = command or command_line()
+    text = caption(command, note=f"seed {report.seed}")
+    (out / "report.json").write_bytes(msgspec.json.format(msgspec.json.encode(report)) + b"\n")
+    timeline.write(line, out, text)
+    lines = [f"# shardsink chaos (seed {report.seed})", f"Command: `{command}`"]
+    lines += [f"{commit()}; machine: {machine()}.", *describe(report, settle)]
+    lines.append("![timeline](timeline.png)")
+    (out / "report.md").write_text("\n\n".join(lines) + "\n")
 
 
 def _arm(run: RunContext, specs: list[faults.FaultSpec]) -> dict[str, str]:
@@ -244,13 +306,19 @@ def _client_threads(run: RunContext, env: dict[str, str]) -> list[threading.Thre
 
 
 class _Watched:
-    """What :func:`_watch` saw of the coordinator: how often it was started,
-    and how each of its runs ended (reason -> count). Filled in as it goes,
-    so a watch that raises still leaves what it saw."""
+    """What :func:`_watch` saw of the coordinator: how often it was started
+    (and when, wall clock), and how each of its runs ended (reason ->
+    count). Filled in as it goes, so a watch that raises still leaves what
+    it saw."""
 
     def __init__(self) -> None:
         self.starts = 0
+        self.started_at: list[float] = []
         self.exits: Counter[str] = Counter()
+
+    def started(self) -> None:
+        self.starts += 1
+        self.started_at.append(time.time())
 
 
 def _watch(
@@ -265,24 +333,25 @@ def _watch(
 ) -> None:
     """Start the coordinator, the nemesis and ``threads``, then watch until
     ``interrupt``, or the duration is over and the run settled (every fault
-    fired and an interval appended since), or :data:`SETTLE_S` after the
+    fired and an interval appended since), or :func:`settle_s` after the
     duration. A coordinator that exits is started again once its processes
     are gone; every check (about every 0.2 s) that finds no append in the last
     ``stall_s`` records a violation."""
     config = run.config
     _start_coordinator(run, env)
-    watched.starts += 1
+    watched.started()
     nemesis.begin()
     for thread in threads:
         thread.start()
     last_appends, last_progress, next_tick = 0, time.monotonic(), 0.0
     end = start + config.duration_s
+    settle = settle_s(config)
     settled_at: int | None = None  # intervals appended when every fault had fired
     while not interrupt.is_set():
         now = time.monotonic()
         if now >= end and settled_at is None and nemesis.settled():
             settled_at = last_appends
-        if now >= end + SETTLE_S or (settled_at is not None and last_appends > settled_at):
+        if now >= end + settle or (settled_at is not None and last_appends > settled_at):
             break
         interrupt.wait(0.2)
         run.note_processes()
@@ -293,7 +362,7 @@ def _watch(
             _wait_gone(run)
             time.sleep(0.2)
             _start_coordinator(run, env)
-            watched.starts += 1
+            watched.started()
         appended = run.appended.poll()
         if appended > last_appends:
             last_appends, last_progress = appended, time.monotonic()

@@ -100,10 +100,16 @@ def test_a_short_run_coalescing_per_host_loses_nothing(tmp_path) -> None:
 def test_the_command_line_runs_best_effort_and_prints_json(tmp_path) -> None:
     argv = [sys.executable, "-m", "shardsink.cli", "chaos", "--duration-s", "20", "--seed", "4"]
     argv += ["--groups", "1", "--workers", "3", "--mode", "best-effort", "--mean-gap-s", "1"]
-    argv += ["--json", "--data-dir", str(tmp_path / "run")]
+    argv += ["--json", "--data-dir", str(tmp_path / "run"), "--out", str(tmp_path / "out")]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
+    assert json.loads((tmp_path / "out" / "report.json").read_text()) == report
+    words = (tmp_path / "out" / "report.md").read_text()
+    assert "The cluster appended" in words and "No violation" in words
+    assert (tmp_path / "out" / "timeline.png").stat().st_size > 10_000
+    # the last faults get a tenth of the duration, never more (the loop looks every 0.2 s)
+    assert report["ran_s"] <= 20 * 1.1 + 0.3
     assert report["violations"] == [] and report["mode"] == "best-effort"
     assert report["intervals"] > 0 and report["snapshots_checked"] > 0
     config = ChaosConfig(

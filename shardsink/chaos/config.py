@@ -173,7 +173,7 @@ class ChaosReport(msgspec.Struct, kw_only=True):
     ``unfired`` the other faults the schedule called for (bursts counted
     whole) that were never injected: missed signals, and released firings
     that no process reached before the run stopped waiting for them (it waits
-    up to :data:`~.runner.SETTLE_S` after its duration, unless interrupted).
+    up to :data:`~.runner.SETTLE_SHARE` of its duration after it, unless interrupted).
     ``data_dir`` is empty if the run's temporary directory was removed.
     ``coordinator_starts`` counts ``shardsink up`` runs and ``coordinator_exits``
     why each earlier one ended. ``intervals_redone`` counts intervals appended

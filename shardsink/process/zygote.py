@@ -38,8 +38,8 @@ Why not ``multiprocess``'s forkserver: it passes the process object pickled
 over its socket (nothing crossing a socket is unpickled here), offers no
 process group or log file per child, and its children are reaped by the
 forkserver itself, so a supervisor learns exit statuses only through its own
-pipes. Measured on this machine (``shardsink bench startup``): docs/benchmarks.md,
-Start-up.
+pipes. What the zygote saves against fresh interpreters is measured by
+``shardsink bench startup`` (docs/benchmarks.md, Start-up).
 """
 
 from __future__ import annotations

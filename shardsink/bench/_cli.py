@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import functools
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from .._extras import require
@@ -31,6 +34,31 @@ def register(commands, bench) -> None:
     _register_parts_and_allocators(bench)
     _register_soak(bench)
     _register_cluster(bench)
+    for parser in bench.choices.values():
+        parser.set_defaults(func=_interruptible(parser.get_default("func")))
+
+
+def _interruptible(func):
+    """``func`` with SIGTERM interrupting it as Ctrl-C does (``KeyboardInterrupt``),
+    so that a benchmark that is killed stops its cluster and removes its
+    scratch and data directories, as each does when interrupted; the previous
+    handler is back after it."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: cleanup is not cut short again
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    @functools.wraps(func)
+    def run(args: argparse.Namespace) -> int:
+        if threading.current_thread() is not threading.main_thread():
+            return func(args)  # only the main thread takes signals
+        previous = signal.signal(signal.SIGTERM, interrupt)
+        try:
+            return func(args)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+    return run
 
 
 def _register_startup_and_read(bench) -> None:

@@ -12,12 +12,9 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import sys
-import threading
 import time
 import traceback
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -176,7 +173,6 @@ def run(
     started = time.monotonic()
     try:
         with (
-            _term_interrupts(),
             Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),
@@ -264,27 +260,6 @@ def _write_results(out: Path, rows: list[dict]) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-
-
-@contextlib.contextmanager
-def _term_interrupts() -> Iterator[None]:
-    """SIGTERM interrupts the block as Ctrl-C does (``KeyboardInterrupt``), so
-    that a killed ``bench cluster`` stops its cluster and removes its scratch
-    directory; the previous handler is back after it. (In the main thread,
-    which alone takes signals.)"""
-
-    def interrupt(signum: int, frame: object) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: cleanup is not cut short again
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    if threading.current_thread() is not threading.main_thread():
-        yield  # only the main thread handles signals
-        return
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def command_line() -> str:

@@ -262,7 +262,8 @@ def write_out(
     (out / "report.json").write_bytes(msgspec.json.format(msgspec.json.encode(report)) + b"\n")
     timeline.write(line, out, text)
     lines = [f"# shardsink chaos (seed {report.seed})", f"Command: `{command}`"]
-    lines += [f"{commit()}; machine: {machine()}.", *describe(report, settle)]
+    after = [t for t, _ in line.appends if t > report.ran_s]
+    lines += [f"{commit()}; machine: {machine()}.", *describe(report, settle, after)]
     lines.append("![timeline](timeline.png)")
     (out / "report.md").write_text("\n\n".join(lines) + "\n")
 

@@ -44,11 +44,22 @@ def how_it_ended(reason: str) -> str:
     return reason
 
 
-def describe(report: ChaosReport, settle_s: float | None = None) -> list[str]:
+def describe(
+    report: ChaosReport, settle_s: float | None = None, appended_after: list[float] = ()
+) -> list[str]:
     """The report as paragraphs, the faults one with a line for each kind
     (see the module doc); ``settle_s`` is how long
-    the run waited after its faults for the last ones to fire."""
-    out = [_run_line(report, settle_s), "\n".join(_fault_lines(report))]
+    the run waited after its faults for the last ones to fire, at most;
+    ``appended_after`` the times (seconds since the start) of the appends
+    after the faults and the wait, while the run was stopping."""
+    out = [_run_line(report, settle_s)]
+    if appended_after:
+        out[0] += (
+            f" While the run stopped its readers and maintenance, then the coordinator, the "
+            f"cluster appended {len(appended_after)} intervals more, the last "
+            f"{max(appended_after) - report.ran_s:.1f} s after that."
+        )
+    out.append("\n".join(_fault_lines(report)))
     out.append(_cluster_line(report))
     out.append(_reader_line(report))
     out.append(_maintenance_line(report))
@@ -73,7 +84,7 @@ def _run_line(report: ChaosReport, settle_s: float | None) -> str:
     if report.interrupted:
         return text + f"; interrupted after {report.ran_s:g} s (Ctrl-C), then checked."
     extra = report.ran_s - report.duration_s
-    wait = "" if settle_s is None else f" (it waits at most {settle_s:g} s)"
+    wait = "" if settle_s is None else f" (its bound: {settle_s:g} s, looked at every 0.2 s)"
     return text + (
         f", then {extra:.1f} s more for its last faults to fire and the cluster to "
         f"append again{wait}; {report.ran_s:g} s in all."

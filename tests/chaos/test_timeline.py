@@ -35,7 +35,9 @@ def _report(**changes) -> ChaosReport:
 
 def test_the_report_in_words_has_no_codes() -> None:
     text = "\n\n".join(describe(_report(), settle_s=6.0))
-    assert "then 6.0 s more for its last faults to fire" in text and "at most 6 s" in text
+    assert "then 6.0 s more for its last faults to fire" in text and "its bound: 6 s" in text
+    stopping = describe(_report(), 6.0, [66.5, 70.0])[0]
+    assert stopping.endswith("the cluster appended 2 intervals more, the last 4.0 s after that.")
     assert "- kill-worker (a worker killed): 2 injected of 2 scheduled." in text
     assert "- blob-errors (a blob store call failed): 3 injected in once" not in text
     assert "3 injected in 1 burst." in text

@@ -166,14 +166,14 @@ def plot(timeline: Timeline, path: Path, caption_text: str) -> None:
     _draw_restarts(timeline, (rate, latency))
     for ax in (rate, latency):
         ax.axvline(timeline.duration_s, color="black", linestyle="--", linewidth=1)
-        stopping = "stopping: readers, maintenance, then the coordinator (SIGINT)"
+        stopping = "stopping: readers, maintenance,\nthen the coordinator (SIGINT)"
         ax.axvspan(timeline.ran_s, end + BIN_S, color="grey", alpha=0.12, label=stopping)
         ax.set_xlim(0, end + BIN_S)
     rate.annotate("faults end", (timeline.duration_s, 1), xycoords=("data", "axes fraction"),
                   xytext=(3, -12), textcoords="offset points", fontsize=8)  # fmt: skip
     rate.set_title(
         f"chaos run: {len(timeline.appends)} intervals appended, {len(timeline.faults)} faults, "
-        f"{len(timeline.restarts)} restarts"
+        f"{len(timeline.restarts)} restarts marked"
     )
     handles: dict[str, object] = {}
     for ax in (rate, latency):

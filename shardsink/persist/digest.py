@@ -13,12 +13,11 @@ and the batches of a shard add up to the one of its consolidated content.
 leaf column (a struct is walked into its fields) is hashed to one ``uint64``
 per row, the leaves are folded in schema order through the splitmix64
 finalizer. A fixed-width value is hashed by its bits; a string or binary by
-the polynomial ``Σ b_j · P^j`` over its bytes (mod 2^64, ``P`` odd, so one
-pass of prefix sums serves every row and shifting a row's sum by the odd
-power's inverse makes it independent of where the row lies in its buffer),
-with its length. A null hashes to a constant. Types with no such layout
-(lists, maps, unions) raise ``ValueError`` naming the field; shardsink
-cannot consolidate them either.
+its 8-byte words, each mixed with its place in the value, summed, with its
+length (one matrix of words when every value has the same length). A null
+hashes to a constant. Types with no such layout (lists, maps, unions)
+raise ``ValueError`` naming the field; shardsink cannot consolidate them
+either.
 """
 
 from __future__ import annotations
@@ -34,15 +33,10 @@ import pyarrow.compute as pc
 #: ``bench cluster``'s digest-cost section sets it, to measure their cost.
 NO_DIGEST_ENV = "SHARDSINK_NO_DIGEST"
 _MASK = (1 << 64) - 1
-_P = np.uint64(0x100000001B3)  # odd: invertible mod 2^64
-_P_INV = np.uint64(pow(int(_P), -1, 1 << 64))
+_P = np.uint64(0x100000001B3)
+_STEP = np.uint64(0xA0761D6478BD642F)
 _NULL = np.uint64(0x9E3779B97F4A7C15)
 _LENGTH = np.uint64(0xD6E8FEB86659FD93)
-#: Bytes of string data hashed at once: the power tables and the prefix sums
-#: are ``uint64`` per byte, so a block costs 8x its size in scratch memory.
-_BLOCK = 1 << 20
-_powers: np.ndarray = np.empty(0, dtype=np.uint64)
-_inverses: np.ndarray = np.empty(0, dtype=np.uint64)
 
 
 class Digest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, array_like=True):
@@ -191,40 +185,47 @@ def _leaf(path: str, array: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 
 def _bytes_hash(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Per row ``r``, the polynomial hash of ``data[offsets[r]:offsets[r+1]]``
-    mixed with its length, rows taken a block of about :data:`_BLOCK` bytes at a time."""
+    """Per row ``r``, ``Σ_j mix(w_j + j·STEP)`` over the little-endian 8-byte
+    words ``w_j`` of ``data[offsets[r]:offsets[r+1]]`` (the last one
+    zero-padded), plus its length times a constant: eight bytes per element,
+    and the same for a row wherever it lies in its buffer."""
     rows = len(offsets) - 1
-    out = np.empty(rows, dtype=np.uint64)
-    start = 0
-    while start < rows:
-        limit = offsets[start] + _BLOCK
-        stop = max(start + 1, int(np.searchsorted(offsets, limit, side="right")) - 1)
-        stop = min(stop, rows)
-        base = offsets[start]
-        lo, hi = offsets[start:stop] - base, offsets[start + 1 : stop + 1] - base
-        chunk = data[base : offsets[stop]]
-        powers, inverses = _tables(len(chunk))
-        prefix = np.zeros(len(chunk) + 1, dtype=np.uint64)
-        np.cumsum(np.multiply(chunk, powers[: len(chunk)], dtype=np.uint64), out=prefix[1:])
-        sums = (prefix[hi] - prefix[lo]) * inverses[lo]
-        out[start:stop] = sums + (hi - lo).astype(np.uint64) * _LENGTH
-        start = stop
-    return out
-
-
-def _tables(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """``P^j`` and ``P^-j`` for ``j < n`` at least (kept, grown by doubling)."""
-    global _powers, _inverses
-    if len(_powers) < n + 1:
-        size = max(n + 1, 2 * len(_powers), 1 << 12)
+    lengths = np.diff(offsets)
+    if rows == 0:
+        return np.empty(0, dtype=np.uint64)
+    width = int(lengths[0])
+    if (lengths == width).all():  # one length (fixed-width values): a matrix of words
+        words = np.zeros((rows, (width + 7) // 8 * 8), dtype=np.uint8)
+        words[:, :width] = data[: rows * width].reshape(rows, width)
+        words = words.view("<u8")
+        steps = np.arange(words.shape[1], dtype=np.uint64) * _STEP
         with np.errstate(over="ignore"):
-            _powers = np.empty(size, dtype=np.uint64)
-            _powers[0] = 1
-            _powers[1:] = np.cumprod(np.full(size - 1, _P, dtype=np.uint64), dtype=np.uint64)
-            _inverses = np.empty(size, dtype=np.uint64)
-            _inverses[0] = 1
-            _inverses[1:] = np.cumprod(np.full(size - 1, _P_INV, dtype=np.uint64), dtype=np.uint64)
-    return _powers, _inverses
+            sums = mix(words + steps).sum(axis=1, dtype=np.uint64)
+    else:
+        sums = _ragged_words(data, offsets, lengths)
+    with np.errstate(over="ignore"):
+        return sums + lengths.astype(np.uint64) * _LENGTH
+
+
+def _ragged_words(data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """:func:`_bytes_hash`'s sums for rows of differing lengths: every word
+    gathered from a view of the bytes at each offset."""
+    padded = np.zeros(len(data) + 8, dtype=np.uint8)
+    padded[: len(data)] = data
+    at_each_byte = np.ndarray((len(data) + 1,), dtype="<u8", buffer=padded, strides=(1,))
+    counts = (lengths + 7) // 8
+    first = np.cumsum(counts) - counts
+    row = np.repeat(np.arange(len(counts)), counts)
+    j = np.arange(int(counts.sum()), dtype=np.int64) - first[row]
+    words = at_each_byte[offsets[:-1][row] + 8 * j]
+    tail = (lengths[row] - 8 * j).clip(0, 8)  # bytes of the row in this word
+    keep = np.where(tail >= 8, ~np.uint64(0), (np.uint64(1) << (8 * tail).astype(np.uint64)) - 1)
+    with np.errstate(over="ignore"):
+        hashed = mix((words & keep) + j.astype(np.uint64) * _STEP)
+    prefix = np.zeros(len(hashed) + 1, dtype=np.uint64)
+    np.cumsum(hashed, out=prefix[1:])
+    with np.errstate(over="ignore"):
+        return prefix[first + counts] - prefix[first]
 
 
 def mix(z: np.ndarray) -> np.ndarray:

@@ -364,3 +364,29 @@ def test_bars_show_the_median_the_spread_the_value_and_a_zero_as_zero(tmp_path) 
     text = figures.caption("shardsink bench cluster --matrix quick")
     assert text.startswith("shardsink bench cluster --matrix quick | ")
     assert "cores" in text and ("commit " in text or "shardsink " in text)
+
+
+def test_compaction_off_means_off(tmp_path) -> None:
+    """The compaction section's run without compaction merges nothing: one
+    batch per append stays in state (the cluster's own consensus process
+    would merge them by the spine's rule); with compaction they are merged."""
+    rows = {
+        on: run_one(
+            RunSpec(
+                section="compaction",
+                mode="best-effort",
+                groups=1,
+                workers=2,
+                workload="trickle",
+                rows_per_interval=64,
+                intervals=24,
+                compaction=on,
+            ),
+            tmp_path / f"compaction-{on}",
+        )
+        for on in (False, True)
+    }
+    assert rows[False]["verified"] is True, rows[False].get("error")
+    assert rows[True]["verified"] is True, rows[True].get("error")
+    assert rows[False]["batches_in_state"] == 24
+    assert rows[True]["batches_in_state"] < 24 and rows[True]["compactions"] >= 1

@@ -13,8 +13,10 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -95,7 +97,11 @@ def _run_cluster(spec: RunSpec, work_dir: Path, base: ClusterConfig) -> dict:
         data_dir=str(work_dir / "data"),
         verify=False,
     )
-    with _digests(spec.digests), Cluster(hosts.config_for(spec, config)) as cluster:
+    with (
+        _digests(spec.digests),
+        _compaction_off(spec, config) as config,
+        Cluster(hosts.config_for(spec, config)) as cluster,
+    ):
         cpu_before = _cpu_times(cluster)
         machine_before = scale.cpu_sample()
         started = time.monotonic()
@@ -116,6 +122,37 @@ def _run_cluster(spec: RunSpec, work_dir: Path, base: ClusterConfig) -> dict:
         row["error"] = stats.verify_detail or "the shard does not match the workload"
     row.update(extra)
     return row
+
+
+@contextlib.contextmanager
+def _compaction_off(spec: RunSpec, config: ClusterConfig) -> Iterator[ClusterConfig]:
+    """``config``, or for the compaction section's run without compaction,
+    ``config`` pointed at a consensus server of its own on the same data
+    dir's stores whose maintenance never merges (``compact_interval_s`` 0):
+    the cluster's own consensus process merges by the spine's rule, so that
+    run would compact after all."""
+    if spec.section != "compaction" or spec.compaction:
+        yield config
+        return
+    from ... import datadir
+    from ...process import ConsensusProcess
+    from ...server.config import ServeConfig
+
+    data = datadir.create(config.data_path)
+    sockets = Path(tempfile.mkdtemp(prefix="shardsink-bench-"))  # ipc paths are short
+    blob = datadir.blob_uri(data)
+    server = ConsensusProcess(
+        datadir.consensus_uri(data),
+        blob,
+        ServeConfig(bind=f"ipc://{sockets / 'consensus'}", compact_interval_s=0.0),
+        timeout_s=config.start_timeout_s,
+    )
+    try:
+        address = server.start().address
+        yield msgspec.structs.replace(config, consensus=address, blob=blob)
+    finally:
+        server.stop()
+        shutil.rmtree(sockets, ignore_errors=True)
 
 
 @contextlib.contextmanager

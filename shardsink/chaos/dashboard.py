@@ -8,7 +8,7 @@ import sys
 from collections import Counter
 
 from .. import faults
-from ..cluster.dashboard import ControlSource, Dashboard
+from ..cluster.dashboard import ControlSource, Dashboard, Plan
 from .context import RunContext
 from .nemesis import Nemesis
 from .schedule import kind_of
@@ -53,6 +53,8 @@ def open_dashboard(run: RunContext, nemesis: Nemesis) -> Dashboard | None:
         ChaosSource(run, nemesis),
         run.config.dashboard,
         title=f"shardsink chaos (seed {run.config.seed})",
+        # no end: the run lasts its duration, its coordinator runs until stopped
+        plan=Plan(rows_per_interval=run.config.rows_per_interval),
     )
     print(f"dashboard at {board.url}", file=sys.stderr, flush=True)
     return board

@@ -35,9 +35,11 @@ def test_faults_and_restarts_show_on_the_dashboard_as_they_happen(tmp_path, caps
         if state["status"] is not None:
             seen["pids"].add(state["status"]["coordinator_pid"])
         seen["events"] = state["events"]
+        seen["plan"] = state["plan"]
 
     report = run_chaos(config, on_tick=tick)
     assert report.violations == []
+    assert seen["plan"] == {"intervals": None, "rows_per_interval": 200}  # no end: no ETA
     faults = Counter(e["text"].split(":")[0] for e in seen["events"] if e["kind"] == "fault")
     injected = {kind: n for kind, n in report.injected.items() if n}
     assert faults and set(faults) <= set(injected), (faults, injected)

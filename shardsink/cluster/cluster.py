@@ -45,7 +45,6 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-import msgspec
 import numpy as np
 import psutil
 
@@ -111,15 +110,8 @@ class Cluster:
     """
 
     def __init__(self, config: ClusterConfig | None = None) -> None:
-        config = config or ClusterConfig()
-        # a PATH.py workload is found from here, by every process of the run
-        self.config = msgspec.structs.replace(config, workload=workloads.resolve(config.workload))
+        self.config, self.workload, self.schema = workloads.prepare(config or ClusterConfig())
         self.cluster_id = f"c{uuid.uuid4().hex[:12]}"
-        self.workload = workloads.of(self.config)
-        self.schema = workloads.shard_schema(self.workload, self.config.workload)
-        # one worker's first interval, so a workload that writes the wrong
-        # columns is refused here, in one line, not by a worker restarted
-        workloads.updates(self.workload, self.schema, 0, 0, self.config.n_workers, 0)
         self.shard: Shard | None = None
         self.consensus: ConsensusProcess | None = None
         self.zygote: Zygote | None = None
@@ -224,15 +216,7 @@ class Cluster:
                 self.metrics = Metrics(
                     config.metrics_port, Supervised(self._supervised, self._members, self._hosts)
                 )
-            if config.dashboard is not None:
-                self.dashboard = Dashboard(
-                    ControlSource(address=self.control.address),
-                    config.dashboard,
-                    title=f"shardsink up: cluster {self.cluster_id}",
-                    plan=Plan(
-                        intervals=config.intervals, rows_per_interval=config.rows_per_interval
-                    ),
-                )
+            self.dashboard = self._open_dashboard(self.control.address)
         except BaseException:
             self.close()
             raise
@@ -520,10 +504,20 @@ class Cluster:
             rollup_puts=self.shard.stats().rollup_puts,
             peak_rss=dict(supervision.peak_rss),
             verified=None if v is None else v.ok,
-            verify_detail="" if v is None else v.detail or _how(v),
+            verify_detail="" if v is None else v.detail or v.how(),
         )
 
     # --- helpers ---------------------------------------------------------------------------
+
+    def _open_dashboard(self, control: str) -> Dashboard | None:
+        """The dashboard ``config.dashboard`` asks for, of the control socket
+        at ``control``, showing progress toward ``config.intervals``."""
+        config = self.config
+        if config.dashboard is None:
+            return None
+        plan = Plan(intervals=config.intervals, rows_per_interval=config.rows_per_interval)
+        title = f"shardsink up: cluster {self.cluster_id}"
+        return Dashboard(ControlSource(address=control), config.dashboard, title=title, plan=plan)
 
     def _on_poll(self) -> None:
         assert self.control is not None and self.logs is not None
@@ -602,9 +596,3 @@ def _sigint_ignored():
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-
-
-def _how(v: Verification) -> str:
-    """How a verification that passed checked the shard."""
-    digests = f"{v.digested} batches match their digests"
-    return f"equals the expected collection, {digests}" if v.exact else f"by digest: {digests}"

@@ -27,6 +27,13 @@ class Verification(msgspec.Struct, frozen=True):
     digested: int = 0
     exact: bool = False
 
+    def how(self) -> str:
+        """How the shard was checked (for a verification that passed)."""
+        digests = f"{self.digested} batches match their digests"
+        return (
+            f"equals the expected collection, {digests}" if self.exact else f"by digest: {digests}"
+        )
+
 
 def verify(shard: Shard, workload: workloads.AnyWorkload, interval_ms: int) -> Verification:
     """Check the shard (see :class:`Verification`) as of its upper - 1,

@@ -7,7 +7,7 @@ synth (:class:`~.synth.Synth`, a YCSB-like generator verified by digest).
 """
 
 from .builtin import SCHEMA, Workload, values
-from .loading import AnyWorkload, expected, of, resolve, shard_schema, updates
+from .loading import AnyWorkload, expected, of, prepare, resolve, shard_schema, updates
 
 __all__ = [
     "SCHEMA",
@@ -15,6 +15,7 @@ __all__ = [
     "Workload",
     "expected",
     "of",
+    "prepare",
     "resolve",
     "shard_schema",
     "updates",

@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+import msgspec
 import pyarrow as pa
 
 from ..config import WORKLOADS, ClusterConfig
@@ -112,6 +113,19 @@ def of(config: ClusterConfig) -> AnyWorkload:
             "'schema' and an 'updates(interval, worker, workers)' method"
         )
     return workload
+
+
+def prepare(config: ClusterConfig) -> tuple[ClusterConfig, AnyWorkload, pa.Schema]:
+    """What a cluster starts from: ``config`` with its workload's file made
+    absolute (:func:`resolve`: every process of the run finds it from
+    there), the workload and its shard schema. Worker 0's first interval is
+    made too, so a workload that writes the wrong columns is refused here,
+    in one ``ValueError``, not by workers restarted over it."""
+    config = msgspec.structs.replace(config, workload=resolve(config.workload))
+    workload = of(config)
+    schema = shard_schema(workload, config.workload)
+    updates(workload, schema, 0, 0, config.n_workers, 0)
+    return config, workload, schema
 
 
 def shard_schema(workload: AnyWorkload, spec: str = "") -> pa.Schema:

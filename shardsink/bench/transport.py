@@ -421,6 +421,29 @@ def _pair(transport: str, sizes, reps: int, workdir: str, cluster: str):
     }
 
 
+def _rounds(pairs: list, reps: int, cluster: str) -> tuple[dict, dict, list[list[str]]]:
+    """``reps`` rounds of every pair, each round's pairs in their own order
+    (:func:`~.cluster.matrices.repeat_order`): the seconds of each round by
+    column and size, the bytes read, and each round's order."""
+    from .cluster.matrices import repeat_order
+
+    rounds: dict[str, dict[int, list[float]]] = {}
+    bytes_read: dict[str, dict[int, int]] = {}
+    order = []
+    with tempfile.TemporaryDirectory(prefix="shardsink-bench-") as workdir:  # mode 0700
+        # Side by side: one timed repetition of every pair per round, so no
+        # transport is measured minutes before another.
+        for rep in range(reps):
+            order.append([t for t, _ in repeat_order(pairs, rep)])
+            for transport, measured_sizes in repeat_order(pairs, rep):
+                figures = _pair(transport, measured_sizes, 1, workdir, cluster)
+                for column, per_size in figures["seconds"].items():
+                    for size, took in per_size.items():
+                        rounds.setdefault(column, {}).setdefault(size, []).append(took)
+                bytes_read.update(figures["bytes_read"])
+    return rounds, bytes_read, order
+
+
 def run(
     out_dir: str | os.PathLike,
     *,
@@ -440,32 +463,18 @@ def run(
     timeout."""
     from shardsink.shm import MESSAGE_PART_MAX_BYTES, unlink_cluster
 
-    from .cluster.matrices import ORDER_SEED, repeat_order
+    from .cluster.matrices import ORDER_SEED
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cluster = f"bench{os.getpid()}"
     measured = {*sizes, *sweep_sizes} if inline_sweep else set(sizes)
     batch_bytes = {size: make_batch(size).nbytes for size in measured}
-    rounds: dict[str, dict[int, list[float]]] = {}
-    bytes_read: dict[str, dict[int, int]] = {}
     pairs = [(t, sizes) for t in ("shm", "zmq", "queue")]
     if inline_sweep:
         pairs += [(t, sweep_sizes) for t in ("inline", "shm_only")]
-    order = []
     try:
-        with tempfile.TemporaryDirectory(prefix="shardsink-bench-") as workdir:  # mode 0700
-            # Side by side: one timed repetition of every pair per round, the
-            # pairs of each round in their own order, so no transport is
-            # measured minutes before another.
-            for rep in range(reps):
-                order.append([t for t, _ in repeat_order(pairs, rep)])
-                for transport, measured_sizes in repeat_order(pairs, rep):
-                    figures = _pair(transport, measured_sizes, 1, workdir, cluster)
-                    for column, per_size in figures["seconds"].items():
-                        for size, took in per_size.items():
-                            rounds.setdefault(column, {}).setdefault(size, []).append(took)
-                    bytes_read.update(figures["bytes_read"])
+        rounds, bytes_read, order = _rounds(pairs, reps, cluster)
     finally:
         unlink_cluster(cluster)
     seconds = {

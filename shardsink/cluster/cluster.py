@@ -84,8 +84,6 @@ log = logging.getLogger(__name__)
 
 #: :meth:`Cluster.status` gives rates and latencies over this many seconds.
 STATUS_WINDOW_S = 60.0
-#: How often the children's logs are checked for rotation while the cluster runs.
-ROTATE_EVERY_S = 5.0
 
 __all__ = [
     "Cluster",
@@ -119,7 +117,7 @@ class Cluster:
         self.run_dir: Path | None = None
         #: where this run's logs are kept (``DATA_DIR/logs/...``), once started
         self.logs: Path | None = None
-        self._rotated_at = 0.0
+        self._rotate: logs.Rotator | None = None
         #: where the run's fault budgets and firings are (see the module doc);
         #: ``None`` when nothing is armed
         self.fault_dir: Path | None = None
@@ -157,6 +155,7 @@ class Cluster:
                 self.cluster_id, keep_logs=datadir.create(config.data_path) / logs.LOGS
             )
             self.logs = (self.run_dir / logs.LOGS).resolve()
+            self._rotate = logs.Rotator(self.logs)
             self.fault_dir = self._fault_budgets.enter_context(
                 faults.run_budgets(self.run_dir / "faults")
             )
@@ -520,12 +519,9 @@ class Cluster:
         return Dashboard(ControlSource(address=control), config.dashboard, title=title, plan=plan)
 
     def _on_poll(self) -> None:
-        assert self.control is not None and self.logs is not None
+        assert self.control is not None and self._rotate is not None
         self.control.poll()
-        now = time.monotonic()
-        if now - self._rotated_at >= ROTATE_EVERY_S:
-            self._rotated_at = now
-            logs.rotate_all(self.logs)
+        self._rotate()
 
     def _forget_appended_before(self, moment: float) -> None:
         """Keep :meth:`status`'s window only: a run that nobody asks for its

@@ -34,6 +34,8 @@ ROTATED = ".log.1"
 KEEP_RUNS = 10
 #: A log is rotated past this size, so one process keeps at most twice it.
 MAX_BYTES = 8 * MIB
+#: How often a :class:`Rotator` looks at the logs.
+ROTATE_EVERY_S = 5.0
 #: Written in a kept run's directory when its cluster has closed.
 ENDED = "_ended"
 
@@ -101,6 +103,22 @@ def rotate(path: Path, max_bytes: int = MAX_BYTES) -> bool:
 def rotate_all(directory: Path, max_bytes: int = MAX_BYTES) -> list[Path]:
     """Rotate every log in ``directory`` past ``max_bytes``; those rotated."""
     return [p for p in sorted(directory.glob(f"*{SUFFIX}")) if rotate(p, max_bytes)]
+
+
+class Rotator:
+    """Called often (a coordinator's poll), rotates the logs of ``directory``
+    past :data:`MAX_BYTES` at most every :data:`ROTATE_EVERY_S`."""
+
+    def __init__(self, directory: Path, every_s: float = ROTATE_EVERY_S) -> None:
+        self.directory = directory
+        self.every_s = every_s
+        self._last = 0.0
+
+    def __call__(self) -> None:
+        now = time.monotonic()
+        if now - self._last >= self.every_s:
+            self._last = now
+            rotate_all(self.directory)
 
 
 def note(path: Path, text: str) -> None:

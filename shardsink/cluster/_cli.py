@@ -153,11 +153,10 @@ def register(commands, bench) -> None:
     )
     up.set_defaults(func=_up)
     _register_control(commands, ClusterConfig().data_dir)
-    _logs.register(commands, ClusterConfig().data_dir)
 
 
 def _register_control(commands, data_dir: str) -> None:
-    """``status`` and ``stop``."""
+    """``status``, ``stop`` and ``logs``, each given ``--data-dir``."""
     from .control import TIMEOUT_S
 
     status = commands.add_parser(
@@ -175,7 +174,7 @@ def _register_control(commands, data_dir: str) -> None:
         "summary printed by up) and wait until it has exited. Exit 1 if no cluster runs "
         "there or it has not exited within the timeout.",
     )
-    for parser in (status, stop):
+    for parser in (status, stop, _logs.register(commands)):
         parser.add_argument(
             "--data-dir",
             default=os.environ.get(DATA_DIR_ENV) or data_dir,

@@ -15,7 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-from ..datadir import DATA_DIR_ENV
 from ..process import logs
 
 #: How often ``--follow`` looks for more.
@@ -23,7 +22,8 @@ FOLLOW_EVERY_S = 0.25
 LINES = 20
 
 
-def register(commands, data_dir: str) -> None:
+def register(commands):
+    """The ``logs`` parser (its ``--data-dir`` is added with ``status``'s and ``stop``'s)."""
     parser = commands.add_parser(
         "logs",
         help="show the per-process logs of a data dir's runs",
@@ -34,12 +34,6 @@ def register(commands, data_dir: str) -> None:
     )
     parser.add_argument(
         "process", nargs="?", metavar="PROCESS", help="one process: g0/w1, g0/b, consensus, ..."
-    )
-    parser.add_argument(
-        "--data-dir",
-        default=os.environ.get(DATA_DIR_ENV) or data_dir,
-        metavar="D",
-        help=f"default ${DATA_DIR_ENV}, else {data_dir}",
     )
     parser.add_argument(
         "--run",
@@ -63,6 +57,7 @@ def register(commands, data_dir: str) -> None:
         help="then print what the logs get next, until the run has ended or Ctrl-C",
     )
     parser.set_defaults(func=_logs)
+    return parser
 
 
 def _logs(args: argparse.Namespace) -> int:

@@ -64,6 +64,7 @@ def run_one(spec: RunSpec, work_dir: Path, base: ClusterConfig | None = None) ->
             from ..baseline import measure
 
             processes = spec.groups * spec.workers
+            work_dir.mkdir(parents=True)
             row.update(measure(f"file://{work_dir}/blob", spec.snapshot_rows, processes))
             row["verified"] = True
         else:

@@ -149,35 +149,50 @@ def report_lines(rows: list[dict]) -> list[str]:
 
 def plot(plt, rows: list[dict], out: Path, caption: str = "") -> list[Path]:
     """``hosts.png``: each figure of :data:`FIGURES` by hosts, a line per
-    variant through the medians, bars from the least to the most of the
-    repeats."""
+    variant through the medians over 1, 2 and 3 hosts, the local runs (as
+    many groups as the most hosts) a point of their own beside them; bars
+    from the least to the most of the repeats."""
+    from ..._figures import add_caption, median_range
+
     cells = _by_cell(rows)
     if not cells:
         return []
-    counts = sorted({hosts for _, hosts in cells})
+    counts = sorted({hosts for _, hosts in cells if hosts})
     variants = list(dict.fromkeys(v for v, _ in sorted(cells)))
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+    local_x = len(counts) + 0.5
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
     for ax, (key, header, _) in zip(axes.flat, FIGURES, strict=True):
-        for variant in variants:
-            xs, medians, lows, highs = [], [], [], []
-            for i, hosts in enumerate(counts):
-                values = [_figure(r, key) for r in cells.get((variant, hosts), [])]
-                if values:
-                    middle = statistics.median(values)
-                    xs.append(i)
-                    medians.append(middle)
-                    lows.append(middle - min(values))
-                    highs.append(max(values) - middle)
-            ax.errorbar(xs, medians, yerr=[lows, highs], marker="o", capsize=3, label=variant)
-        ax.set_xticks(range(len(counts)), [hosts_label(h) for h in counts])
+        for k, variant in enumerate(variants):
+            color = f"C{k}"
+            points = [
+                (i, median_range([_figure(r, key) for r in cells[(variant, hosts)]]))
+                for i, hosts in enumerate(counts)
+                if (variant, hosts) in cells
+            ]
+            if points:
+                xs = [x for x, _ in points]
+                ys = [m[0] for _, m in points]
+                lows, highs = [m[1] for _, m in points], [m[2] for _, m in points]
+                ax.errorbar(xs, ys, yerr=[lows, highs], marker="o", capsize=3, color=color,
+                            label=variant)  # fmt: skip
+            if (variant, 0) in cells:
+                y, low, high = median_range([_figure(r, key) for r in cells[(variant, 0)]])
+                ax.errorbar([local_x], [y], yerr=[[low], [high]], marker="s", capsize=3,
+                            color=color, linestyle="none", fillstyle="none")  # fmt: skip
+        ticks = [hosts_label(h) for h in counts] + [f"local\n({LOCAL_GROUPS} groups)"]
+        ax.set_xticks([*range(len(counts)), local_x], ticks)
+        ax.set_xlabel("hosts of the Ray cluster (one group each), and this machine alone")
         ax.set_ylabel(header)
         ax.set_ylim(bottom=0)
         ax.grid(axis="y", alpha=0.3)
     axes.flat[0].legend(fontsize=8)
-    fig.suptitle("bench cluster --matrix hosts: medians over repeats, bars from least to most")
+    fig.suptitle(
+        "bench cluster --matrix hosts: medians over repeats, bars from least to most "
+        f"({ROWS_PER_GROUP:,} rows per group an interval)"
+    )
+    fig.tight_layout()
     if caption:
-        fig.text(0.01, 0.005, caption, fontsize=7, ha="left", va="bottom")
-    fig.tight_layout(rect=(0, 0.03, 1, 0.97))
+        add_caption(fig, caption)
     path = out / "hosts.png"
     fig.savefig(path, dpi=100)
     plt.close(fig)

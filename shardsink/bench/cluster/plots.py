@@ -71,7 +71,7 @@ def plot(rows: list[dict], out: Path, command: str | None = None) -> list[Path]:
     text = caption(command, note=f"runs of {lengths} intervals" if runs else "")
     written = _metric_plots(plt, ok, out, text)
     written += _hydrate_plot(plt, ok, out, text)
-    written += hosts.plot(plt, ok, out)
+    written += hosts.plot(plt, ok, out, text)
     return written + scale.plot(rows, out, os.cpu_count() or 1)
 
 

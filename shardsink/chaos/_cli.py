@@ -71,6 +71,7 @@ def register(commands, bench) -> None:
     )
     chaos.add_argument(
         "--out",
+        default=None,
         metavar="DIR",
         help="also write the report into DIR: report.md in words, report.json, and the "
         "timeline (timeline.png: throughput and append latency over time, each fault and "

@@ -38,19 +38,24 @@ def _assert_clean(config: ChaosConfig, report) -> None:
     assert set(report.supervision) == {"restarts", "consensus_restarts", "abandoned_attempts"}
     # every group restart a coordinator reported was timed
     assert not report.supervision["restarts"] or report.restart_ms["count"] >= 1
-    assert_every_fault_fired(config, report.injected, report.lost)
-    assert report.missed == {} and report.unfired == {}
+    assert_every_fault_fired(config, report.injected, report.lost, report.unfired)
+    # a signal that found no process in time is one of the unfired
+    assert Counter(report.missed) <= Counter(report.unfired)
+    # the last faults get a tenth of the duration, never more (looked at every 0.2 s)
+    assert report.interrupted or report.ran_s <= config.duration_s * 1.1 + 0.3
     ended = sum(report.coordinator_exits.values())
     assert report.coordinator_starts == ended + 1
 
 
 def assert_every_fault_fired(
-    config: ChaosConfig, injected: dict[str, int], lost: dict[str, int]
+    config: ChaosConfig, injected: dict[str, int], lost: dict[str, int], unfired: dict[str, int]
 ) -> None:
     """Every fault the seed's schedule calls for was injected, none twice:
     each signal sent, each released firing (every error of a burst) fired,
     but for firings lost by a process killed as it took them, which needs a
-    kill each."""
+    kill each, and those the report says never fired: the run waits a tenth
+    of its duration for its last faults, and on a loaded machine one can
+    still be waiting for a process to reach its point then."""
     kills = sum(n for kind, n in injected.items() if kind.startswith("kill-"))
     assert sum(lost.values()) <= kills
     events = schedule(
@@ -62,7 +67,8 @@ def assert_every_fault_fired(
         pause_max_s=config.pause_max_s,
         hosts=config.on_hosts,
     )
-    assert Counter(injected) + Counter(lost) == firings(events)
+    assert Counter(injected) + Counter(lost) + Counter(unfired) == firings(events)
+    assert sum(unfired.values()) < sum(injected.values()), unfired  # the last few, not the run
 
 
 def test_a_short_run_with_every_fault_kind_loses_nothing(tmp_path) -> None:
@@ -115,8 +121,7 @@ def test_the_command_line_runs_best_effort_and_prints_json(tmp_path) -> None:
     config = ChaosConfig(
         duration_s=20, seed=4, groups=1, workers=3, mode="best-effort", mean_gap_s=1
     )
-    assert_every_fault_fired(config, report["injected"], report["lost"])
-    assert report["unfired"] == {}
+    assert_every_fault_fired(config, report["injected"], report["lost"], report["unfired"])
 
 
 def test_ctrl_c_stops_early_and_still_checks(tmp_path, popen) -> None:

@@ -149,7 +149,8 @@ def test_a_toml_file_sets_the_bench_and_flags_override_it(tmp_path) -> None:
         ('out = "x"\nmatrx = "quick"\n', "unknown key 'matrx'"),
         (
             'out = "x"\nmatrix = "huge"\n',
-            "unknown matrix 'huge'; choose one of default, quick, trickle, scale, auto",
+            "unknown matrix 'huge'; choose one of "
+            "default, quick, trickle, hydrate, scale, auto, latency, hosts",
         ),
         ('out = "x"\n[cluster]\ngroups = 3\n', "cluster.groups is set by each run of the matrix"),
         ('out = "x"\n[cluster]\nstrat = "spawn"\n', "unknown key 'strat'"),

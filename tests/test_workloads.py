@@ -351,3 +351,22 @@ def test_a_cluster_runs_your_workload_and_verifies_it_by_digest(tmp_path, spec, 
     stats = run.stats
     assert stats.verified is True and stats.appends == 4
     assert stats.verify_detail.startswith("by digest: ")
+
+
+def test_replay_cuts_a_parquet_dataset_by_time_and_gives_rows_by_key(tmp_path):
+    import pyarrow.parquet as pq
+
+    from shardsink.workloads.replay import Replay
+
+    n = range(40)
+    table = pa.table({"id": [f"k{i % 7}" for i in n], "price": [float(i) for i in n],
+                      "qty": list(n), "t": [i * 250 for i in n]})  # fmt: skip
+    pq.write_table(table, tmp_path / "data.parquet")
+    workload = Replay(str(tmp_path / "*.parquet"), key="id", val=["price", "qty"], time="t")
+    assert workload.intervals == 10
+    got = pa.concat_tables(workload.updates(2, w, 3) for w in range(3))
+    assert sorted(got["val"].combine_chunks().field("qty").to_pylist()) == [8, 9, 10, 11]
+    schema = W.shard_schema(workload, "replay")
+    assert W.expected(workload, schema, 3, 2999).num_rows == 12
+    with pytest.raises(ValueError, match="has no column 'nope'"):
+        Replay(str(tmp_path / "data.parquet"), key="nope")

@@ -94,11 +94,14 @@ def written(table: pa.Table | pa.RecordBatch) -> Digest | None:
     return None if os.environ.get(NO_DIGEST_ENV) == "1" else digest(table)
 
 
-def row_hashes(table: pa.Table | pa.RecordBatch) -> np.ndarray:
-    """``h(key, val)`` of every row of ``table``, as ``uint64``."""
+def row_hashes(
+    table: pa.Table | pa.RecordBatch, columns: tuple[str, ...] = ("key", "val")
+) -> np.ndarray:
+    """``h(key, val)`` of every row of ``table`` (or the hash of other
+    ``columns``), as ``uint64``."""
     acc = np.zeros(table.num_rows, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        for name in ("key", "val"):
+        for name in columns:
             for path, leaf in leaves(name, table.column(name)):
                 acc = mix(acc * _P + _leaf(path, leaf))
     return acc

@@ -3,8 +3,8 @@
 A workload is any object with a ``schema`` and an ``updates`` method
 (:class:`AnyWorkload`); ``ClusterConfig.workload`` names one:
 
-- a built-in: ``trickle``, ``churn``, ``hydrate`` (:mod:`.builtin`) or
-  ``synth`` (:mod:`.synth`);
+- a built-in: ``trickle``, ``churn``, ``hydrate`` (:mod:`.builtin`),
+  ``synth`` (:mod:`.synth`) or ``replay`` (:mod:`.replay`);
 - ``PATH.py:NAME``, ``NAME`` in the Python file at ``PATH`` (made absolute
   where the cluster starts, so every process finds the same file);
 - ``package.module:NAME``, ``NAME`` in an importable module.
@@ -37,7 +37,10 @@ from ..persist import parts as P
 from ..persist.digest import check_hashable
 
 #: Built-in names besides ``WORKLOADS`` (the key-range ones), as specs.
-BUILTIN_SPECS = {"synth": "shardsink.workloads.synth:Synth"}
+BUILTIN_SPECS = {
+    "synth": "shardsink.workloads.synth:Synth",
+    "replay": "shardsink.workloads.replay:Replay",
+}
 #: Cluster settings a workload class gets by name unless its table sets them.
 OFFERED = ("rows_per_interval", "snapshot_rows", "interval_ms", "seed")
 

@@ -54,10 +54,8 @@ CREATE_RACE_S = 60.0
 
 
 class Prepared(msgspec.Struct, frozen=True):
-    """A command applied to a machine's cached state, its version not yet
-    stored (:meth:`LocalMachine.prepare`): the command, the state it was
-    applied to and the one it makes, its result, the version to store, and
-    the machine's counts before it."""
+    """A command applied to the cached state, its version not yet stored
+    (:meth:`LocalMachine.prepare`), with the machine's counts before it."""
 
     command: Command
     old: ShardState
@@ -229,8 +227,7 @@ class LocalMachine:
             )
 
     def run_measured(self, command: Command) -> tuple[Result, MachineStats]:
-        """:meth:`run`, and the work it did alone: other threads' commands on
-        this machine wait for it, so they are not counted in."""
+        """:meth:`run`, and the work it did alone (other threads wait for it)."""
         with self._lock:
             before = self.stats()
             result = self.run(command)
@@ -271,12 +268,10 @@ class LocalMachine:
         self, prepared: Prepared, outcome: CasResult | Exception
     ) -> tuple[Result, MachineStats]:
         """The second half: ``outcome`` is what storing ``prepared.version``
-        with ``expected = prepared.old.seqno`` returned, or raised. Committed:
-        the new state is this machine's and the command's result is returned;
-        otherwise the command is run again as :meth:`run` does (after a
-        re-read of the head: the outcome may have been a commit). Releases
-        the lock :meth:`prepare` took; returns the result and the work, as
-        :meth:`run_measured`."""
+        at ``prepared.old.seqno`` returned or raised. Committed: the new state
+        is this machine's; otherwise the command runs again as :meth:`run`
+        does (from a re-read head: it may have committed). Releases the lock
+        :meth:`prepare` took; returns as :meth:`run_measured`."""
         try:
             self._stats.cas_calls += 1
             if isinstance(outcome, Committed):

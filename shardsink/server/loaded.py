@@ -40,8 +40,6 @@ class LoadedShard:
         self.maintenance: Future | None = None
         #: passes of the spine's merges running, by lane, with their inputs' ids
         self.merging: dict[int, tuple[Future, frozenset[str]]] = {}
-        #: the state's seqno and the busy lanes when a merge was last looked for
-        self.merge_looked: tuple[int, frozenset[int]] | None = None
         self.counts_lock = threading.Lock()  # merge lanes count concurrently
 
     def register(self) -> str:

@@ -496,12 +496,6 @@ class ConsensusServer:
         # the machine's own state is current: this server is the shard's one writer
         state = shard.machine.state()
         running = {lane: ids for lane, (_, ids) in shard.merging.items()}
-        # the same state beside the same passes chooses the same: none (a look
-        # costs O(batches), each shard every compact_interval_s, appending or not)
-        looked = (state.seqno, frozenset(running))
-        if looked == shard.merge_looked:
-            return
-        shard.merge_looked = looked
         chosen = spine.next_pass(state, running, self._compact_slack, LANE_CAPS)
         if chosen is not None:
             lane, runs = chosen

@@ -192,7 +192,7 @@ def test_reading_compacting_and_verifying_leave_the_processs_allocators_alone(
             writer.compare_and_append_table(workload.updates(i), i, i + 1)
         streamed = shard.batches(window_rows=1024).read_all()
         assert shard.compact().applied >= 1
-        assert verify(shard, workload).ok
+        assert verify(shard, workload, workload.interval_ms).ok
     monkeypatch.undo()
     assert streamed.equals(workload.expected(6))
     assert calls == []

@@ -68,7 +68,8 @@ def test_two_clusters_on_one_shard_end_together_and_append_each_interval_once(
             assert proc.returncode == 0, err.read_text()
         results = [json.loads(out.read_text()) for out, _ in outputs]
         with open_shard("default", blob=blob, consensus=server.address, schema=SCHEMA) as shard:
-            verification = verify(shard, Workload("churn", ROWS, interval_ms=INTERVAL_MS))
+            churn = Workload("churn", ROWS, interval_ms=INTERVAL_MS)
+            verification = verify(shard, churn, INTERVAL_MS)
             upper = shard.upper
     assert abs(ended[1] - ended[0]) < 5, ended  # they end together
     assert verification.ok, verification.detail

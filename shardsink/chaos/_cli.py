@@ -75,7 +75,7 @@ def register(commands, bench) -> None:
         metavar="DIR",
         help="also write the report into DIR: report.md in words, report.json, and the "
         "timeline (timeline.png: throughput and append latency over time, each fault and "
-        "restart marked; timeline.json)",
+        "restart marked; timeline.json); default: none, the report is only printed",
     )
     chaos.add_argument(
         "-v", "--verbose", action="store_true", default=False, help="log what happens"

@@ -208,7 +208,7 @@ def test_the_final_check_finds_a_lost_part(tmp_path) -> None:
     run = RunContext(config, tmp_path)
     run.data.mkdir()
     try:
-        workload = config.workload()
+        workload = config.load_workload()
         with open_shard(
             "default",
             blob=run.cluster.blob_uri,

@@ -26,7 +26,7 @@ def test_the_final_check_counts_temp_files_until_the_sweep_removes_them(tmp_path
             schema=SCHEMA,
             config=OFFLINE,
         ) as shard:
-            shard.writer().compare_and_append_table(config.workload().updates(0), 0, 1000)
+            shard.writer().compare_and_append_table(config.load_workload().updates(0), 0, 1000)
             # what a writer killed mid-set leaves
             temp = Path(shard.blob.root, "default", "part", "x.parquet~4242-0123456789ab")
             temp.parent.mkdir(parents=True, exist_ok=True)

@@ -108,3 +108,16 @@ def grouped_bars(ax, labels: list[str], series: dict[str, dict[str, list[float]]
     ax.set_xticks([i + width * (len(series) - 1) / 2 for i in range(len(labels))], labels)
     ax.set_ylim(bottom=0)
     ax.margins(y=0.15)  # room for the value labels over the tallest bar
+
+
+def report_head(title: str, command: str, elapsed_s: float) -> list[str]:
+    """A report's first lines: its title, the exact command, the machine and
+    how long it ran."""
+    return [
+        f"# {title}",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Machine: {machine()}; total {elapsed_s:.0f} s.",
+        "",
+    ]

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import re
 import shlex
 import shutil
@@ -40,6 +38,7 @@ import uuid
 from pathlib import Path
 
 from .._curve import KEYS_ENV
+from .._figures import report_head
 from ..storage.uri import BLOB_ENV, STORE_ENV, redact
 from . import clients as racing
 from .consensus import race as raw_race
@@ -220,13 +219,7 @@ def table_rows(rows: list[dict]) -> list[list[str]]:
 def write_report(rows: list[dict], out: Path, command: str, elapsed_s: float) -> Path:
     """``report.md``: the command, the machine, the table and the plot."""
     lines = [
-        "# shardsink bench appends --shards",
-        "",
-        f"Command: `{command}`",
-        "",
-        f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"{platform.system()} {platform.machine()}; total {elapsed_s:.0f} s.",
-        "",
+        *report_head("shardsink bench appends --shards", command, elapsed_s),
         "Each row: the median of its repeats; `server/raw` is the server's appends/s "
         "over raw compare-and-sets/s on the same store in the same run.",
         "",

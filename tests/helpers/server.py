@@ -15,16 +15,17 @@ from shardsink.storage import open_consensus
 
 
 @contextlib.contextmanager
-def serving(
-    tmp_path: Path, blob, *, consensus: str | None = None, **options
-) -> Iterator[ConsensusServer]:
-    """A ``ConsensusServer`` on ``consensus`` (default SQLite in ``tmp_path``)
-    and ``blob`` (an open store), serving from a thread until the block ends;
-    then stopped, joined (bounded) and closed. ``options`` go to the server;
+def serving(tmp_path: Path, blob, *, consensus=None, **options) -> Iterator[ConsensusServer]:
+    """A ``ConsensusServer`` on ``consensus`` (a URI or an open store;
+    default SQLite in ``tmp_path``) and ``blob`` (an open store), serving
+    from a thread until the block ends; then stopped, joined (bounded) and
+    closed. ``options`` go to the server;
     its GC and sweep are off unless they name an interval."""
     options = {"gc_interval_s": 0, "sweep_interval_s": 0, **options}
     server = ConsensusServer(
-        open_consensus(consensus or f"sqlite://{tmp_path}/c.db"),
+        consensus
+        if consensus is not None and not isinstance(consensus, str)
+        else open_consensus(consensus or f"sqlite://{tmp_path}/c.db"),
         blob,
         f"ipc://{tmp_path}/sock/c",
         **options,

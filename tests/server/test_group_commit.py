@@ -4,7 +4,6 @@ counts, holds and fails its ``compare_and_set_many`` calls."""
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 
@@ -12,7 +11,6 @@ import pytest
 
 from shardsink import open_shard
 from shardsink.persist.commands import HeartbeatWriter
-from shardsink.server import ConsensusServer
 from shardsink.server.group_commit import (
     WINDOW_FRACTION,
     WINDOW_START_S,
@@ -23,6 +21,7 @@ from shardsink.server.group_commit import (
 from shardsink.storage import Mismatch, open_blob, open_consensus
 from shardsink.storage.errors import DeterminateError, IndeterminateError
 from shardsink.workloads import Workload
+from tests.helpers.server import serving as helpers_serving
 
 WORKLOAD = Workload("churn", rows_per_interval=4, interval_ms=1)
 
@@ -152,22 +151,11 @@ def gate(tmp_path):
     return GateStore(open_consensus(f"sqlite://{tmp_path}/c.db"))
 
 
-@contextlib.contextmanager
 def serving(tmp_path, store, **options):
     """A server on ``store`` (closed with it) in a thread until the block ends."""
-    blob = open_blob(f"file://{tmp_path}/blob")
-    options = {"gc_interval_s": 0, "sweep_interval_s": 0, **options}
-    server = ConsensusServer(store, blob, f"ipc://{tmp_path}/sock/c", **options)
-    stop = threading.Event()
-    loop = threading.Thread(target=server.serve, args=(stop,))
-    loop.start()
-    try:
-        yield server
-    finally:
-        stop.set()
-        loop.join(30)
-        server.close()
-    assert not loop.is_alive()
+    return helpers_serving(
+        tmp_path, open_blob(f"file://{tmp_path}/blob"), consensus=store, **options
+    )
 
 
 def _read_back(tmp_path, address: str, shard: str):

@@ -10,9 +10,9 @@ already in the output directory.
 from __future__ import annotations
 
 import os
-import platform
 from pathlib import Path
 
+from ..._figures import report_head
 from ...config import AUTO
 from .. import scale
 from . import hosts
@@ -66,13 +66,7 @@ def table_rows(rows: list[dict]) -> list[list[str]]:
 def write_report(rows: list[dict], out: Path, command: str, elapsed_s: float) -> Path:
     """Write ``report.md`` next to ``results.json``; return its path."""
     lines = [
-        "# shardsink bench cluster",
-        "",
-        f"Command: `{command}`",
-        "",
-        f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"{platform.system()} {platform.machine()}; total {elapsed_s:.0f} s.",
-        "",
+        *report_head("shardsink bench cluster", command, elapsed_s),
         "## Checks",
         "",
         "| claim | result | figures |",

@@ -9,19 +9,22 @@ of a union is the sum of the parts' digests in any order: the digests the
 workers report for an interval add up to the one of the interval's batches,
 and the batches of a shard add up to the one of its consolidated content.
 
-``h`` is computed column by column with numpy, without a Python loop: each
-leaf column (a struct is walked into its fields) is hashed to one ``uint64``
-per row, the leaves are folded in schema order through the splitmix64
-finalizer. A fixed-width value is hashed by its bits; a string or binary by
-its 8-byte words, each mixed with its place in the value, summed, with its
-length (one matrix of words when every value has the same length). A null
-hashes to a constant. Types with no such layout (lists, maps, unions)
-raise ``ValueError`` naming the field; shardsink cannot consolidate them
-either.
+``h`` is computed column by column with numpy, without a Python loop: every
+8-byte word of a row's leaves (a struct is walked into its fields; a
+fixed-width value is its bits, a string or binary its little-endian words
+and its length) is multiplied by an odd constant of its own leaf and place,
+the products are summed, and the splitmix64 finalizer mixes the sum into
+``h``. Odd constants make a change of any one word change the sum, and the
+finalizer (a bijection) then ``h``; one finalizer per row, not per word,
+keeps the digest a small share of a worker's CPU (``bench cluster``'s
+``digest`` section measures it). A null counts as a constant. Types with
+no such layout (lists, maps, unions) raise ``ValueError`` naming the
+field; shardsink cannot consolidate them either.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 
 import msgspec
@@ -33,25 +36,46 @@ import pyarrow.compute as pc
 #: ``bench cluster``'s digest-cost section sets it, to measure their cost.
 NO_DIGEST_ENV = "SHARDSINK_NO_DIGEST"
 _MASK = (1 << 64) - 1
-_P = np.uint64(0x100000001B3)
 _STEP = np.uint64(0xA0761D6478BD642F)
 _NULL = np.uint64(0x9E3779B97F4A7C15)
 _LENGTH = np.uint64(0xD6E8FEB86659FD93)
 
 
+#: The hash this module computes. Digests stored with another (``0``, the
+#: first one, which mixed every word) are not compared: their sums mean
+#: nothing to this one (:func:`comparable`).
+SCHEME = 1
+
+
 class Digest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, array_like=True):
     """``rows`` updates whose diffs sum to ``diffs`` and whose hash (see the
-    module doc) is ``hash``. ``rows`` is what was written; consolidation
-    changes it, so only :meth:`same_content` is kept by compaction."""
+    module doc) by hash ``scheme`` is ``hash``. ``rows`` is what was written;
+    consolidation changes it, so only :meth:`same_content` is kept by
+    compaction. An empty digest (all zero) is the same in every scheme."""
 
     rows: int = 0
     diffs: int = 0
     hash: int = 0
+    #: last, defaulted: a digest stored before schemes were recorded decodes as 0
+    scheme: int = 0
 
     def __add__(self, other: Digest) -> Digest:
+        """The digest of both; ``ValueError`` if they are of two schemes."""
+        if other.empty():
+            return self
+        if self.empty():
+            return other
+        if self.scheme != other.scheme:
+            raise ValueError(f"digests of hash schemes {self.scheme} and {other.scheme}")
         return Digest(
-            self.rows + other.rows, self.diffs + other.diffs, (self.hash + other.hash) & _MASK
+            self.rows + other.rows,
+            self.diffs + other.diffs,
+            (self.hash + other.hash) & _MASK,
+            self.scheme,
         )
+
+    def empty(self) -> bool:
+        return (self.rows, self.diffs, self.hash) == (0, 0, 0)
 
     def same_content(self, other: Digest) -> bool:
         """Whether both describe the same collection (diffs and hash; not rows)."""
@@ -62,7 +86,8 @@ class Digest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, array_like
 
 
 def total(digests) -> Digest:
-    """The sum of ``digests`` (an empty one for none)."""
+    """The sum of ``digests`` (an empty one for none); ``ValueError`` if
+    they are of two schemes."""
     out = Digest()
     for d in digests:
         out = out + d
@@ -70,9 +95,18 @@ def total(digests) -> Digest:
 
 
 def total_known(digests) -> Digest | None:
-    """The sum of ``digests``; ``None`` if one of them is (unknown)."""
+    """The sum of ``digests``; ``None`` if one of them is (unknown) or they
+    are of two schemes."""
     digests = list(digests)
-    return None if any(d is None for d in digests) else total(digests)
+    if any(d is None for d in digests) or len({d.scheme for d in digests if not d.empty()}) > 1:
+        return None
+    return total(digests)
+
+
+def comparable(stored: Digest) -> bool:
+    """Whether ``stored`` can be checked against a digest computed now:
+    empty, or of :data:`SCHEME`."""
+    return stored.empty() or stored.scheme == SCHEME
 
 
 def digest(table: pa.Table | pa.RecordBatch) -> Digest:
@@ -85,7 +119,7 @@ def digest(table: pa.Table | pa.RecordBatch) -> Digest:
     h = row_hashes(table)
     with np.errstate(over="ignore"):
         hashed = int(np.sum(h * diffs.view(np.uint64), dtype=np.uint64))
-    return Digest(n, int(diffs.sum()), hashed)
+    return Digest(n, int(diffs.sum()), hashed, SCHEME)
 
 
 def written(table: pa.Table | pa.RecordBatch) -> Digest | None:
@@ -100,11 +134,13 @@ def row_hashes(
     """``h(key, val)`` of every row of ``table`` (or the hash of other
     ``columns``), as ``uint64``."""
     acc = np.zeros(table.num_rows, dtype=np.uint64)
+    index = 0
     with np.errstate(over="ignore"):
         for name in columns:
             for path, leaf in leaves(name, table.column(name)):
-                acc = mix(acc * _P + _leaf(path, leaf))
-    return acc
+                index += 1
+                acc += _leaf(path, leaf, index)
+    return mix(acc)
 
 
 def check_hashable(schema: pa.Schema) -> None:
@@ -155,7 +191,9 @@ def _width(kind: pa.DataType) -> int:
         return 0
 
 
-def _leaf(path: str, array: pa.Array | pa.ChunkedArray) -> np.ndarray:
+def _leaf(path: str, array: pa.Array | pa.ChunkedArray, index: int) -> np.ndarray:
+    """The ``index``-th leaf's share of each row's sum: its words times
+    odd constants of its own (see :func:`_constants`)."""
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
     if pa.types.is_dictionary(array.type):
@@ -164,53 +202,75 @@ def _leaf(path: str, array: pa.Array | pa.ChunkedArray) -> np.ndarray:
     if kind == "view":
         array = array.cast(pa.large_binary())
         kind = "var"
-    if kind == "bool":
-        h = _numpy(pc.cast(array, pa.uint8())).astype(np.uint64)
-    elif kind == "word":
-        width = array.type.bit_width // 8
-        data = np.frombuffer(array.buffers()[1], dtype=f"<u{width}")
-        h = data[array.offset : array.offset + len(array)].astype(np.uint64)
-    elif kind == "fixed":
-        width = _width(array.type) // 8
-        data = np.frombuffer(array.buffers()[1], dtype=np.uint8)
-        data = data[array.offset * width : (array.offset + len(array)) * width]
-        h = _bytes_hash(data, np.arange(0, width * (len(array) + 1), width, dtype=np.int64))
-    else:
-        large = pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type)
-        offsets = np.frombuffer(array.buffers()[1], dtype=np.int64 if large else np.int32)
-        offsets = offsets[array.offset : array.offset + len(array) + 1].astype(np.int64)
-        data = np.frombuffer(array.buffers()[2] or b"", dtype=np.uint8)
-        h = _bytes_hash(data[offsets[0] : offsets[-1]], offsets - offsets[0])
-    h = mix(h)
+    constant = _constants(index, 1)[0]
+    with np.errstate(over="ignore"):
+        if kind == "bool":
+            h = _numpy(pc.cast(array, pa.uint8())).astype(np.uint64) * constant
+        elif kind == "word":
+            width = array.type.bit_width // 8
+            data = np.frombuffer(array.buffers()[1], dtype=f"<u{width}")
+            h = data[array.offset : array.offset + len(array)].astype(np.uint64) * constant
+        elif kind == "fixed":
+            width = _width(array.type) // 8
+            data = np.frombuffer(array.buffers()[1], dtype=np.uint8)
+            data = data[array.offset * width : (array.offset + len(array)) * width]
+            offsets = np.arange(0, width * (len(array) + 1), width, dtype=np.int64)
+            h = _bytes_hash(data, offsets, index)
+        else:
+            large = pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type)
+            offsets = np.frombuffer(array.buffers()[1], dtype=np.int64 if large else np.int32)
+            offsets = offsets[array.offset : array.offset + len(array) + 1].astype(np.int64)
+            data = np.frombuffer(array.buffers()[2] or b"", dtype=np.uint8)
+            h = _bytes_hash(data[offsets[0] : offsets[-1]], offsets - offsets[0], index)
     if array.null_count:
-        h = np.where(_numpy(array.is_valid()), h, _NULL)
+        h = np.where(_numpy(array.is_valid()), h, _NULL * constant)
     return h
 
 
-def _bytes_hash(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Per row ``r``, ``Σ_j mix(w_j + j·STEP)`` over the little-endian 8-byte
-    words ``w_j`` of ``data[offsets[r]:offsets[r+1]]`` (the last one
-    zero-padded), plus its length times a constant: eight bytes per element,
-    and the same for a row wherever it lies in its buffer."""
+@functools.lru_cache(maxsize=256)
+def _constants(index: int, count: int) -> np.ndarray:
+    """``count`` odd 64-bit constants of leaf ``index`` (one per word place):
+    odd, so a change of any one word changes the row's sum. Cached: a
+    digest of a few rows must not pay for making them again."""
+    places = np.arange(count, dtype=np.uint64) + np.uint64((index * int(_STEP)) & _MASK)
+    constants = mix(places) | np.uint64(1)
+    constants.flags.writeable = False
+    return constants
+
+
+@functools.lru_cache(maxsize=256)
+def _length_constant(index: int) -> np.uint64:
+    """What leaf ``index`` multiplies a value's length by."""
+    return np.uint64((int(_constants(index, 1)[0]) * int(_LENGTH)) & _MASK)
+
+
+def _bytes_hash(data: np.ndarray, offsets: np.ndarray, index: int) -> np.ndarray:
+    """Per row ``r``, ``Σ_j K_j · w_j`` over the little-endian 8-byte words
+    ``w_j`` of ``data[offsets[r]:offsets[r+1]]`` (the last one zero-padded),
+    ``K`` leaf ``index``'s constants, plus its length times another: the
+    same for a row wherever it lies in its buffer."""
     rows = len(offsets) - 1
     lengths = np.diff(offsets)
     if rows == 0:
         return np.empty(0, dtype=np.uint64)
     width = int(lengths[0])
-    if (lengths == width).all():  # one length (fixed-width values): a matrix of words
-        words = np.zeros((rows, (width + 7) // 8 * 8), dtype=np.uint8)
-        words[:, :width] = data[: rows * width].reshape(rows, width)
-        words = words.view("<u8")
-        steps = np.arange(words.shape[1], dtype=np.uint64) * _STEP
-        with np.errstate(over="ignore"):
-            sums = mix(words + steps).sum(axis=1, dtype=np.uint64)
-    else:
-        sums = _ragged_words(data, offsets, lengths)
+    length = _length_constant(index)
     with np.errstate(over="ignore"):
-        return sums + lengths.astype(np.uint64) * _LENGTH
+        if (lengths == width).all():  # one length (fixed-width values): a matrix of words
+            words = data[: rows * width].reshape(rows, width)
+            if width % 8:
+                padded = np.zeros((rows, (width + 7) // 8 * 8), dtype=np.uint8)
+                padded[:, :width] = words
+                words = padded
+            words = np.ascontiguousarray(words).view("<u8")
+            sums = words @ _constants(index, words.shape[1])
+            return sums + np.uint64(width) * length
+        return _ragged_words(data, offsets, lengths, index) + lengths.astype(np.uint64) * length
 
 
-def _ragged_words(data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def _ragged_words(
+    data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, index: int
+) -> np.ndarray:
     """:func:`_bytes_hash`'s sums for rows of differing lengths: every word
     gathered from a view of the bytes at each offset."""
     padded = np.zeros(len(data) + 8, dtype=np.uint8)
@@ -223,10 +283,11 @@ def _ragged_words(data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) ->
     words = at_each_byte[offsets[:-1][row] + 8 * j]
     tail = (lengths[row] - 8 * j).clip(0, 8)  # bytes of the row in this word
     keep = np.where(tail >= 8, ~np.uint64(0), (np.uint64(1) << (8 * tail).astype(np.uint64)) - 1)
+    constants = _constants(index, int(counts.max()) if len(counts) else 0)
     with np.errstate(over="ignore"):
-        hashed = mix((words & keep) + j.astype(np.uint64) * _STEP)
-    prefix = np.zeros(len(hashed) + 1, dtype=np.uint64)
-    np.cumsum(hashed, out=prefix[1:])
+        weighted = (words & keep) * constants[j]
+    prefix = np.zeros(len(weighted) + 1, dtype=np.uint64)
+    np.cumsum(weighted, out=prefix[1:])
     with np.errstate(over="ignore"):
         return prefix[first + counts] - prefix[first]
 

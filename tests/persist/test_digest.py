@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 import pyarrow as pa
 import pytest
 
 from shardsink.persist import parts as P
-from shardsink.persist.digest import Digest, digest, total
+from shardsink.persist.digest import SCHEME, Digest, comparable, digest, total, total_known
 
 STRING = pa.string()
 STRUCT = pa.struct([("price", pa.float64()), ("name", pa.string()), ("n", pa.int32())])
@@ -98,3 +99,29 @@ def test_nulls_hash_apart_from_values():
     b = updates(["a"], [{"price": 0.0, "name": "q", "n": 1}], [1])
     assert digest(a) != digest(b) and digest(a) == digest(a)
     assert Digest() + digest(a) == digest(a)
+
+
+def test_a_digest_of_the_first_scheme_is_recognised_and_never_compared():
+    """Digests stored before schemes were recorded (three fields) decode as
+    scheme 0: not summed with this scheme's, not checked against them."""
+    now = digest(updates(["a", "b"], [{"price": 1.0, "name": "q", "n": 1}] * 2, [1, -1]))
+    assert now.scheme == SCHEME and comparable(now) and comparable(Digest())
+    stored = msgspec.json.decode(b"[2,0,12345]", type=Digest)
+    assert stored.scheme == 0 and not comparable(stored)
+    assert total_known([now, stored]) is None
+    assert total_known([now, Digest(), now]) == now + now
+    with pytest.raises(ValueError, match="hash schemes 1 and 0"):
+        total([now, stored])
+
+
+def test_every_word_of_a_long_value_counts_in_its_place():
+    """A string over several words: changing one byte of any word, or
+    swapping two words, changes the digest (ragged and fixed-length)."""
+    base = "0123456789abcdef" * 3  # 48 bytes: six words
+    swapped = base[8:16] + base[:8] + base[16:]
+    changed = base[:40] + "X" + base[41:]
+    for other in (swapped, changed):
+        for extra in ("", "tail of another length"):  # fixed-length, then ragged
+            a = updates(["k", "j"], [base, extra or base], [1, 1], val_type=STRING)
+            b = updates(["k", "j"], [other, extra or base], [1, 1], val_type=STRING)
+            assert digest(a) != digest(b)

@@ -177,7 +177,8 @@ CLUSTER_FLAGS = {
         "its trickle section; scale: rows/s, parts per append and latency as workers and groups "
         "grow; auto: small writes and hydration with --shared-max-bytes auto; latency: the p50 "
         "sharing adds to off's at 1x8 and 4x8; hosts: every variant on this machine and on 1, 2 "
-        "and 3 hosts of a Ray cluster ([cluster] hosts, else 3 loopback nodes started for it)",
+        "and 3 hosts of a Ray cluster ([cluster] hosts, else 3 loopback nodes started for it); "
+        "digest: trickle 1x4 with and without content digests, six repeats (what they cost)",
     ),
 }
 

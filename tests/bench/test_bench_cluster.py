@@ -327,6 +327,9 @@ def test_every_matrix_runs_each_repeat_in_its_own_seeded_order() -> None:
     assert len({labels[0] for labels in per_repeat}) > 1  # no variant always first
     assert all(sorted(labels) == sorted(per_repeat[0]) for labels in per_repeat)
     assert repeat_order("abcdef", 1) == repeat_order("abcdef", 1) != repeat_order("abcdef", 2)
+    # digests on and off, two variants: shuffled once (twice would undo it)
+    firsts = [next(s.digests for s in matrix("digest") if s.repeat == r) for r in range(6)]
+    assert set(firsts) == {True, False}
 
 
 def test_bars_show_the_median_the_spread_the_value_and_a_zero_as_zero(tmp_path) -> None:

@@ -73,7 +73,7 @@ class BenchClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unkno
     out: str | None = None
     workload: dict[str, Any] = {}
     matrix: Literal[
-        "default", "quick", "trickle", "hydrate", "scale", "auto", "latency", "hosts"
+        "default", "quick", "trickle", "hydrate", "scale", "auto", "latency", "hosts", "digest"
     ] = "default"
     cluster: ClusterConfig = msgspec.field(default_factory=ClusterConfig)
 
@@ -271,13 +271,23 @@ def workload_matrix(table: dict[str, Any], repeats: int = 3) -> list[RunSpec]:
             RunSpec(section="workload", workload="trickle", intervals=20, repeat=repeat,
                     **shape),
         ]  # fmt: skip
-        runs += [
-            RunSpec(section="digest", mode="best-effort", groups=1, workers=4,
-                    rows_per_interval=DIGEST_ROWS, workload="trickle", intervals=10,
-                    repeat=repeat, digests=digests)
-            for digests in (True, False)
-        ]  # fmt: skip
+        runs += _digest_runs(repeat)
     return ordered(runs)
+
+
+def _digest_runs(repeat: int) -> list[RunSpec]:
+    """Trickle 1x4 best-effort at :data:`DIGEST_ROWS`, digests on and off."""
+    return [
+        RunSpec(section="digest", mode="best-effort", groups=1, workers=4,
+                rows_per_interval=DIGEST_ROWS, workload="trickle", intervals=30,
+                repeat=repeat, digests=digests)
+        for digests in (True, False)
+    ]  # fmt: skip
+
+
+def _digest_only() -> list[RunSpec]:
+    """``--matrix digest``: what digests cost, six repeats interleaved."""
+    return [run for repeat in range(6) for run in _digest_runs(repeat)]
 
 
 #: Rows per interval of the digest-cost runs: enough that hashing is a
@@ -477,4 +487,5 @@ MATRICES: dict[str, Callable[[], list[RunSpec]]] = {
     "auto": _auto,
     "latency": _latency,
     "hosts": lambda: hosts.hosts_matrix(RunSpec),
+    "digest": _digest_only,
 }

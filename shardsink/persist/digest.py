@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 
 import msgspec
 import numpy as np
@@ -116,9 +117,8 @@ def digest(table: pa.Table | pa.RecordBatch) -> Digest:
     if n == 0:
         return Digest()
     diffs = _numpy(table.column("diff")).astype(np.int64, copy=False)
-    h = row_hashes(table)
     with np.errstate(over="ignore"):
-        hashed = int(np.sum(h * diffs.view(np.uint64), dtype=np.uint64))
+        hashed = int(np.dot(row_hashes(table), diffs.view(np.uint64)))
     return Digest(n, int(diffs.sum()), hashed, SCHEME)
 
 
@@ -134,13 +134,34 @@ def row_hashes(
     """``h(key, val)`` of every row of ``table`` (or the hash of other
     ``columns``), as ``uint64``."""
     acc = np.zeros(table.num_rows, dtype=np.uint64)
+    share = _scratch(table.num_rows)
     index = 0
     with np.errstate(over="ignore"):
         for name in columns:
             for path, leaf in leaves(name, table.column(name)):
                 index += 1
-                acc += _leaf(path, leaf, index)
-    return mix(acc)
+                _leaf(path, leaf, index, share)
+                acc += share
+    return mix(acc, scratch=share)
+
+
+#: Rows up to which a thread keeps its :func:`_scratch` array (8 MiB).
+SCRATCH_ROWS = 1 << 20
+_scratches = threading.local()
+
+
+def _scratch(rows: int) -> np.ndarray:
+    """A ``uint64`` array of ``rows`` for this thread's intermediate sums,
+    reused by the next digest. Why: a fresh 400 kB array page-faults; with
+    fresh ones for each step, a digest of 50,000 trickle rows cost 0.84 ms
+    of CPU, against 0.60 ms reusing one (``process_time``, by hand). Beyond
+    :data:`SCRATCH_ROWS`, a fresh one (not kept)."""
+    if rows > SCRATCH_ROWS:
+        return np.empty(rows, dtype=np.uint64)
+    kept = getattr(_scratches, "array", None)
+    if kept is None or len(kept) < rows:
+        kept = _scratches.array = np.empty(max(rows, 1024), dtype=np.uint64)
+    return kept[:rows]
 
 
 def check_hashable(schema: pa.Schema) -> None:
@@ -191,9 +212,9 @@ def _width(kind: pa.DataType) -> int:
         return 0
 
 
-def _leaf(path: str, array: pa.Array | pa.ChunkedArray, index: int) -> np.ndarray:
-    """The ``index``-th leaf's share of each row's sum: its words times
-    odd constants of its own (see :func:`_constants`)."""
+def _leaf(path: str, array: pa.Array | pa.ChunkedArray, index: int, out: np.ndarray) -> None:
+    """Write into ``out`` the ``index``-th leaf's share of each row's sum:
+    its words times odd constants of its own (see :func:`_constants`)."""
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
     if pa.types.is_dictionary(array.type):
@@ -205,26 +226,25 @@ def _leaf(path: str, array: pa.Array | pa.ChunkedArray, index: int) -> np.ndarra
     constant = _constants(index, 1)[0]
     with np.errstate(over="ignore"):
         if kind == "bool":
-            h = _numpy(pc.cast(array, pa.uint8())).astype(np.uint64) * constant
+            np.multiply(_numpy(pc.fill_null(pc.cast(array, pa.uint8()), 0)), constant, out=out)
         elif kind == "word":
             width = array.type.bit_width // 8
             data = np.frombuffer(array.buffers()[1], dtype=f"<u{width}")
-            h = data[array.offset : array.offset + len(array)].astype(np.uint64) * constant
+            np.multiply(data[array.offset : array.offset + len(array)], constant, out=out)
         elif kind == "fixed":
             width = _width(array.type) // 8
             data = np.frombuffer(array.buffers()[1], dtype=np.uint8)
             data = data[array.offset * width : (array.offset + len(array)) * width]
             offsets = np.arange(0, width * (len(array) + 1), width, dtype=np.int64)
-            h = _bytes_hash(data, offsets, index)
+            _bytes_hash(data, offsets, index, out)
         else:
             large = pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type)
             offsets = np.frombuffer(array.buffers()[1], dtype=np.int64 if large else np.int32)
-            offsets = offsets[array.offset : array.offset + len(array) + 1].astype(np.int64)
+            offsets = offsets[array.offset : array.offset + len(array) + 1]
             data = np.frombuffer(array.buffers()[2] or b"", dtype=np.uint8)
-            h = _bytes_hash(data[offsets[0] : offsets[-1]], offsets - offsets[0], index)
+            _bytes_hash(data, offsets, index, out)
     if array.null_count:
-        h = np.where(_numpy(array.is_valid()), h, _NULL * constant)
-    return h
+        np.putmask(out, ~_numpy(array.is_valid()), _NULL * constant)
 
 
 @functools.lru_cache(maxsize=256)
@@ -244,28 +264,33 @@ def _length_constant(index: int) -> np.uint64:
     return np.uint64((int(_constants(index, 1)[0]) * int(_LENGTH)) & _MASK)
 
 
-def _bytes_hash(data: np.ndarray, offsets: np.ndarray, index: int) -> np.ndarray:
-    """Per row ``r``, ``Σ_j K_j · w_j`` over the little-endian 8-byte words
+def _bytes_hash(data: np.ndarray, offsets: np.ndarray, index: int, out: np.ndarray) -> None:
+    """Write into ``out``, per row ``r``, ``Σ_j K_j · w_j`` over the little-endian 8-byte words
     ``w_j`` of ``data[offsets[r]:offsets[r+1]]`` (the last one zero-padded),
     ``K`` leaf ``index``'s constants, plus its length times another: the
-    same for a row wherever it lies in its buffer."""
+    same for a row wherever it lies in its buffer. ``offsets`` of any
+    integer type, into ``data``."""
     rows = len(offsets) - 1
-    lengths = np.diff(offsets)
     if rows == 0:
-        return np.empty(0, dtype=np.uint64)
+        return
+    start = int(offsets[0])
+    lengths = np.diff(offsets)
     width = int(lengths[0])
     length = _length_constant(index)
     with np.errstate(over="ignore"):
         if (lengths == width).all():  # one length (fixed-width values): a matrix of words
-            words = data[: rows * width].reshape(rows, width)
+            words = data[start : start + rows * width].reshape(rows, width)
             if width % 8:
                 padded = np.zeros((rows, (width + 7) // 8 * 8), dtype=np.uint8)
                 padded[:, :width] = words
                 words = padded
             words = np.ascontiguousarray(words).view("<u8")
-            sums = words @ _constants(index, words.shape[1])
-            return sums + np.uint64(width) * length
-        return _ragged_words(data, offsets, lengths, index) + lengths.astype(np.uint64) * length
+            np.matmul(words, _constants(index, words.shape[1]), out=out)
+            out += np.uint64(width) * length
+            return
+        lengths = lengths.astype(np.int64)
+        out[:] = _ragged_words(data[start : int(offsets[-1])], offsets - start, lengths, index)
+        out += lengths.astype(np.uint64) * length
 
 
 def _ragged_words(
@@ -283,7 +308,7 @@ def _ragged_words(
     words = at_each_byte[offsets[:-1][row] + 8 * j]
     tail = (lengths[row] - 8 * j).clip(0, 8)  # bytes of the row in this word
     keep = np.where(tail >= 8, ~np.uint64(0), (np.uint64(1) << (8 * tail).astype(np.uint64)) - 1)
-    constants = _constants(index, int(counts.max()) if len(counts) else 0)
+    constants = _constants(index, int(counts.max()))
     with np.errstate(over="ignore"):
         weighted = (words & keep) * constants[j]
     prefix = np.zeros(len(weighted) + 1, dtype=np.uint64)
@@ -292,14 +317,19 @@ def _ragged_words(
         return prefix[first + counts] - prefix[first]
 
 
-def mix(z: np.ndarray) -> np.ndarray:
-    """The splitmix64 finalizer, element-wise (wrapping)."""
+def mix(z: np.ndarray, scratch: np.ndarray | None = None) -> np.ndarray:
+    """The splitmix64 finalizer, element-wise (wrapping). With a ``scratch``
+    array of ``z``'s shape, ``z`` (``uint64``) is overwritten with it."""
+    if scratch is None:
+        z = np.array(z, dtype=np.uint64)
+        scratch = np.empty_like(z)
     with np.errstate(over="ignore"):
-        z = z ^ (z >> np.uint64(30))
-        z = z * np.uint64(0xBF58476D1CE4E5B9)
-        z = z ^ (z >> np.uint64(27))
-        z = z * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
+        for shift, factor in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB), (31, None)):
+            np.right_shift(z, np.uint64(shift), out=scratch)
+            z ^= scratch
+            if factor is not None:
+                z *= np.uint64(factor)
+    return z
 
 
 def _numpy(column: pa.Array | pa.ChunkedArray) -> np.ndarray:

@@ -177,7 +177,7 @@ def test_reading_compacting_and_verifying_leave_the_processs_allocators_alone(
     config = ShardConfig(inline_max_bytes=0, blob_target_bytes=1 << 20)
     monkeypatch.setattr(windows, "WHOLE_GET_BYTES", 0)  # every part through open_input
     blob, consensus = f"file://{tmp_path}/blob", f"sqlite://{tmp_path}/c.db"
-    with open_shard("s", blob=blob, consensus=consensus, config=config) as shard:
+    with open_shard("s", blob=blob, consensus=consensus, config=config, create=True) as shard:
         for name in (
             "default_memory_pool",
             "set_memory_pool",

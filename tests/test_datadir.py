@@ -104,7 +104,9 @@ def test_a_stale_lock_is_reported_and_replaced(tmp_path, popen, caplog):
 
 
 def test_a_shard_command_without_a_server_holds_the_lock(tmp_path, capsys, monkeypatch):
-    with open_shard(blob=datadir.blob_uri(tmp_path), consensus=datadir.consensus_uri(tmp_path)):
+    with open_shard(
+        blob=datadir.blob_uri(tmp_path), consensus=datadir.consensus_uri(tmp_path), create=True
+    ):
         pass
     during = []
     compact = Shard.compact

@@ -84,7 +84,9 @@ def _client(argv: list[str]) -> None:
     shard_name, seconds, blob_parts = argv[0], float(argv[1]), argv[2] == "blob"
     workload = Workload("trickle", rows_per_interval=4, interval_ms=1)
     config = ShardConfig(inline_max_bytes=0 if blob_parts else ShardConfig().inline_max_bytes)
-    with open_shard(shard_name, blob=blob, consensus=consensus, config=config) as shard:
+    with open_shard(
+        shard_name, blob=blob, consensus=consensus, config=config, create=True
+    ) as shard:
         writer = shard.writer()
         if not racing.ready():
             return

@@ -87,11 +87,15 @@ class Shard:
         consensus: str | Consensus,
         schema: pa.Schema | None = None,
         config: ShardConfig | None = None,
-        create: bool = True,
+        create: bool | None = None,
         clock: Callable[[], int] = wall_clock_ms,
         remote: RemoteOpener | None = None,
     ) -> Shard:
-        """Open (or, with ``create``, create) the shard ``name``.
+        """Open the shard ``name``; create it if it does not exist and
+        ``create`` is true, or is ``None`` (the default) and ``schema`` is
+        given: opening a shard by name alone never creates one, so a
+        misspelt name fails (with the shards there are) instead of making
+        an empty shard.
 
         ``blob`` and ``consensus`` are URIs (``open_blob``/``open_consensus``
         forms; the handle closes what it opened) or open stores (left open).
@@ -102,14 +106,17 @@ class Shard:
         :func:`shardsink.open_shard`).
         ``schema`` is the ``key``/``val`` schema (``ts``/``diff`` are added) or the
         full one; ``None`` means the existing shard's schema, or key int64 / val
-        string for a new shard. ``clock`` gives milliseconds (leases, sweeps).
+        string for a new shard made with ``create=True``. ``clock`` gives
+        milliseconds (leases, sweeps).
 
         Errors: ``ValueError`` for a bad name, URI or schema;
         :class:`SchemaMismatch` if the shard exists with another schema;
-        :class:`~.errors.ShardNotFound` if it does not exist and not ``create``;
+        :class:`~.errors.ShardNotFound` (naming the shards there are) if it
+        does not exist and is not to be created;
         storage errors if a store cannot be reached.
         """
         check_shard_name(name)
+        create = schema is not None if create is None else create
         config = config or ShardConfig()
         wanted = None if schema is None else P.full_schema(schema)
         owned: list = []

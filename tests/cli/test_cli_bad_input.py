@@ -145,7 +145,7 @@ def test_bench_cluster_without_the_bench_extra_runs_nothing(capsys, tmp_path, mo
 def test_read_output_a_directory(capsys, tmp_path):
     (tmp_path / "out").mkdir()
     store = ["--blob", f"file://{tmp_path}/blob", "--consensus", f"sqlite://{tmp_path}/c.db"]
-    with open_shard(blob=store[1], consensus=store[3]):
+    with open_shard(blob=store[1], consensus=store[3], create=True):
         pass
     err = one_line(capsys, ["read", *store, "--output", str(tmp_path / "out")])
     assert err.endswith(f"--output {tmp_path}/out: is a directory; give a file path")
@@ -171,7 +171,7 @@ def test_reading_into_an_engine_without_the_read_extra(tmp_path, monkeypatch, ca
     stores = {"blob": f"file://{tmp_path}/blob", "consensus": f"sqlite://{tmp_path}/c.db"}
     needs = rf"needs {gone}, .*: pip install 'shardsink\[read\]'"
     with (
-        open_shard(**stores) as shard,
+        open_shard(**stores, create=True) as shard,
         shard.reader() as reader,
         pytest.raises(ValueError, match=needs),
     ):

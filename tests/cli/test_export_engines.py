@@ -23,7 +23,7 @@ INTERVALS = 4
 
 def test_every_engine_reads_the_export_directory_as_it_is(capsys, tmp_path):
     with open_shard(
-        blob=f"file://{tmp_path}/blob", consensus=f"sqlite://{tmp_path}/consensus.db"
+        blob=f"file://{tmp_path}/blob", consensus=f"sqlite://{tmp_path}/consensus.db", create=True
     ) as shard:
         writer = shard.writer()
         for i in range(INTERVALS):

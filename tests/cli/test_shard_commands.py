@@ -40,12 +40,12 @@ def data_dir(tmp_path):
     """Shards ``default`` (INTERVALS churn intervals, every part in blob)
     and ``other`` (empty) in ``tmp_path``."""
     stores = {"blob": f"file://{tmp_path}/blob", "consensus": f"sqlite://{tmp_path}/consensus.db"}
-    with open_shard(**stores, config=BLOB_PARTS) as shard:
+    with open_shard(**stores, config=BLOB_PARTS, create=True) as shard:
         writer = shard.writer()
         for i in range(INTERVALS):
             lower = i * CHURN.interval_ms
             writer.compare_and_append_table(CHURN.updates(i), lower, lower + CHURN.interval_ms)
-    with open_shard("other", **stores):
+    with open_shard("other", **stores, create=True):
         pass
     return tmp_path
 

@@ -50,7 +50,7 @@ def _check_exact(shard, intervals: int) -> None:
 
 def test_gc_killed_between_listing_and_delete(tmp_path) -> None:
     blob, consensus = _stores(tmp_path)
-    with open_shard("k", blob=blob, consensus=consensus, config=BLOB_PARTS) as shard:
+    with open_shard("k", blob=blob, consensus=consensus, config=BLOB_PARTS, create=True) as shard:
         _append(shard, 0, 6)
         assert shard.compact().applied >= 1
         retired = {k for keys in shard.state(refresh=True).retired.values() for k in keys}
@@ -61,12 +61,12 @@ def test_gc_killed_between_listing_and_delete(tmp_path) -> None:
     killed = subprocess.run(gc, env=env, capture_output=True, timeout=120)
     assert killed.returncode == -9
     assert [r["point"] for r in faults.fired(tmp_path / "f")] == ["gc.before_delete"]
-    with open_shard("k", blob=blob, consensus=consensus) as shard:
+    with open_shard("k", blob=blob, consensus=consensus, create=True) as shard:
         _check_exact(shard, 6)
         assert retired <= set(shard.blob.list("k/"))  # nothing deleted yet
     again = subprocess.run(gc, env=env, capture_output=True, timeout=120)  # budget spent
     assert again.returncode == 0, again.stderr
-    with open_shard("k", blob=blob, consensus=consensus) as shard:
+    with open_shard("k", blob=blob, consensus=consensus, create=True) as shard:
         _check_exact(shard, 6)
         assert not retired & set(shard.blob.list("k/"))
 
@@ -91,7 +91,9 @@ def test_consensus_killed_after_store_before_reply(tmp_path) -> None:
         watcher = threading.Thread(target=restarter)
         watcher.start()
         try:
-            with open_shard("k", blob=blob, consensus=server.address, config=config) as shard:
+            with open_shard(
+                "k", blob=blob, consensus=server.address, config=config, create=True
+            ) as shard:
                 _append(shard, 0, 30)
                 _check_exact(shard, 30)
         finally:
@@ -99,14 +101,14 @@ def test_consensus_killed_after_store_before_reply(tmp_path) -> None:
             watcher.join(30)
     assert len(faults.fired(tmp_path / "f")) == 3
     assert server.starts == 4
-    with open_shard("k", blob=blob, consensus=store) as shard:
+    with open_shard("k", blob=blob, consensus=store, create=True) as shard:
         _check_exact(shard, 30)
 
 
 def test_reader_paused_before_fetch_while_compaction_and_gc_run(tmp_path, monkeypatch) -> None:
     blob, consensus = _stores(tmp_path)
     monkeypatch.setenv(faults.ENV_PAUSE, "4")  # outlasts compaction and GC on a busy machine
-    with open_shard("k", blob=blob, consensus=consensus, config=BLOB_PARTS) as shard:
+    with open_shard("k", blob=blob, consensus=consensus, config=BLOB_PARTS, create=True) as shard:
         _append(shard, 0, 6)
         reader = shard.reader()
         faults.arm(["reader.before_fetch:pause"], fault_dir=tmp_path / "f", role="reader")
@@ -156,7 +158,9 @@ def test_readers_never_fail_while_gc_and_compaction_run_under_faults(tmp_path) -
 
     def read(index: int) -> None:
         rng = random.Random(index)
-        with open_shard("k", blob=blob, consensus=consensus, config=BLOB_PARTS) as shard:
+        with open_shard(
+            "k", blob=blob, consensus=consensus, config=BLOB_PARTS, create=True
+        ) as shard:
             reader = shard.reader()
             while not stop.is_set():
                 state = reader.lease()
@@ -172,7 +176,7 @@ def test_readers_never_fail_while_gc_and_compaction_run_under_faults(tmp_path) -
                     failures.append(f"wrong snapshot as of {as_of}")
                 checked.append(as_of)
 
-    with open_shard("k", blob=blob, consensus=consensus, config=BLOB_PARTS) as shard:
+    with open_shard("k", blob=blob, consensus=consensus, config=BLOB_PARTS, create=True) as shard:
         _append(shard, 0, 4)
         faults.arm(
             ["reader.before_fetch:pause:0.3:0"], seed=2, fault_dir=tmp_path / "r", pause_s=0.05

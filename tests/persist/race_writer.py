@@ -35,7 +35,7 @@ def rows(i: int) -> pa.Table:
 
 
 def main(blob: str, consensus: str, n: int, name: str) -> None:
-    with open_shard("race", blob=blob, consensus=consensus) as shard:
+    with open_shard("race", blob=blob, consensus=consensus, create=True) as shard:
         writer = shard.writer(name)
         print("ready", flush=True)
         i = 0

@@ -15,7 +15,7 @@ from tests.helpers.persist import interval_rows, memory_stores
 def test_small_append_writes_a_diff_much_smaller_than_the_state(inline_max_bytes):
     blob, consensus = memory_stores()
     config = ShardConfig(inline_max_bytes=inline_max_bytes)
-    with open_shard("s", blob=blob, consensus=consensus, config=config) as shard:
+    with open_shard("s", blob=blob, consensus=consensus, config=config, create=True) as shard:
         w = shard.writer()
         for i in range(300):
             w.compare_and_append_table(interval_rows(i, [i]), i, i + 1)

@@ -33,7 +33,7 @@ def snapshots(shard, times):
 
 def test_compaction_merges_small_batches_and_keeps_every_snapshot(stores):
     blob, consensus = stores
-    with open_shard("s", blob=blob, consensus=consensus, config=ALL_BLOB) as shard:
+    with open_shard("s", blob=blob, consensus=consensus, config=ALL_BLOB, create=True) as shard:
         w = shard.writer()
         for i in range(6):
             w.compare_and_append_table(interval_rows(i, range(i, i + 3)), i, i + 1)
@@ -49,7 +49,7 @@ def test_compaction_merges_small_batches_and_keeps_every_snapshot(stores):
 
 def test_compaction_forwards_to_since_and_cancels_retractions(stores):
     blob, consensus = stores
-    with open_shard("s", blob=blob, consensus=consensus) as shard:
+    with open_shard("s", blob=blob, consensus=consensus, create=True) as shard:
         w = shard.writer()
         w.compare_and_append_table(interval_rows(0, range(10)), 0, 1)
         w.compare_and_append_table(interval_rows(1, range(8), diff=-1), 1, 2)
@@ -65,7 +65,7 @@ def test_compaction_forwards_to_since_and_cancels_retractions(stores):
 def test_compaction_leaves_big_batches_alone():
     blob, consensus = memory_stores()
     config = ShardConfig(inline_max_bytes=0, blob_target_bytes=4000)
-    with open_shard("s", blob=blob, consensus=consensus, config=config) as shard:
+    with open_shard("s", blob=blob, consensus=consensus, config=config, create=True) as shard:
         w = shard.writer()
         w.compare_and_append_table(interval_rows(0, [0]), 0, 1)
         w.compare_and_append_table(interval_rows(1, range(1, 400)), 1, 2)
@@ -81,8 +81,8 @@ def test_compaction_that_loses_its_inputs_commits_nothing(stores):
     blob_uri, consensus = stores
     blob = open_blob(blob_uri)
     try:
-        a = open_shard("s", blob=blob, consensus=consensus, config=ALL_BLOB)
-        b = open_shard("s", blob=blob_uri, consensus=consensus, config=ALL_BLOB)
+        a = open_shard("s", blob=blob, consensus=consensus, config=ALL_BLOB, create=True)
+        b = open_shard("s", blob=blob_uri, consensus=consensus, config=ALL_BLOB, create=True)
         with a, b:
             w = a.writer()
             for i in range(3):
@@ -120,7 +120,7 @@ def _three_blob_batches(shard):
 
 def test_compaction_meeting_a_corrupt_part_names_it_and_commits_nothing(tmp_path):
     blob_uri, consensus = f"file://{tmp_path}/blob", f"sqlite://{tmp_path}/c.db"
-    with open_shard("s", blob=blob_uri, consensus=consensus, config=ALL_BLOB) as shard:
+    with open_shard("s", blob=blob_uri, consensus=consensus, config=ALL_BLOB, create=True) as shard:
         keys = _three_blob_batches(shard)
         blob = open_blob(blob_uri)
         try:
@@ -137,7 +137,7 @@ def test_compaction_meeting_a_corrupt_part_names_it_and_commits_nothing(tmp_path
 
 def test_spine_compaction_whose_input_is_gone_commits_nothing_and_leaves_no_output(tmp_path):
     blob_uri, consensus = f"file://{tmp_path}/blob", f"sqlite://{tmp_path}/c.db"
-    with open_shard("s", blob=blob_uri, consensus=consensus, config=ALL_BLOB) as shard:
+    with open_shard("s", blob=blob_uri, consensus=consensus, config=ALL_BLOB, create=True) as shard:
         keys = _three_blob_batches(shard)
         shard.blob.delete(keys[2])
         merger = register_writer(shard.machine, "merger")
@@ -155,7 +155,7 @@ def test_a_refused_compaction_deletes_its_output_itself(tmp_path, refusal):
     sweep spares a part for as long as its writer is registered (a server's
     is for days), and takes that of a writer gone only after the grace."""
     blob_uri, consensus = f"file://{tmp_path}/blob", f"sqlite://{tmp_path}/c.db"
-    with open_shard("s", blob=blob_uri, consensus=consensus, config=ALL_BLOB) as shard:
+    with open_shard("s", blob=blob_uri, consensus=consensus, config=ALL_BLOB, create=True) as shard:
         keys = _three_blob_batches(shard)
         merger = register_writer(shard.machine, "merger")
         original_get = shard.blob.get
@@ -183,7 +183,7 @@ def test_gc_respects_holds_until_the_lease_expires():
     now = [0]
     blob, consensus = memory_stores()
     opts = {"blob": blob, "consensus": consensus, "config": ALL_BLOB, "clock": lambda: now[0]}
-    with open_shard("s", **opts) as shard:
+    with open_shard("s", **opts, create=True) as shard:
         w = shard.writer()
         for i in range(3):
             w.compare_and_append_table(interval_rows(i, [i]), i, i + 1)
@@ -213,7 +213,7 @@ def test_leaked_blob_sweep_deletes_only_old_unreferenced_blobs_of_gone_writers(s
     blob, consensus = stores
     now = [1_000_000]
     opts = {"blob": blob, "consensus": consensus, "config": SWEPT, "clock": lambda: now[0]}
-    with open_shard("s", **opts) as shard:
+    with open_shard("s", **opts, create=True) as shard:
         w = shard.writer()
         w.compare_and_append_table(interval_rows(0, [1]), 0, 1)
         orphan = w.batch(interval_rows(1, [2]), 1, 2)  # a writer that died before appending
@@ -241,7 +241,9 @@ def test_leaked_blob_sweep_deletes_only_old_unreferenced_blobs_of_gone_writers(s
 def test_leaked_blob_sweep_removes_temp_files_of_writers_killed_mid_set(tmp_path):
     root = tmp_path / "blob"
     consensus = f"sqlite://{tmp_path}/consensus.db"
-    with open_shard("s", blob=f"file://{root}", consensus=consensus, config=SWEPT) as shard:
+    with open_shard(
+        "s", blob=f"file://{root}", consensus=consensus, config=SWEPT, create=True
+    ) as shard:
         live = shard.writer()
         live.compare_and_append_table(interval_rows(0, [1]), 0, 1)
         # what a writer killed mid-set leaves: KEY~PID-HEX beside where KEY would be
@@ -275,7 +277,7 @@ def test_leaked_blob_sweep_removes_temp_files_of_writers_killed_mid_set(tmp_path
 def test_rollups_every_threshold_versions_and_old_ones_collected(stores):
     blob, consensus = stores
     config = ShardConfig(rollup_threshold=5)
-    with open_shard("s", blob=blob, consensus=consensus, config=config) as shard:
+    with open_shard("s", blob=blob, consensus=consensus, config=config, create=True) as shard:
         w = shard.writer()
         for i in range(30):
             w.compare_and_append_table(updates([(i, "v", i, 1)]), i, i + 1)
@@ -293,7 +295,7 @@ def test_rollups_every_threshold_versions_and_old_ones_collected(stores):
 
 def test_inspect_reports_parts_and_bytes():
     blob, consensus = memory_stores()
-    with open_shard("s", blob=blob, consensus=consensus) as shard:
+    with open_shard("s", blob=blob, consensus=consensus, create=True) as shard:
         w = shard.writer()
         w.compare_and_append_table(interval_rows(0, [1]), 0, 1)
         w.compare_and_append_table(interval_rows(1, range(2, 900)), 1, 2)
@@ -311,7 +313,7 @@ def test_inspect_reports_parts_and_bytes():
 def test_truncation_refuses_to_strand_versions():
     blob, consensus = memory_stores()
     config = ShardConfig(rollup_threshold=3)
-    with open_shard("s", blob=blob, consensus=consensus, config=config) as shard:
+    with open_shard("s", blob=blob, consensus=consensus, config=config, create=True) as shard:
         w = shard.writer()
         for i in range(10):
             w.compare_and_append_table(interval_rows(i, [i]), i, i + 1)

@@ -40,7 +40,7 @@ def test_a_part_waiting_for_its_append_survives_any_sweep_and_commits(tmp_path):
     accepted) deleted an uploaded part, and the append then committed it, so
     every later read failed with PartMissing. Now a grace below the writer
     lease is refused, and a live writer's parts are never swept, however old."""
-    with open_shard("s", **_stores(tmp_path), config=CONFIG) as shard:
+    with open_shard("s", **_stores(tmp_path), config=CONFIG, create=True) as shard:
         writer = shard.writer()
         batch = writer.batch(WORKLOAD.updates(0), 0, 1000)
         (key,) = batch.blob_keys()
@@ -57,7 +57,7 @@ def test_an_append_naming_a_part_that_is_not_in_blob_is_refused(tmp_path):
     """Finding 1, at commit: nothing checked that the parts exist, so an
     append of a deleted part committed a shard that could not be read. Now
     the machine looks (one stat per part) and refuses it, naming the key."""
-    with open_shard("s", **_stores(tmp_path), config=CONFIG) as shard:
+    with open_shard("s", **_stores(tmp_path), config=CONFIG, create=True) as shard:
         writer = shard.writer()
         batch = writer.batch(WORKLOAD.updates(0), 0, 1000)
         (key,) = batch.blob_keys()
@@ -74,7 +74,9 @@ def test_a_gone_writers_leaked_part_is_swept_and_it_cannot_commit(tmp_path):
     expired writer stays gone (it used to come back on its next heartbeat,
     and could then append a part the sweep had taken)."""
     now = [1_000_000]
-    with open_shard("s", **_stores(tmp_path), config=CONFIG, clock=lambda: now[0]) as shard:
+    with open_shard(
+        "s", **_stores(tmp_path), config=CONFIG, clock=lambda: now[0], create=True
+    ) as shard:
         writer, live = shard.writer(), shard.writer()
         leaked = writer.batch(WORKLOAD.updates(0), 0, 1000)
         kept = live.batch(WORKLOAD.updates(0), 0, 1000)
@@ -98,7 +100,7 @@ def test_discarding_a_tried_append_that_committed_keeps_what_it_references(tmp_p
     """Finding 3: after an append whose earlier try may have committed, its
     blobs were deleted without looking at the state. Discarding with
     ``tried`` deletes only what the state does not reference."""
-    with open_shard("s", **_stores(tmp_path), config=CONFIG) as shard:
+    with open_shard("s", **_stores(tmp_path), config=CONFIG, create=True) as shard:
         writer = shard.writer()
         committed = writer.batch(WORKLOAD.updates(0), 0, 1000)
         writer.compare_and_append([committed], 0, 1000)
@@ -145,16 +147,16 @@ def test_a_fresh_first_rollup_alone_is_a_racing_creators_an_old_one_is_evidence(
     before; the same rollup a while old means the store lost the shard (all
     of whose parts may have been inline in the lost state)."""
     stores = _stores(tmp_path)
-    with open_shard("s", **stores) as shard:
+    with open_shard("s", **stores, create=True) as shard:
         rollup = shard.state().rollups[0].key
-    with open_shard("t", **stores) as other:
+    with open_shard("t", **stores, create=True) as other:
         for name in ("u", "v"):
             other.blob.set(rollup.replace("s/", f"{name}/", 1), b"a racing creator's")
     _age(tmp_path, rollup.replace("s/", "v/", 1), CREATE_RACE_S + 1)
-    with open_shard("u", **stores) as shard:
+    with open_shard("u", **stores, create=True) as shard:
         assert shard.upper == 0
     with pytest.raises(StateMissing, match="has no state of shard 'v'"):
-        open_shard("v", **stores)
+        open_shard("v", **stores, create=True)
 
 
 def test_verify_names_the_part_that_differs_from_its_description(tmp_path, capsys):

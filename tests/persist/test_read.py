@@ -40,7 +40,7 @@ def fill_churn(shard, intervals: int = INTERVALS) -> None:
 @pytest.fixture
 def churn(stores):
     blob, consensus = stores
-    with open_shard("s", blob=blob, consensus=consensus, config=SPLIT) as shard:
+    with open_shard("s", blob=blob, consensus=consensus, config=SPLIT, create=True) as shard:
         fill_churn(shard)
         yield shard
 
@@ -53,7 +53,7 @@ def test_batches_equal_the_churn_collection_before_and_after_compaction(churn, s
     assert max(sizes) <= 100 and sum(sizes) == expected.num_rows
     assert churn.batches().read_all().equals(expected)
     blob, consensus = stores
-    with open_shard("s", blob=blob, consensus=consensus, config=MERGE) as other:
+    with open_shard("s", blob=blob, consensus=consensus, config=MERGE, create=True) as other:
         assert other.compact().applied >= 1
         other.collect_garbage()
     assert len(churn.state().batches) < INTERVALS
@@ -102,7 +102,7 @@ def test_a_shard_stream_holds_its_lease_until_exhausted_or_dropped(churn):
 
 def test_empty_shard_streams_nothing(stores):
     blob, consensus = stores
-    with open_shard("s", blob=blob, consensus=consensus) as shard:
+    with open_shard("s", blob=blob, consensus=consensus, create=True) as shard:
         assert shard.batches().read_all().num_rows == 0
         assert shard.batches(columns=["diff"]).schema.names == ["diff"]
         assert not shard.state().readers
@@ -115,7 +115,7 @@ def test_a_stream_survives_compaction_and_gc_while_it_reads(churn, stores):
     expected = CHURN.expected(INTERVALS)
     with (
         churn.reader() as reader,
-        open_shard("s", blob=blob, consensus=consensus, config=MERGE) as other,
+        open_shard("s", blob=blob, consensus=consensus, config=MERGE, create=True) as other,
     ):
         stream = reader.batches(max_rows=64)
         got = [stream.read_next_batch()]
@@ -137,10 +137,10 @@ def test_a_stream_whose_parts_were_reclaimed_resumes_after_its_last_key(stores):
     config = ShardConfig(inline_max_bytes=0, blob_target_bytes=4096, reader_lease_ms=10)
     with (
         open_shard(
-            "s", blob=blob, consensus=consensus, config=config, clock=lambda: now[0]
+            "s", blob=blob, consensus=consensus, config=config, clock=lambda: now[0], create=True
         ) as shard,
         open_shard(
-            "s", blob=blob, consensus=consensus, config=MERGE, clock=lambda: now[0]
+            "s", blob=blob, consensus=consensus, config=MERGE, clock=lambda: now[0], create=True
         ) as other,
     ):
         fill_churn(shard)
@@ -264,7 +264,9 @@ def test_streams_read_while_appends_compaction_and_gc_run_are_never_wrong(tmp_pa
 
     def churn_and_maintain() -> None:
         try:
-            with open_shard("s", blob=blob, consensus=consensus, config=MERGE) as other:
+            with open_shard(
+                "s", blob=blob, consensus=consensus, config=MERGE, create=True
+            ) as other:
                 writer = other.writer()
                 for i in range(INTERVALS, intervals):
                     t = i * CHURN.interval_ms
@@ -276,7 +278,7 @@ def test_streams_read_while_appends_compaction_and_gc_run_are_never_wrong(tmp_pa
         finally:
             done.set()
 
-    with open_shard("s", blob=blob, consensus=consensus, config=SPLIT) as shard:
+    with open_shard("s", blob=blob, consensus=consensus, config=SPLIT, create=True) as shard:
         fill_churn(shard)
         thread = threading.Thread(target=churn_and_maintain)
         thread.start()
@@ -337,7 +339,9 @@ def test_a_slow_stream_while_appends_spine_compaction_and_gc_run_is_never_wrong(
 
     def append_and_maintain() -> None:
         try:
-            with open_shard("s", blob=blob, consensus=consensus, config=config) as other:
+            with open_shard(
+                "s", blob=blob, consensus=consensus, config=config, create=True
+            ) as other:
                 writer, stats = other.writer(), ShardStats()
                 i = other.upper // workload.interval_ms
                 while not stop.is_set():
@@ -366,7 +370,7 @@ def test_a_slow_stream_while_appends_spine_compaction_and_gc_run_is_never_wrong(
             seen = done["rounds"]
             assert rounds.wait_for(lambda: done["rounds"] > seen or stop.is_set(), 60)
 
-    with open_shard("s", blob=blob, consensus=consensus, config=config) as shard:
+    with open_shard("s", blob=blob, consensus=consensus, config=config, create=True) as shard:
         writer = shard.writer()
         for i in range(8):
             t = i * workload.interval_ms

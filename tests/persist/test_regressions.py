@@ -95,8 +95,10 @@ def fill(shard, n, start=0):
 def test_a_gc_between_selection_and_fetch_cannot_delete_leased_parts(hooked):
     blob, blob_uri, consensus_uri = hooked
     with (
-        open_shard("s", blob=blob, consensus=consensus_uri, config=ALL_BLOB) as shard,
-        open_shard("s", blob=blob_uri, consensus=consensus_uri, config=ALL_BLOB) as other,
+        open_shard("s", blob=blob, consensus=consensus_uri, config=ALL_BLOB, create=True) as shard,
+        open_shard(
+            "s", blob=blob_uri, consensus=consensus_uri, config=ALL_BLOB, create=True
+        ) as other,
     ):
         fill(shard, 3)
         selected = {k for b in shard.state().batches.values() for k in b.blob_keys()}
@@ -121,8 +123,10 @@ def test_a_gc_between_selection_and_fetch_cannot_delete_leased_parts(hooked):
 def test_a_reader_selects_from_the_version_it_leased_not_its_stale_cache(hooked):
     blob, blob_uri, consensus_uri = hooked
     with (
-        open_shard("s", blob=blob, consensus=consensus_uri, config=ALL_BLOB) as shard,
-        open_shard("s", blob=blob_uri, consensus=consensus_uri, config=ALL_BLOB) as other,
+        open_shard("s", blob=blob, consensus=consensus_uri, config=ALL_BLOB, create=True) as shard,
+        open_shard(
+            "s", blob=blob_uri, consensus=consensus_uri, config=ALL_BLOB, create=True
+        ) as other,
     ):
         fill(shard, 3)
         reader = shard.reader()
@@ -151,8 +155,12 @@ def test_b_reclaimed_part_is_reread_from_refreshed_state(hooked):
     now = [0]
     clock = lambda: now[0]  # noqa: E731
     with (
-        open_shard("s", blob=blob, consensus=consensus_uri, config=ALL_BLOB, clock=clock) as shard,
-        open_shard("s", blob=blob_uri, consensus=consensus_uri, config=ALL_BLOB, clock=clock) as gc,
+        open_shard(
+            "s", blob=blob, consensus=consensus_uri, config=ALL_BLOB, clock=clock, create=True
+        ) as shard,
+        open_shard(
+            "s", blob=blob_uri, consensus=consensus_uri, config=ALL_BLOB, clock=clock, create=True
+        ) as gc,
     ):
         fill(shard, 3)
         reader = shard.reader(lease_ms=10)
@@ -173,7 +181,7 @@ def test_b_reclaimed_part_is_reread_from_refreshed_state(hooked):
 
 def test_b_permanently_missing_part_raises_named_error(hooked):
     blob, _, consensus_uri = hooked
-    with open_shard("s", blob=blob, consensus=consensus_uri, config=ALL_BLOB) as shard:
+    with open_shard("s", blob=blob, consensus=consensus_uri, config=ALL_BLOB, create=True) as shard:
         fill(shard, 2)
         (key, *_) = shard.state().ordered_batches()[0].blob_keys()
         blob.inner.delete(key)
@@ -187,7 +195,7 @@ def test_c_indeterminate_append_is_retried_inside_the_machine_and_appends_once(s
     blob_uri, consensus_uri = stores
     consensus = CommitThenFail(open_consensus(consensus_uri))
     try:
-        with open_shard("s", blob=blob_uri, consensus=consensus) as shard:
+        with open_shard("s", blob=blob_uri, consensus=consensus, create=True) as shard:
             w = shard.writer()
             consensus.fail = 1
             assert w.compare_and_append_table(interval_rows(0, [1, 2]), 0, 1) == 1
@@ -203,7 +211,9 @@ def test_c_caller_retry_after_indeterminate_error_succeeds_exactly_once(stores):
     consensus = CommitThenFail(open_consensus(consensus_uri))
     try:
         config = ShardConfig(max_attempts=1)
-        with open_shard("s", blob=blob_uri, consensus=consensus, config=config) as shard:
+        with open_shard(
+            "s", blob=blob_uri, consensus=consensus, config=config, create=True
+        ) as shard:
             w = shard.writer()
             batch = w.batch(interval_rows(0, [1]), 0, 1)
             consensus.fail = 1
@@ -221,8 +231,10 @@ def test_c_caller_retry_after_indeterminate_error_succeeds_exactly_once(stores):
 def test_d_state_rebuilds_from_rollup_after_truncation(stores):
     blob_uri, consensus_uri = stores
     config = ShardConfig(rollup_threshold=4)
-    with open_shard("s", blob=blob_uri, consensus=consensus_uri, config=config) as shard:
-        stale = open_shard("s", blob=blob_uri, consensus=consensus_uri, config=config)
+    with open_shard(
+        "s", blob=blob_uri, consensus=consensus_uri, config=config, create=True
+    ) as shard:
+        stale = open_shard("s", blob=blob_uri, consensus=consensus_uri, config=config, create=True)
         fill(shard, 20)
         report = shard.collect_garbage()
         before = shard.state()
@@ -234,7 +246,9 @@ def test_d_state_rebuilds_from_rollup_after_truncation(stores):
         finally:
             consensus.close()
         # a fresh handle rebuilds from the rollup plus the diffs after it
-        with open_shard("s", blob=blob_uri, consensus=consensus_uri, config=config) as fresh:
+        with open_shard(
+            "s", blob=blob_uri, consensus=consensus_uri, config=config, create=True
+        ) as fresh:
             assert fresh.state(refresh=False) == before
             assert fresh.stats().rebuilds == 1
             assert rows_of(fresh.reader().snapshot()) == rows_of(shard.reader().snapshot())
@@ -247,7 +261,9 @@ def test_d_state_rebuilds_from_rollup_after_truncation(stores):
 def test_d_truncation_keeps_versions_a_reader_holds_rebuildable():
     blob_uri, consensus_uri = memory_stores()
     config = ShardConfig(rollup_threshold=4)
-    with open_shard("s", blob=blob_uri, consensus=consensus_uri, config=config) as shard:
+    with open_shard(
+        "s", blob=blob_uri, consensus=consensus_uri, config=config, create=True
+    ) as shard:
         fill(shard, 5)
         reader = shard.reader()
         hold = shard.state().readers[reader.reader_id].seqno_hold
@@ -269,12 +285,12 @@ def test_d_rebuild_rereads_the_head_when_gc_truncates_after_it_was_read(stores, 
         consensus = HookAfterHead(open_consensus(consensus_uri))
         stack.callback(consensus.close)
         other = stack.enter_context(
-            open_shard("s", blob=blob_uri, consensus=consensus_uri, config=config)
+            open_shard("s", blob=blob_uri, consensus=consensus_uri, config=config, create=True)
         )
 
         def open_late():
             return stack.enter_context(
-                open_shard("s", blob=blob_uri, consensus=consensus, config=config)
+                open_shard("s", blob=blob_uri, consensus=consensus, config=config, create=True)
             )
 
         fill(other, 3)
@@ -308,9 +324,11 @@ def test_d_rebuild_rereads_the_head_when_gc_truncates_after_it_was_read(stores, 
 def test_d_rebuild_at_a_head_that_did_not_move_reports_corruption(stores):
     blob_uri, consensus_uri = stores
     config = ShardConfig(rollup_threshold=4)
-    with open_shard("s", blob=blob_uri, consensus=consensus_uri, config=config) as shard:
+    with open_shard(
+        "s", blob=blob_uri, consensus=consensus_uri, config=config, create=True
+    ) as shard:
         fill(shard, 6)
         rollup = shard.state().latest_rollup()
         shard.blob.delete(rollup.key)
     with pytest.raises(CorruptState, match=f"rollup '{rollup.key}'.*missing"):
-        open_shard("s", blob=blob_uri, consensus=consensus_uri, config=config)
+        open_shard("s", blob=blob_uri, consensus=consensus_uri, config=config, create=True)

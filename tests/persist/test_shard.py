@@ -21,7 +21,7 @@ from tests.helpers.persist import interval_rows, memory_stores, rows_of, updates
 
 def open_(stores, **kw):
     blob, consensus = stores
-    return Shard.open("s", blob=blob, consensus=consensus, **kw)
+    return Shard.open("s", blob=blob, consensus=consensus, **kw, create=True)
 
 
 def test_append_and_snapshot_with_retractions(stores):
@@ -127,9 +127,24 @@ def test_missing_shard_and_bad_arguments():
     with pytest.raises(ShardNotFound, match="does not exist"):
         Shard.open("nope", blob=blob, consensus=consensus, create=False)
     with pytest.raises(ValueError, match=r"invalid address 'tcp://127\.0\.0\.1'"):
-        Shard.open("s", blob=blob, consensus="tcp://127.0.0.1")
+        Shard.open("s", blob=blob, consensus="tcp://127.0.0.1", create=True)
     with pytest.raises(ValueError, match="invalid shard name"):
-        Shard.open("../x", blob=blob, consensus=consensus)
+        Shard.open("../x", blob=blob, consensus=consensus, create=True)
+
+
+def test_opening_by_name_alone_never_creates_a_shard(stores):
+    """A misspelt name fails naming the shards there are; a schema (or
+    ``create=True``) is what makes a new shard."""
+    blob, consensus = stores
+    schema = pa.schema([("key", pa.string()), ("val", pa.int64())])
+    with Shard.open("default", blob=blob, consensus=consensus, schema=schema):
+        pass
+    with pytest.raises(ShardNotFound, match=r"'defualt' does not exist.*did you mean 'default'"):
+        Shard.open("defualt", blob=blob, consensus=consensus)
+    with Shard.open("default", blob=blob, consensus=consensus) as shard:
+        assert shard.schema.field("key").type == pa.string()
+    with pytest.raises(ShardNotFound, match="defualt"):  # the first refusal created nothing
+        Shard.open("defualt", blob=blob, consensus=consensus)
 
 
 def test_snapshot_bounds(stores):
@@ -183,7 +198,9 @@ def test_listen_sees_another_handles_appends(stores):
 def test_expired_reader_reregisters_on_its_next_read():
     now = [0]
     blob, consensus = memory_stores()
-    with Shard.open("s", blob=blob, consensus=consensus, clock=lambda: now[0]) as shard:
+    with Shard.open(
+        "s", blob=blob, consensus=consensus, clock=lambda: now[0], create=True
+    ) as shard:
         r = shard.reader(lease_ms=10)
         now[0] = 100
         report = shard.collect_garbage()
@@ -194,13 +211,13 @@ def test_expired_reader_reregisters_on_its_next_read():
 
 def test_close_is_idempotent_and_releases_handles():
     blob, consensus = memory_stores()
-    shard = Shard.open("s", blob=blob, consensus=consensus)
+    shard = Shard.open("s", blob=blob, consensus=consensus, create=True)
     r, w = shard.reader(), shard.writer()
     r.close()
     r.close()
     shard.close()
     shard.close()
     w.close()
-    with Shard.open("s", blob=blob, consensus=consensus) as again:
+    with Shard.open("s", blob=blob, consensus=consensus, create=True) as again:
         state = again.state()
         assert state.readers == {} and state.writers == {}

@@ -27,7 +27,7 @@ def data_dir(tmp_path):
     """A data directory whose shard ``default`` holds keys 0..4 at ts 0, then
     retracts key 0 at ts 1."""
     with open_shard(
-        blob=f"file://{tmp_path}/blob", consensus=f"sqlite://{tmp_path}/consensus.db"
+        blob=f"file://{tmp_path}/blob", consensus=f"sqlite://{tmp_path}/consensus.db", create=True
     ) as shard:
         w = shard.writer()
         w.compare_and_append_table(interval_rows(0, [3, 1, 0, 4, 2]), 0, 1)
@@ -162,7 +162,10 @@ def churn_dir(tmp_path):
     included) in many small blob parts."""
     config = ShardConfig(inline_max_bytes=0, blob_target_bytes=8192)
     with open_shard(
-        blob=f"file://{tmp_path}/blob", consensus=f"sqlite://{tmp_path}/consensus.db", config=config
+        blob=f"file://{tmp_path}/blob",
+        consensus=f"sqlite://{tmp_path}/consensus.db",
+        config=config,
+        create=True,
     ) as shard:
         w = shard.writer()
         for i in range(INTERVALS):
@@ -289,7 +292,9 @@ def test_bad_input_is_one_line_and_writes_nothing(capsys, churn_dir, tmp_path):
     for argv, message in cases:
         code, _, err = run(capsys, *argv)
         assert code == 2 and message in err and len(err.splitlines()) == 1, (argv, err)
-    with open_shard(blob=f"file://{d}/blob", consensus=f"sqlite://{d}/consensus.db") as shard:
+    with open_shard(
+        blob=f"file://{d}/blob", consensus=f"sqlite://{d}/consensus.db", create=True
+    ) as shard:
         shard.advance_since(20)
     for argv, message in since:
         code, _, err = run(capsys, *argv)
@@ -312,7 +317,9 @@ def test_bad_input_from_the_command_is_one_line_without_a_traceback(churn_dir):
 
 
 def test_export_of_a_shard_never_written(capsys, tmp_path):
-    with open_shard(blob=f"file://{tmp_path}/blob", consensus=f"sqlite://{tmp_path}/consensus.db"):
+    with open_shard(
+        blob=f"file://{tmp_path}/blob", consensus=f"sqlite://{tmp_path}/consensus.db", create=True
+    ):
         pass
     code, _, _ = run(capsys, "export", "--data-dir", str(tmp_path), "--output", str(tmp_path / "e"))
     manifest = export_manifest(tmp_path / "e")

@@ -35,7 +35,9 @@ def test_faults_lose_and_double_nothing(seed):
         open_consensus(consensus_uri), seed, fail_rate=0.1, indeterminate_rate=0.1
     )
     config = ShardConfig(rollup_threshold=4, inline_max_bytes=200, blob_target_bytes=2000)
-    shard = retry(lambda: open_shard("s", blob=blob, consensus=consensus, config=config))
+    shard = retry(
+        lambda: open_shard("s", blob=blob, consensus=consensus, config=config, create=True)
+    )
     with shard:
         w = retry(shard.writer)
         for i in range(N):
@@ -48,7 +50,9 @@ def test_faults_lose_and_double_nothing(seed):
                     with contextlib.suppress(StorageError):
                         maintenance()
     assert sum(consensus.injected.values()) > 10 and sum(blob.injected.values()) > 5
-    with open_shard("s", blob=blob_uri, consensus=consensus_uri, config=config) as clean:
+    with open_shard(
+        "s", blob=blob_uri, consensus=consensus_uri, config=config, create=True
+    ) as clean:
         state = clean.state()
         assert state.upper == N
         for key in {k for b in state.batches.values() for k in b.blob_keys()}:

@@ -93,7 +93,7 @@ def test_every_merge_output_is_its_consolidated_input(intervals):
     the consolidated (forwarded to since) updates of their inputs, and the
     snapshot at the upper never changes."""
     blob_uri, consensus_uri = memory_stores()
-    with Shard.open("s", blob=blob_uri, consensus=consensus_uri) as shard:
+    with Shard.open("s", blob=blob_uri, consensus=consensus_uri, create=True) as shard:
         writer = shard.writer()
         for i, (rows, lag) in enumerate(intervals):
             table = updates([(k, v, i, d) for k, v, d in rows if d != 0])

@@ -81,7 +81,9 @@ class ShardModel(RuleBasedStateMachine):
 
     def open_handle(self):
         blob, consensus = self.stores
-        return open_shard("s", blob=blob, consensus=consensus, config=CONFIG, clock=self.clock)
+        return open_shard(
+            "s", blob=blob, consensus=consensus, config=CONFIG, clock=self.clock, create=True
+        )
 
     def clock(self) -> int:
         return self.now

@@ -107,7 +107,9 @@ def test_a_reader_that_stops_heartbeating_stops_holding_back_gc(tmp_path) -> Non
     now = [10_000_000]
     with (
         serving(tmp_path, open_blob(blob_uri), gc_interval_s=0.05, clock=lambda: now[0]) as server,
-        open_shard("g", blob=blob_uri, consensus=server.address, config=config) as shard,
+        open_shard(
+            "g", blob=blob_uri, consensus=server.address, config=config, create=True
+        ) as shard,
     ):
         writer = shard.writer()
         for i in range(4):
@@ -147,7 +149,7 @@ def test_maintenance_advances_since_by_retain_held_back_by_live_readers(tmp_path
 
     with (
         serving(tmp_path, open_blob(blob_uri), config=served) as server,
-        open_shard("g", blob=blob_uri, consensus=server.address) as shard,
+        open_shard("g", blob=blob_uri, consensus=server.address, create=True) as shard,
     ):
         writer = shard.writer()
         for i in range(5):
@@ -170,7 +172,7 @@ def test_maintenance_merges_by_the_spine_while_appends_go_on(tmp_path) -> None:
     blob_uri = f"file://{tmp_path}/blob"
     with (
         serving(tmp_path, open_blob(blob_uri), compact_interval_s=0.05, compact_slack=1) as server,
-        open_shard("g", blob=blob_uri, consensus=server.address) as shard,
+        open_shard("g", blob=blob_uri, consensus=server.address, create=True) as shard,
     ):
         writer = shard.writer()
         for i in range(60):
@@ -216,7 +218,9 @@ def test_a_slow_blob_store_under_compaction_does_not_stall_appends(tmp_path) -> 
     config = ShardConfig(inline_max_bytes=0)  # every part in blob: compaction must read it
     with serving(tmp_path, slow, compact_interval_s=0.05, compact_slack=1) as server:
         try:
-            with open_shard("g", blob=blob_uri, consensus=server.address, config=config) as shard:
+            with open_shard(
+                "g", blob=blob_uri, consensus=server.address, config=config, create=True
+            ) as shard:
                 writer = shard.writer()
                 slow.gate.set()
                 for i in range(2):

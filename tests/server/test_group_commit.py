@@ -116,7 +116,7 @@ def _append_concurrently(address: str, blob: str, shards: list[str], rounds: int
     """One thread per shard appending ``rounds`` batches; the uppers reached."""
     uppers: dict[str, int] = {}
     errors: list[BaseException] = []
-    opened = [open_shard(s, blob=blob, consensus=address) for s in shards]
+    opened = [open_shard(s, blob=blob, consensus=address, create=True) for s in shards]
     writers = [shard.writer() for shard in opened]
 
     def append(i: int) -> None:
@@ -159,7 +159,9 @@ def serving(tmp_path, store, **options):
 
 
 def _read_back(tmp_path, address: str, shard: str):
-    with open_shard(shard, blob=f"file://{tmp_path}/blob", consensus=address) as opened:
+    with open_shard(
+        shard, blob=f"file://{tmp_path}/blob", consensus=address, create=True
+    ) as opened:
         return opened.reader().snapshot()
 
 

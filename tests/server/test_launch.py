@@ -34,7 +34,7 @@ def test_the_serve_config_is_the_payload_and_the_child_serves_with_it(tmp_path) 
         assert server.address == config.bind and server.metrics_url is None
         other = ShardConfig(rollup_threshold=5, max_attempts=9)
         with pytest.raises(ValueError) as refused:
-            open_shard("s", blob=blob, consensus=server.address, config=other)
+            open_shard("s", blob=blob, consensus=server.address, config=other, create=True)
     # the server's values, which only its payload gave it
     assert "rollup_threshold=4 (--rollup-threshold), max_attempts=8" in str(refused.value)
 
@@ -60,7 +60,7 @@ def test_it_is_ready_with_metrics_on(tmp_path) -> None:
         assert url is not None and url.startswith("http://127.0.0.1:"), url
         with urllib.request.urlopen(url, timeout=10) as response:
             assert b"shardsink_" in response.read()
-        with open_shard("s", blob=blob, consensus=server.address) as shard:
+        with open_shard("s", blob=blob, consensus=server.address, create=True) as shard:
             assert shard.upper == 0
 
 

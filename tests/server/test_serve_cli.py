@@ -53,7 +53,9 @@ def test_metrics_count_what_the_server_did(tmp_path, popen) -> None:
     url = lines[-1].removeprefix("metrics at ")
     assert url.startswith("http://127.0.0.1:") and url.endswith("/metrics"), lines
     seen = []
-    with open_shard("default", blob=datadir.blob_uri(data), consensus=address) as shard:
+    with open_shard(
+        "default", blob=datadir.blob_uri(data), consensus=address, create=True
+    ) as shard:
         writer = shard.writer()
         for i in range(4):
             writer.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
@@ -127,7 +129,9 @@ def test_serve_read_and_shard_take_the_data_dir_from_the_environment(tmp_path, p
     proc, address, _ = _serve(popen, "--bind", f"ipc://{tmp_path}/sock/c", env=env)
     holder = datadir.recorded_holder(data)
     assert holder.kind == datadir.CONSENSUS_SERVER and holder.address == address
-    with open_shard("default", blob=datadir.blob_uri(data), consensus=address) as shard:
+    with open_shard(
+        "default", blob=datadir.blob_uri(data), consensus=address, create=True
+    ) as shard:
         shard.writer().compare_and_append_table(WORKLOAD.updates(0), 0, 1)
 
     def output(*args: str) -> str:

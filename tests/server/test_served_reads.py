@@ -138,7 +138,7 @@ def test_api_read_export_and_manifest_equal_the_churn_collection(where, tmp_path
     expected = CHURN.expected(INTERVALS)
     s3_server = request.getfixturevalue("s3_server") if where.startswith("s3") else None
     with located(where, tmp_path, request) as (stores, shard_stores, server):
-        with open_shard(**shard_stores, config=SMALL_PARTS) as shard:
+        with open_shard(**shard_stores, config=SMALL_PARTS, create=True) as shard:
             writer = shard.writer()
             for i in range(INTERVALS):
                 t = i * CHURN.interval_ms
@@ -172,7 +172,7 @@ def test_history_pages_through_a_servers_capped_answers(tmp_path, monkeypatch):
     blob, consensus = datadir.blob_uri(tmp_path), datadir.consensus_uri(tmp_path)
     with (
         serving(tmp_path, open_blob(blob), consensus=consensus, compact_interval_s=0) as server,
-        open_shard(blob=blob, consensus=server.address) as shard,
+        open_shard(blob=blob, consensus=server.address, create=True) as shard,
     ):
         writer = shard.writer()
         for i in range(5):
@@ -181,6 +181,6 @@ def test_history_pages_through_a_servers_capped_answers(tmp_path, monkeypatch):
         with pytest.raises(ValueError, match="limit must be >= 1, got 0"):
             shard.machine.versions(0, 0)
         served = shard.history(limit=4)
-    with open_shard(blob=blob, consensus=consensus) as local:
+    with open_shard(blob=blob, consensus=consensus, create=True) as local:
         assert served == local.history(limit=4)
     assert [e["upper"] for e in served] == [20, 30, 40, 50]

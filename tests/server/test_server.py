@@ -47,7 +47,7 @@ def server(tmp_path):
 
 def test_shard_api_works_through_the_server(server, tmp_path) -> None:
     blob = f"file://{tmp_path}/blob"
-    with open_shard("s", blob=blob, consensus=server.address) as shard:
+    with open_shard("s", blob=blob, consensus=server.address, create=True) as shard:
         w = shard.writer()
         for i in range(5):
             w.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
@@ -58,13 +58,13 @@ def test_shard_api_works_through_the_server(server, tmp_path) -> None:
         assert stats.appends == 5
         assert stats.versions >= 5 and stats.diff_bytes > 0
     # a second client sees the same durable state
-    with open_shard("s", blob=blob, consensus=server.address) as again:
+    with open_shard("s", blob=blob, consensus=server.address, create=True) as again:
         assert again.upper == 5 and again.reader().snapshot().equals(WORKLOAD.expected(5))
 
 
 def test_listen_wakes_on_append(server, tmp_path) -> None:
     blob = f"file://{tmp_path}/blob"
-    with open_shard("s", blob=blob, consensus=server.address) as shard:
+    with open_shard("s", blob=blob, consensus=server.address, create=True) as shard:
         reader = shard.reader()
         seen: list[tuple[int, int]] = []
 
@@ -88,7 +88,9 @@ def test_listen_wakes_on_append(server, tmp_path) -> None:
 def test_stats_command_prints_per_shard_counts(server, tmp_path, capsys) -> None:
     from shardsink.cli import main
 
-    with open_shard("s", blob=f"file://{tmp_path}/blob", consensus=server.address) as shard:
+    with open_shard(
+        "s", blob=f"file://{tmp_path}/blob", consensus=server.address, create=True
+    ) as shard:
         shard.writer().compare_and_append_table(WORKLOAD.updates(0), 0, 1)
     assert main(["consensus", "stats", server.address, "--json"]) == 0
     stats = msgspec.json.decode(capsys.readouterr().out)
@@ -120,7 +122,7 @@ def test_the_server_refuses_maintenance_commands_from_clients(server, tmp_path) 
     (``Maintain``), and the server runs it as its own writer."""
     blob = f"file://{tmp_path}/blob"
     config = ShardConfig(inline_max_bytes=0)  # blob parts, so compaction retires keys
-    with open_shard("s", blob=blob, consensus=server.address, config=config) as shard:
+    with open_shard("s", blob=blob, consensus=server.address, config=config, create=True) as shard:
         w = shard.writer()
         for i in range(3):
             w.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
@@ -150,7 +152,7 @@ def test_nobody_answering_is_a_clear_error(tmp_path) -> None:
     config = ShardConfig(server_timeout_s=0.3)
     t0 = time.monotonic()
     with pytest.raises(DeterminateError, match="no consensus server answers at ipc://"):
-        open_shard("s", blob=f"file://{tmp_path}/blob", consensus=addr, config=config)
+        open_shard("s", blob=f"file://{tmp_path}/blob", consensus=addr, config=config, create=True)
     assert time.monotonic() - t0 < 5
 
 
@@ -242,7 +244,9 @@ def test_garbage_gets_error_replies_and_the_server_keeps_serving(server, tmp_pat
     sock.close()
     ctx.term()
     assert server.alive()
-    with open_shard("s", blob=f"file://{tmp_path}/blob", consensus=server.address) as shard:
+    with open_shard(
+        "s", blob=f"file://{tmp_path}/blob", consensus=server.address, create=True
+    ) as shard:
         assert shard.writer().compare_and_append_table(WORKLOAD.updates(0), 0, 1) == 1
     client = ServerClient(server.address)
     try:
@@ -286,7 +290,7 @@ def test_kills_and_restarts_lose_and_double_nothing(tmp_path) -> None:
     acked: list[int] = []
     unknown = 0  # appends whose outcome the test did not learn on the first call
     with proc:
-        shard = open_shard("k", blob=blob, consensus=proc.address, config=config)
+        shard = open_shard("k", blob=blob, consensus=proc.address, config=config, create=True)
         try:
             thread = threading.Thread(target=nemesis)
             thread.start()

@@ -57,7 +57,9 @@ def test_gc_deletes_do_not_stall_appends(tmp_path) -> None:
     config = ShardConfig(inline_max_bytes=0)  # every part in blob, so compaction retires blobs
     with serving(tmp_path, gated, gc_interval_s=0.05) as server:
         try:
-            with open_shard("g", blob=blob_uri, consensus=server.address, config=config) as shard:
+            with open_shard(
+                "g", blob=blob_uri, consensus=server.address, config=config, create=True
+            ) as shard:
                 writer = shard.writer()
                 for i in range(4):
                     writer.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
@@ -132,7 +134,9 @@ def test_merge_lanes_run_at_once_and_lose_nothing(tmp_path, monkeypatch) -> None
     config = ShardConfig(inline_max_bytes=0)
     with serving(tmp_path, gated, compact_interval_s=0.02, compact_slack=2) as server:
         try:
-            with open_shard("g", blob=blob_uri, consensus=server.address, config=config) as shard:
+            with open_shard(
+                "g", blob=blob_uri, consensus=server.address, config=config, create=True
+            ) as shard:
                 writer = shard.writer()
                 first = [writer.batch(WORKLOAD.updates(i), i, i + 1) for i in range(4)]
                 gated.gated = {k for batch in first for k in batch.blob_keys()}

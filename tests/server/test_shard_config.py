@@ -39,10 +39,13 @@ def test_a_second_client_asking_for_other_settings_is_refused(tmp_path, name, va
     blob = f"file://{tmp_path}/blob"
     asked = ShardConfig(**{name: value})
     default = getattr(ShardConfig(), name)
-    with _server(tmp_path) as server, open_shard("s", blob=blob, consensus=server.address) as first:
+    with (
+        _server(tmp_path) as server,
+        open_shard("s", blob=blob, consensus=server.address, create=True) as first,
+    ):
         first.writer().compare_and_append_table(WORKLOAD.updates(0), 0, 1)
         with pytest.raises(ValueError) as refused:
-            open_shard("s", blob=blob, consensus=server.address, config=asked)
+            open_shard("s", blob=blob, consensus=server.address, config=asked, create=True)
         message = str(refused.value)
         assert f"shard 's': asked for {name}={value}" in message
         assert f"{name}={default} (--{name.replace('_', '-')})" in message
@@ -63,8 +66,10 @@ def test_the_servers_settings_hold_for_every_shard_and_after_a_restart(tmp_path)
     with server:
         with pytest.raises(ValueError, match=r"rollup_threshold=5, max_attempts=9"):
             other = ShardConfig(rollup_threshold=5, max_attempts=9)
-            open_shard("s", blob=blob, consensus=server.address, config=other)
-        with open_shard("s", blob=blob, consensus=server.address, config=SERVED) as shard:
+            open_shard("s", blob=blob, consensus=server.address, config=other, create=True)
+        with open_shard(
+            "s", blob=blob, consensus=server.address, config=SERVED, create=True
+        ) as shard:
             writer = shard.writer()
             for i in range(6):
                 writer.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
@@ -111,10 +116,10 @@ def test_a_client_with_the_defaults_takes_the_servers_settings(tmp_path) -> None
     with the server's values, not refused; one that asks for others is."""
     blob = f"file://{tmp_path}/blob"
     with _server(tmp_path, rollup_threshold=4) as server:
-        with open_shard("s", blob=blob, consensus=server.address) as shard:
+        with open_shard("s", blob=blob, consensus=server.address, create=True) as shard:
             for i in range(6):
                 shard.writer().compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
             assert len(shard.state().rollups) >= 2  # one every 4 versions, not every 128
         other = ShardConfig(rollup_threshold=5)
         with pytest.raises(ValueError, match="rollup_threshold=5"):
-            open_shard("s", blob=blob, consensus=server.address, config=other)
+            open_shard("s", blob=blob, consensus=server.address, config=other, create=True)

@@ -36,8 +36,12 @@ def test_a_shard_cannot_commit_or_so_delete_another_shards_part(tmp_path):
     blob_uri = f"file://{tmp_path}/blob"
     with (
         serving(tmp_path, open_blob(blob_uri)) as server,
-        open_shard("victim", blob=blob_uri, consensus=server.address, config=ALL_BLOB) as victim,
-        open_shard("evil", blob=blob_uri, consensus=server.address, config=ALL_BLOB) as evil,
+        open_shard(
+            "victim", blob=blob_uri, consensus=server.address, config=ALL_BLOB, create=True
+        ) as victim,
+        open_shard(
+            "evil", blob=blob_uri, consensus=server.address, config=ALL_BLOB, create=True
+        ) as evil,
     ):
         victim.writer().compare_and_append_table(WORKLOAD.updates(0), 0, 1000)
         (stolen,) = victim.state().ordered_batches()[0].parts
@@ -58,7 +62,9 @@ def test_the_sweep_through_a_server_refuses_a_grace_below_the_writer_lease(tmp_p
     blob_uri = f"file://{tmp_path}/blob"
     with (
         serving(tmp_path, open_blob(blob_uri)) as server,
-        open_shard("s", blob=blob_uri, consensus=server.address, config=ALL_BLOB) as shard,
+        open_shard(
+            "s", blob=blob_uri, consensus=server.address, config=ALL_BLOB, create=True
+        ) as shard,
     ):
         writer = shard.writer()
         batch = writer.batch(WORKLOAD.updates(0), 0, 1000)

@@ -66,7 +66,7 @@ def test_a_shard_on_the_embedded_stores_leaves_nothing_readable_by_others(tmp_pa
     data.mkdir(mode=0o700)
     config = ShardConfig(inline_max_bytes=0)  # the part goes to blob
     blob, consensus = f"file://{data}/blob", f"sqlite://{data}/c.db"
-    with open_shard("s", blob=blob, consensus=consensus, config=config) as shard:
+    with open_shard("s", blob=blob, consensus=consensus, config=config, create=True) as shard:
         shard.writer().compare_and_append_table(Workload("trickle", 10).updates(0), 0, 1000)
         modes = _modes(data)
     assert any("/part/" in path for path in modes)

@@ -60,10 +60,11 @@ def _endpoint(endpoint: str, *, for_bind: bool) -> str:
 # Parts up to this many bytes (arena.size_bound of the batch) travel inline.
 # Measured with `shardsink bench transport --inline-sweep` (worker and builder
 # processes, the reader touching every byte; the figures are in
-# docs/benchmarks.md, "Transport"): inline was as fast or faster up to 32 KiB
-# in both runs, the arena faster from 128 KiB. The cut-off is the largest size
-# inline won in both runs; an inline part also spares the builder an
-# acknowledgement and the worker arena space.
+# docs/benchmarks.md, "Transport"): two early runs, pair after pair, had
+# inline win up to 32 KiB; a side-by-side run puts the crossover between 4
+# and 16 KiB. An inline part also spares the builder an acknowledgement and
+# the worker arena space, which that benchmark does not weigh: the cut-off
+# stays until a cluster run compares 8 and 32 KiB.
 MESSAGE_PART_MAX_BYTES = 32 << 10
 DEFAULT_TIMEOUT = 30.0
 # Plain ints: pyzmq's constants are enum members, and combining them costs more

@@ -147,7 +147,8 @@ def test_a_cluster_on_a_password_store_shows_it_nowhere(postgres_server, tmp_pat
     events = tmp_path / "events.jsonl"
     argv = [
         sys.executable, "-m", "shardsink.cli", "up", "--consensus", url, "--blob", blob,
-        "--groups", "1", "--workers", "1", "--interval-ms", "100", "--pace", "realtime",
+        "--data-dir", str(tmp_path / "d"), "--groups", "1", "--workers", "1",
+        "--interval-ms", "100", "--pace", "realtime",
         "--intervals", "40", "--events", str(events), "--json", "-v",
     ]  # fmt: skip
     up = popen(
@@ -167,7 +168,7 @@ def test_a_cluster_on_a_password_store_shows_it_nowhere(postgres_server, tmp_pat
         command_lines.poll()
         child = _consensus_child(root)
         if child is not None:
-            try:  # its log, in the run directory that `up` removes at the end
+            try:  # its log, under the data dir
                 log_path = os.readlink(f"/proc/{child.pid}/fd/2")
                 logs[log_path] = Path(log_path).read_text()
             except OSError:
@@ -199,6 +200,8 @@ def test_a_cluster_on_a_password_store_shows_it_nowhere(postgres_server, tmp_pat
         "stderr": err,
         "events": events.read_text(),
         **logs,
+        # and the logs the run kept, every process's
+        **{str(path): path.read_text() for path in (tmp_path / "d" / "logs").rglob("*.log")},
         "inspect": inspect.stdout + inspect.stderr,
         "inspect error": missing.stderr,
     }

@@ -194,14 +194,15 @@ def test_a_cluster_on_a_password_store_shows_it_nowhere(postgres_server, tmp_pat
     assert json.loads(inspect.stdout)["upper"] == 40 * 100
     missing = _sh("shard", "inspect", "--consensus", url, "--blob", blob, "--shard", "nope")
     assert missing.returncode == 2 and "does not exist" in missing.stderr
+    kept = sorted((tmp_path / "d" / "logs").rglob("*.log"))  # every process's, kept by the run
+    assert any(path.name == "consensus.log" for path in kept), kept
     shown = {
         "command lines": "\n".join(seen),
         "stdout": out,
         "stderr": err,
         "events": events.read_text(),
         **logs,
-        # and the logs the run kept, every process's
-        **{str(path): path.read_text() for path in (tmp_path / "d" / "logs").rglob("*.log")},
+        **{str(path): path.read_text() for path in kept},
         "inspect": inspect.stdout + inspect.stderr,
         "inspect error": missing.stderr,
     }

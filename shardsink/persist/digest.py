@@ -133,15 +133,21 @@ def row_hashes(
 ) -> np.ndarray:
     """``h(key, val)`` of every row of ``table`` (or the hash of other
     ``columns``), as ``uint64``."""
-    acc = np.zeros(table.num_rows, dtype=np.uint64)
+    acc = np.empty(table.num_rows, dtype=np.uint64)
     share = _scratch(table.num_rows)
     index = 0
     with np.errstate(over="ignore"):
         for name in columns:
             for path, leaf in leaves(name, table.column(name)):
                 index += 1
-                _leaf(path, leaf, index, share)
-                acc += share
+                # the first leaf's share is the sum so far: no zeroing, no add
+                # (two passes over the rows of six, the digest being bound by
+                # memory traffic rather than arithmetic)
+                _leaf(path, leaf, index, acc if index == 1 else share)
+                if index > 1:
+                    acc += share
+    if index == 0:
+        acc[:] = 0
     return mix(acc, scratch=share)
 
 
@@ -285,12 +291,38 @@ def _bytes_hash(data: np.ndarray, offsets: np.ndarray, index: int, out: np.ndarr
                 padded[:, :width] = words
                 words = padded
             words = np.ascontiguousarray(words).view("<u8")
-            np.matmul(words, _constants(index, words.shape[1]), out=out)
-            out += np.uint64(width) * length
+            constants = _constants(index, words.shape[1])
+            _weighted_words(words, constants, np.uint64(width) * length, out)
             return
         lengths = lengths.astype(np.int64)
         out[:] = _ragged_words(data[start : int(offsets[-1])], offsets - start, lengths, index)
         out += lengths.astype(np.uint64) * length
+
+
+#: Rows of a block of :func:`_weighted_words`: its word columns (4 of
+#: 16384 rows, 512 KiB at most for 32-byte values) stay in L2 between passes.
+BLOCK_ROWS = 1 << 14
+
+
+def _weighted_words(
+    words: np.ndarray, constants: np.ndarray, plus: np.uint64, out: np.ndarray
+) -> None:
+    """``out[r] = Σ_j constants[j] · words[r, j] + plus``, column by column
+    within blocks of :data:`BLOCK_ROWS` rows. Why not ``np.matmul``: on
+    values just made (not in L2), it cost 6.9 ns per 32-byte row against
+    6.3 for this (12 against 6.3 on values evicted from L2), by hand on
+    trickle intervals of 50,000 rows."""
+    rows, count = words.shape
+    term = np.empty(min(rows, BLOCK_ROWS), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for start in range(0, rows, BLOCK_ROWS):
+            block, sums = words[start : start + BLOCK_ROWS], out[start : start + BLOCK_ROWS]
+            scratch = term[: len(sums)]
+            np.multiply(block[:, 0], constants[0], out=sums)
+            sums += plus
+            for j in range(1, count):
+                np.multiply(block[:, j], constants[j], out=scratch)
+                sums += scratch
 
 
 def _ragged_words(

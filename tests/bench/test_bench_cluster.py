@@ -20,7 +20,7 @@ from shardsink.bench.cluster import (
     scale_matrix,
     write_report,
 )
-from shardsink.bench.cluster.matrices import repeat_order
+from shardsink.bench.cluster.matrices import FIGURES, repeat_order, workload_lines
 from shardsink.bench.scale import report_lines, stop, sweeps
 
 
@@ -373,24 +373,33 @@ def test_bars_show_the_median_the_spread_the_value_and_a_zero_as_zero(tmp_path) 
 def test_compaction_off_means_off(tmp_path) -> None:
     """The compaction section's run without compaction merges nothing: one
     batch per append stays in state (the cluster's own consensus process
-    would merge them by the spine's rule); with compaction they are merged."""
+    would merge them by the spine's rule); with compaction they are merged.
+    Nor do the digest section's runs merge (their merges' share of the cores
+    varied more than digests cost)."""
+    shape = dict(mode="best-effort", groups=1, workers=2, workload="trickle",
+                 rows_per_interval=64, intervals=24)  # fmt: skip
     rows = {
-        on: run_one(
-            RunSpec(
-                section="compaction",
-                mode="best-effort",
-                groups=1,
-                workers=2,
-                workload="trickle",
-                rows_per_interval=64,
-                intervals=24,
-                compaction=on,
-            ),
-            tmp_path / f"compaction-{on}",
+        (section, on): run_one(
+            RunSpec(section=section, compaction=on, **shape), tmp_path / f"{section}-{on}"
         )
-        for on in (False, True)
+        for section, on in (("compaction", False), ("compaction", True), ("digest", False))
     }
-    assert rows[False]["verified"] is True, rows[False].get("error")
-    assert rows[True]["verified"] is True, rows[True].get("error")
-    assert rows[False]["batches_in_state"] == 24
-    assert rows[True]["batches_in_state"] < 24 and rows[True]["compactions"] >= 1
+    for row in rows.values():
+        assert row["verified"] is True, row.get("error")
+    assert rows["compaction", False]["batches_in_state"] == 24
+    assert rows["digest", False]["batches_in_state"] == 24
+    on = rows["compaction", True]
+    assert on["batches_in_state"] < 24 and on["compactions"] >= 1
+
+
+def test_the_digest_section_gives_each_repeats_ratio_and_cpu_per_row() -> None:
+    def row(digests: bool, repeat: int, rows_per_s: float) -> dict:
+        cores = {"worker": 0.5, "builder": 0.1}
+        figures = dict.fromkeys(FIGURES, 1.0) | {"rows_per_s": rows_per_s}
+        return figures | {"verified": True, "digests": digests, "repeat": repeat,
+                          "rows": 1000, "wall_s": 2.0, "cpu_cores": cores}  # fmt: skip
+
+    rows = [row(True, 0, 90.0), row(False, 0, 100.0), row(True, 1, 99.0), row(False, 1, 100.0)]
+    text = "\n".join(workload_lines("digest", rows))
+    assert "| True | 94 |" in text and "| 1,200,000, 1,000,000 | 0.945 |" in text
+    assert "Digests on / off per repeat: 0.900, 0.990; median 0.945." in text

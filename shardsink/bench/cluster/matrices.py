@@ -279,26 +279,32 @@ def _digest_runs(repeat: int) -> list[RunSpec]:
     """Trickle 1x4 best-effort at :data:`DIGEST_ROWS`, digests on and off."""
     return [
         RunSpec(section="digest", mode="best-effort", groups=1, workers=4,
-                rows_per_interval=DIGEST_ROWS, workload="trickle", intervals=30,
+                rows_per_interval=DIGEST_ROWS, workload="trickle", intervals=DIGEST_INTERVALS,
                 repeat=repeat, digests=digests)
         for digests in (True, False)
     ]  # fmt: skip
 
 
 def _digest_only() -> list[RunSpec]:
-    """``--matrix digest``: what digests cost, six repeats interleaved."""
-    return [run for repeat in range(6) for run in _digest_runs(repeat)]
+    """``--matrix digest``: what digests cost, twelve repeats interleaved
+    (their ratios spread by about 5% on a shared 2-core machine)."""
+    return [run for repeat in range(12) for run in _digest_runs(repeat)]
 
 
 #: Rows per interval of the digest-cost runs: enough that hashing is a
 #: measurable share of the workers' and builder's CPU (parts go to blob).
 DIGEST_ROWS = 200_000
+#: Intervals of a digest-cost run: about 5 s of appends at 1x4, so that
+#: start-up and the first intervals weigh little.
+DIGEST_INTERVALS = 60
 
 
 def workload_lines(section: str, rows: list[dict]) -> list[str]:
     """The side-by-side medians of a ``workload`` or ``digest`` section:
     per workload (or digests on and off), rows/s, MB/s stored, data parts
-    and diff bytes per append, and the ratio to trickle (to digests off)."""
+    and diff bytes per append, CPU per row (all processes, workers), and the
+    ratio to trickle (to digests off); for ``digest``, the ratio of each
+    repeat too."""
     key = "workload" if section == "workload" else "digests"
     groups: dict = {}
     for r in rows:
@@ -306,16 +312,39 @@ def workload_lines(section: str, rows: list[dict]) -> list[str]:
             groups.setdefault(r[key], []).append(r)
     base = groups.get("trickle" if section == "workload" else False)
     lines = ["", "| variant | rows/s | MB/s | data parts / append | diff bytes / append | "
-             "rows/s vs base |", "|---|---|---|---|---|---|"]  # fmt: skip
+             "CPU ns / row (all, workers) | rows/s vs base |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
     for variant, picked in groups.items():
         med = {f: _median([r[f] for r in picked]) for f in FIGURES}
         ratio = med["rows_per_s"] / _median([r["rows_per_s"] for r in base]) if base else 0
         lines.append(
             f"| {variant} | {med['rows_per_s']:,.0f} | {med['mb_per_s']:.2f} | "
             f"{med['data_parts_per_append']:.2f} | {med['diff_bytes_per_append']:,.0f} | "
-            f"{ratio:.3f} |"
+            f"{_median([cpu_per_row(r) for r in picked]):,.0f}, "
+            f"{_median([cpu_per_row(r, 'worker') for r in picked]):,.0f} | {ratio:.3f} |"
         )
+    if section == "digest":
+        lines += _repeat_ratios(groups)
     return lines
+
+
+def cpu_per_row(row: dict, kind: str | None = None) -> float:
+    """Nanoseconds of CPU per row the run's processes (of ``kind``) spent."""
+    cores = row.get("cpu_cores", {})
+    used = sum(cores.values()) if kind is None else cores.get(kind, 0.0)
+    return used * row["wall_s"] / row["rows"] * 1e9 if row.get("rows") else 0.0
+
+
+def _repeat_ratios(groups: dict) -> list[str]:
+    """Rows/s with digests over without, per repeat (the runs of a repeat
+    are the nearest in time), and their median."""
+    on = {r["repeat"]: r["rows_per_s"] for r in groups.get(True, [])}
+    off = {r["repeat"]: r["rows_per_s"] for r in groups.get(False, [])}
+    ratios = [on[k] / off[k] for k in sorted(on) if off.get(k)]
+    if not ratios:
+        return []
+    listed = ", ".join(f"{x:.3f}" for x in ratios)
+    return ["", f"Digests on / off per repeat: {listed}; median {_median(ratios):.3f}."]
 
 
 FIGURES = ("rows_per_s", "mb_per_s", "data_parts_per_append", "diff_bytes_per_append")

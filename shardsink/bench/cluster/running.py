@@ -100,7 +100,7 @@ def _run_cluster(spec: RunSpec, work_dir: Path, base: ClusterConfig) -> dict:
     )
     with (
         _digests(spec.digests),
-        _compaction_off(spec, config) as config,
+        _merges_off(spec, config) as config,
         Cluster(hosts.config_for(spec, config)) as cluster,
     ):
         cpu_before = _cpu_times(cluster)
@@ -125,14 +125,22 @@ def _run_cluster(spec: RunSpec, work_dir: Path, base: ClusterConfig) -> dict:
     return row
 
 
+#: Sections whose runs without compaction get a consensus server that never
+#: merges (:func:`_merges_off`): the compaction section's off run, and the
+#: digest section, whose background merges (about 0.4 of a core at 1x4,
+#: 200,000 rows, by py-spy) took a share of the two cores that varied with
+#: their timing from run to run, more than the digests' own cost.
+MERGES_OFF_SECTIONS = ("compaction", "digest")
+
+
 @contextlib.contextmanager
-def _compaction_off(spec: RunSpec, config: ClusterConfig) -> Iterator[ClusterConfig]:
-    """``config``, or for the compaction section's run without compaction,
-    ``config`` pointed at a consensus server of its own on the same data
-    dir's stores whose maintenance never merges (``compact_interval_s`` 0):
-    the cluster's own consensus process merges by the spine's rule, so that
-    run would compact after all."""
-    if spec.section != "compaction" or spec.compaction:
+def _merges_off(spec: RunSpec, config: ClusterConfig) -> Iterator[ClusterConfig]:
+    """``config``, or for a run of :data:`MERGES_OFF_SECTIONS` without
+    compaction, ``config`` pointed at a consensus server of its own on the
+    same data dir's stores whose maintenance never merges
+    (``compact_interval_s`` 0): the cluster's own consensus process merges by
+    the spine's rule, so that run would compact after all."""
+    if spec.section not in MERGES_OFF_SECTIONS or spec.compaction:
         yield config
         return
     from ... import datadir

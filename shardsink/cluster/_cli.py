@@ -20,6 +20,7 @@ import msgspec
 
 from .._http import FREE_PORT
 from .._units import MIB
+from ..config import WORKLOADS
 from ..datadir import DATA_DIR_ENV
 from ..options import Flag, add_options, build, layered
 from ..persist.config import ShardConfig
@@ -547,6 +548,17 @@ def _by_host(parts: dict[int, float]) -> list[tuple[str, str]]:
     ]
 
 
+def workload_words(stats) -> str:
+    """The summary's workload: a built-in's rows per interval (R) and
+    snapshot rows (S), the arguments of any other."""
+    if stats.workload in WORKLOADS:
+        args = {"rows_per_interval": stats.rows_per_interval, "snapshot_rows": stats.snapshot_rows}
+        args.update(stats.workload_args)
+        return f"{stats.workload} (R={args['rows_per_interval']}, S={args['snapshot_rows']})"
+    listed = ", ".join(f"{k}={v!r}" for k, v in stats.workload_args.items())
+    return f"{stats.workload} ({listed})" if listed else stats.workload
+
+
 def summary_table(stats):
     """The end-of-run summary of ``stats`` as a rich table."""
     from rich.table import Table
@@ -557,7 +569,7 @@ def summary_table(stats):
     verified = {True: "yes", False: "NO", None: "not checked"}
     rows = [
         ("shape", f"{stats.groups}x{stats.workers} {stats.mode}{_host(stats)}"),
-        ("workload", f"{stats.workload} (R={stats.rows_per_interval}, S={stats.snapshot_rows})"),
+        ("workload", workload_words(stats)),
         ("appends", f"{stats.appends} (upper {stats.upper})"),
         ("rows", f"{stats.rows} ({stats.rows_per_s:,.0f}/s over {stats.wall_s:.2f}s)"),
         ("data parts / append", f"{stats.data_parts_per_append:.2f}"),

@@ -473,6 +473,7 @@ class Cluster:
             groups=config.groups,
             workers=config.workers,
             workload=config.workload,
+            workload_args=dict(config.workload_args),
             rows_per_interval=config.rows_per_interval,
             snapshot_rows=config.snapshot_rows,
             shared_max_bytes=config.shared_max_bytes,

@@ -7,6 +7,8 @@ fills them in; nothing here starts or reads anything.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 __all__ = ["ClusterStats", "ProcessInfo", "Supervision"]
@@ -57,6 +59,8 @@ class ClusterStats(msgspec.Struct, frozen=True, kw_only=True):
     groups: int
     workers: int
     workload: str
+    #: the ``[workload]`` table the workload was made with
+    workload_args: dict[str, Any] = {}
     rows_per_interval: int
     snapshot_rows: int
     shared_max_bytes: int | str

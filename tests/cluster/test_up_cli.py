@@ -12,6 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import msgspec
 import psutil
 import pyarrow as pa
 import pytest
@@ -199,3 +200,22 @@ def test_a_toml_file_runs_the_same_cluster_as_the_flags(tmp_path, popen):
     shown = [*expected, "upper", "rows"]
     by_flags, by_file = ({k: run[k] for k in shown} for run in runs)
     assert by_flags == by_file and by_flags.items() >= expected.items()
+
+
+def test_the_summary_names_a_workloads_own_arguments() -> None:
+    """R= and S= are the built-ins' (with their [workload] table applied);
+    any other workload is shown with the arguments it was made with."""
+    from shardsink.cluster._cli import workload_words
+    from shardsink.cluster.stats import ClusterStats
+
+    fields = {f: 0 for f in ClusterStats.__struct_fields__} | {
+        "mode": "off", "coalesce": "group", "start": "fork", "restart_s": [],
+        "peak_rss": {}, "verified": None,
+    }  # fmt: skip
+    trickle = ClusterStats(**fields | {"workload": "trickle", "rows_per_interval": 1000,
+                                       "workload_args": {"rows_per_interval": 50}})  # fmt: skip
+    assert workload_words(trickle) == "trickle (R=50, S=0)"
+    synth = msgspec.structs.replace(
+        trickle, workload="synth", workload_args={"rows_per_interval": 400, "key": "string"}
+    )
+    assert workload_words(synth) == "synth (rows_per_interval=400, key='string')"

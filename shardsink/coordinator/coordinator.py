@@ -64,6 +64,7 @@ from ..persist.errors import PartsNotFound, PersistError, UpperMismatch, WriterE
 from ..persist.shard import Shard
 from ..persist.writer import Writer
 from ..process import Child, ConsensusProcess, Starter
+from ..process.logs import log_dir
 from ..storage.errors import StorageError
 from .accounting import Accepted, AccountingError, batches_of, check, parts_by_host
 from .errors import ClusterError
@@ -179,7 +180,9 @@ class Coordinator:
         host: GroupHost = (
             LocalGroups(sockets, run_dir, starter)
             if agents is None
-            else RayGroups(sockets, agents, host_timeout_s=config.host_timeout_s)
+            else RayGroups(
+                sockets, agents, host_timeout_s=config.host_timeout_s, keep=log_dir(run_dir)
+            )
         )
         self.supervisor = Supervisor(
             config, host, self._send, self._poll, consensus, poll_ms=POLL_MS

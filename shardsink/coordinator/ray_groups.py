@@ -35,6 +35,8 @@ from ..hosts.agent import (
     AgentReply,
     Kill,
     Locate,
+    LogFiles,
+    Logs,
     Poll,
     Polled,
     Start,
@@ -56,6 +58,7 @@ from ..hosts.ray import (
     place_agents,
 )
 from ..process import Launch, Launched
+from ..process.logs import file_name
 from .errors import ClusterError
 from .groups import Group, HostInfo, Member, Sockets, group_launches, host_launch, members_of
 
@@ -108,10 +111,18 @@ class RayGroups:
     new agent when that one is lost (an agent that did not come up, its
     ``where`` ``None``, is lost from the start). Lost slots are offered to alive nodes
     without an agent of the cluster every :data:`REPLACE_EVERY_S`; an agent
-    placed there is used once it is located."""
+    placed there is used once it is located. At :meth:`close`, the logs of
+    the members on the agents alive are copied into ``keep`` (the head's log
+    directory), appended to what an earlier agent's copy left there, since
+    an agent's run directory goes with it."""
 
     def __init__(
-        self, sockets: Sockets, agents: list[RemoteAgent], *, host_timeout_s: float
+        self,
+        sockets: Sockets,
+        agents: list[RemoteAgent],
+        *,
+        host_timeout_s: float,
+        keep: Path | None = None,
     ) -> None:
         if not agents:
             raise ClusterError("no host to run the groups on")
@@ -129,6 +140,7 @@ class RayGroups:
         self._looked = time.monotonic()
         self._every: list[RemoteAgent] = list(agents)  # to close
         self._closed = False
+        self.keep = keep
 
     # --- GroupHost --------------------------------------------------------------------
 
@@ -248,7 +260,26 @@ class RayGroups:
         self._closed = True
         joining = [agent for agent, _, _ in self._joining.values()]
         for agent in [*self._every, *joining]:
+            if agent in self.alive:
+                self._keep_logs(agent)
             agent.close(self.host_timeout_s if agent in self.alive else 1.0)
+
+    def _keep_logs(self, agent: RemoteAgent) -> None:
+        """Append the logs of ``agent``'s members to :attr:`keep`, each after
+        a line naming its host (nothing kept if it does not answer)."""
+        if self.keep is None:
+            return
+        try:
+            reply = agent.call(Logs(), TAIL_TIMEOUT_S)
+        except (AgentError, TimeoutError) as exc:
+            log.warning("the logs on node %s are not kept: %s", agent.node_id, exc)
+            return
+        if not isinstance(reply, LogFiles):
+            return
+        for kept in reply.files:
+            with open(self.keep / file_name(kept.name), "ab") as f:
+                f.write(f"[shardsink] the log of {kept.name} on host {kept.host}\n".encode())
+                f.write(kept.data)
 
     # --- hosts ------------------------------------------------------------------------
 

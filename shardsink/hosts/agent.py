@@ -82,7 +82,13 @@ class Tail(Message, tag=True):
     limit: int = 2000
 
 
-AgentRequest = StartChild | Kill | Poll | Locate | Sweep | Tail
+class Logs(Message, tag=True):
+    """The last ``limit`` bytes of every child's log (for the head to keep)."""
+
+    limit: int = 1 << 20
+
+
+AgentRequest = StartChild | Kill | Poll | Locate | Sweep | Tail | Logs
 
 
 class Started(Message, tag=True):
@@ -105,13 +111,25 @@ class Text(Message, tag=True):
     text: str
 
 
+class LogFile(Message):
+    """The last bytes of child ``name``'s log, on host ``host``."""
+
+    name: str
+    host: str
+    data: bytes
+
+
+class LogFiles(Message, tag=True):
+    files: tuple[LogFile, ...]
+
+
 class Refused(Message, tag=True):
     """The request failed: why, in one line."""
 
     reason: str
 
 
-AgentReply = Started | Polled | Located | Done | Text | Refused
+AgentReply = Started | Polled | Located | Done | Text | LogFiles | Refused
 
 encode = msgspec.msgpack.Encoder().encode
 decode_request = msgspec.msgpack.Decoder(AgentRequest).decode
@@ -161,6 +179,8 @@ class HostAgent:
             if request.name not in self.children:
                 raise RuntimeError(f"no child named {request.name}")
             return Text(self.children[request.name].log_tail(request.limit))
+        if isinstance(request, Logs):
+            return LogFiles(tuple(self.logs(request.limit)))
         return Located(Where(socket.gethostname(), os.getpid(), str(self.run_dir)))
 
     def start(self, launch: Launch, leader: str = "") -> int:
@@ -173,6 +193,21 @@ class HostAgent:
             child = Child(launch, self.starter, self.run_dir, leader=lead)
             self.children[launch.name] = child
         return child.start().pid
+
+    def logs(self, limit: int) -> list[LogFile]:
+        """The last ``limit`` bytes of each child's log (they live in the run
+        directory, which goes with the agent)."""
+        host = socket.gethostname()
+        out = []
+        for child in self.children.values():
+            child.note_exit()
+            try:
+                with open(child.log_path, "rb") as f:
+                    f.seek(max(0, os.fstat(f.fileno()).st_size - limit))
+                    out.append(LogFile(child.name, host, f.read(limit)))
+            except OSError:
+                continue  # never started: no log
+        return out
 
     def exited(self) -> list[Exited]:
         """The children that exited since the last call (each reported once)."""

@@ -13,6 +13,7 @@ import pytest
 
 from shardsink.cluster import Cluster, ClusterConfig, ClusterError
 from shardsink.coordinator.ray_groups import RemoteMember
+from shardsink.process import logs
 from tests.helpers.cluster import assert_nothing_left, child_pids
 
 
@@ -53,9 +54,14 @@ def test_groups_on_every_node_each_run_where_they_were_placed(tmp_path, ray_clus
                 parents = {p.pid for p in psutil.Process(member.pid).parents()}
                 assert agents[g] in parents, (member, agents[g])
         pids = child_pids(cluster)
+        names = [m.name for group in groups.values() for m in group.members]
         stats = cluster.run()
         hosts = cluster.status().hosts
     assert stats.verified
+    kept = logs.runs(tmp_path / "data" / logs.LOGS)[-1]  # the agents' run dirs are gone
+    for name in names:
+        text = (kept / logs.file_name(name)).read_text()
+        assert f"[shardsink] the log of {name} on host " in text
     assert sorted(h.node_id for h in hosts) == sorted(nodes)
     assert all(h.alive and h.address == "127.0.0.1" for h in hosts)
     assert sorted(g for h in hosts for g in h.groups) == list(range(len(nodes)))

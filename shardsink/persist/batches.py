@@ -105,8 +105,9 @@ def load_part(blob: Blob, shard: str, part: Part, schema: pa.Schema) -> pa.Table
 def _part(
     blob: Blob, shard: str, writer: str, table: pa.Table, inline_max_bytes: int, stats: ShardStats
 ) -> Part:
-    """``table`` as an inline part if it encodes small enough, else a blob part."""
-    return P.inline_part(table, inline_max_bytes) or put_blob_part(
+    """``table`` (consolidated, so in update order) as an inline part if it
+    encodes small enough, else a blob part."""
+    return P.inline_part(table, inline_max_bytes, ordered=True) or put_blob_part(
         blob, shard, writer, table, stats
     )
 

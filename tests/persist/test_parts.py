@@ -40,6 +40,16 @@ def test_inline_round_trip_and_size_limit():
     assert P.inline_part(table, len(part.data)) is None
 
 
+def test_an_inline_part_sorts_its_rows_unless_the_caller_says_they_are():
+    """Unordered rows are sorted; ``ordered=True`` (a consolidated table's
+    word) is trusted, so a broken promise is kept as it was given (readers
+    sort an inline part whose rows are out of order: ``windows.part_chunks``)."""
+    table = updates([(2, "b", 3, 1), (1, "a", 3, 1)])
+    assert P.decode_inline(P.inline_part(table, 4096), SCHEMA)["key"].to_pylist() == [1, 2]
+    trusted = P.inline_part(table, 4096, ordered=True)
+    assert P.decode_inline(trusted, SCHEMA)["key"].to_pylist() == [2, 1]
+
+
 def _message(table: pa.Table) -> bytes:
     return table.combine_chunks().to_batches()[0].serialize().to_pybytes()
 

@@ -402,4 +402,4 @@ def test_the_digest_section_gives_each_repeats_ratio_and_cpu_per_row() -> None:
     rows = [row(True, 0, 90.0), row(False, 0, 100.0), row(True, 1, 99.0), row(False, 1, 100.0)]
     text = "\n".join(workload_lines("digest", rows))
     assert "| True | 94 |" in text and "| 1,200,000, 1,000,000 | 0.945 |" in text
-    assert "Digests on / off per repeat: 0.900, 0.990; median 0.945." in text
+    assert "Digests on / off per repeat: 0.900, 0.990; median 0.945, geometric mean 0.944." in text

@@ -14,6 +14,7 @@ run records its place (``order``) and the seed (``order_seed``) in
 from __future__ import annotations
 
 import random
+import statistics
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
 
@@ -344,7 +345,12 @@ def _repeat_ratios(groups: dict) -> list[str]:
     if not ratios:
         return []
     listed = ", ".join(f"{x:.3f}" for x in ratios)
-    return ["", f"Digests on / off per repeat: {listed}; median {_median(ratios):.3f}."]
+    mean = statistics.geometric_mean(ratios)
+    return [
+        "",
+        f"Digests on / off per repeat: {listed}; median {_median(ratios):.3f}, "
+        f"geometric mean {mean:.3f}.",
+    ]
 
 
 FIGURES = ("rows_per_s", "mb_per_s", "data_parts_per_append", "diff_bytes_per_append")

@@ -6,6 +6,7 @@ import itertools
 import os
 import time
 
+import msgspec
 import pytest
 
 from shardsink import open_shard
@@ -15,7 +16,7 @@ from shardsink.persist.compaction import plan
 from shardsink.persist.errors import CorruptState
 from shardsink.persist.gc import sweep_leaked_blobs
 from shardsink.persist.maintenance import register_writer
-from shardsink.persist.state import BlobPart, part_prefix
+from shardsink.persist.state import BlobPart, InlinePart, part_prefix
 from shardsink.storage import open_blob
 from tests.helpers.persist import interval_rows, memory_stores, rows_of, spine_pass, updates
 
@@ -133,6 +134,26 @@ def test_compaction_meeting_a_corrupt_part_names_it_and_commits_nothing(tmp_path
             spine_pass(shard, target_bytes=1 << 20, writer_id=merger)
         assert shard.state(refresh=True).seqno == seqno
         assert list(shard.blob.list(part_prefix("s", merger))) == []  # what it wrote is deleted
+
+
+def test_a_merge_of_inline_parts_meeting_a_corrupt_one_names_it_and_commits_nothing():
+    """Inline runs are merged decoded whole (no key windows): a part that does
+    not decode is still named, and nothing is committed."""
+    blob, consensus = memory_stores()
+    with open_shard("s", blob=blob, consensus=consensus, create=True) as shard:
+        w = shard.writer()
+        for i in range(3):
+            batch = w.batch(interval_rows(i, [i, 10 + i]), i, i + 1)
+            if i == 1:
+                part = batch.parts[0]
+                broken = msgspec.structs.replace(part, data=part.data[:-3] + b"xyz")
+                batch = msgspec.structs.replace(batch, parts=(broken,))
+            w.compare_and_append([batch], i, i + 1)
+        before = shard.state(refresh=True)
+        assert all(isinstance(p, InlinePart) for b in before.batches.values() for p in b.parts)
+        with pytest.raises(CorruptState, match="shard 's': inline part"):
+            spine_pass(shard, target_bytes=1 << 20)
+        assert shard.state(refresh=True).batches == before.batches
 
 
 def test_spine_compaction_whose_input_is_gone_commits_nothing_and_leaves_no_output(tmp_path):

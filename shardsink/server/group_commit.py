@@ -10,16 +10,23 @@ commit batching does: a fraction of the observed commit latency, bounded by
 the server's ``batch_window_max_ms``, starting small after an idle spell
 and shrinking again while batches hold a single command (one client alone
 never waits for company). Both are plain state without I/O, the time given
-by the caller.
+by the caller. :class:`OwnCommands` hands the server's own commands (the
+merge lanes' compactions) to the loop, so they are stored in its batches
+rather than in a transaction (and an fsync) of their own each.
 """
 
 from __future__ import annotations
 
+import threading
+import time
+import uuid
 from collections import deque
+from concurrent.futures import Future
 
 import msgspec
 
-from ..persist.commands import Command
+from ..persist.commands import Command, Result
+from ..storage.errors import StorageError
 
 #: The share of the smoothed commit latency the window takes: while one
 #: batch is being stored, the next gathers, so waiting about half a commit
@@ -98,3 +105,60 @@ class BatchWindow:
     def idle(self) -> None:
         """Nothing arrived for a poll: the next batch starts small."""
         self.seconds = 0.0
+
+
+#: The ``peer`` of a command of the server's own (a ROUTER peer is never empty).
+OWN = b""
+
+
+class OwnCommands:
+    """Commands of the server's own threads for the request loop's group
+    commit. :meth:`submit` (any thread) queues one and waits for its result;
+    the loop takes them (:meth:`take`) into its :class:`CommandQueue` and
+    answers them (:meth:`answer`, :meth:`fail`). Once :meth:`close` d (the
+    loop has stopped), what waits fails and :meth:`submit` fails at once,
+    so a merge lane never waits for a loop that is gone."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._new: list[Queued] = []
+        self._waiting: dict[bytes, Future] = {}
+        self._closed = False
+
+    def submit(self, shard: str, command: Command, timeout_s: float = 60.0) -> Result:
+        """``command``'s result once the loop has stored it; ``StorageError``
+        if the server closes first, ``TimeoutError`` past ``timeout_s``."""
+        future: Future = Future()
+        token = uuid.uuid4().bytes
+        with self._lock:
+            if self._closed:
+                raise StorageError("the consensus server is closing")
+            self._waiting[token] = future
+            self._new.append(Queued(OWN, token, shard, command, time.monotonic()))
+        return future.result(timeout=timeout_s)
+
+    def take(self) -> list[Queued]:
+        """The commands submitted since the last call, oldest first."""
+        with self._lock:
+            new, self._new = self._new, []
+        return new
+
+    def answer(self, item: Queued, result: Result) -> None:
+        with self._lock:
+            future = self._waiting.pop(item.request_id, None)
+        if future is not None:
+            future.set_result(result)
+
+    def fail(self, item: Queued, exc: BaseException) -> None:
+        with self._lock:
+            future = self._waiting.pop(item.request_id, None)
+        if future is not None:
+            future.set_exception(exc)
+
+    def close(self) -> None:
+        """Fail what waits and refuse what comes. Idempotent."""
+        with self._lock:
+            self._closed = True
+            waiting, self._waiting, self._new = self._waiting, {}, []
+        for future in waiting.values():
+            future.set_exception(StorageError("the consensus server is closing"))

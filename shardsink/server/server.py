@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 
 import msgspec
 import zmq
@@ -65,7 +66,7 @@ from ..persist.stats import MachineStats, ShardStats
 from ..storage.contracts import Blob, CasRequest, Consensus
 from ..storage.errors import StorageError
 from .config import BATCH_MAX, BATCH_WINDOW_MAX_S
-from .group_commit import BatchWindow, CommandQueue, Queued
+from .group_commit import OWN, BatchWindow, CommandQueue, OwnCommands, Queued
 from .loaded import LoadedShard
 from .rpc import RpcServer
 from .wire import (
@@ -185,6 +186,7 @@ class ConsensusServer:
         self._check_parts = check_parts
         self._shards: dict[str, LoadedShard] = {}
         self._queue = CommandQueue()
+        self._own = OwnCommands()
         if batch_max < 1:
             raise ValueError(f"batch_max must be at least 1, got {batch_max}")
         self._batch_max = batch_max
@@ -210,6 +212,8 @@ class ConsensusServer:
         and stored a batch at a time (:meth:`_commit_batch`), after the
         batch window (:class:`~.group_commit.BatchWindow`) gathered more."""
         while not stop.is_set():
+            for item in self._own.take():
+                self._queue.put(item)
             if not self._receive(0 if len(self._queue) else poll_ms):
                 self.window.idle()
             if len(self._queue):
@@ -271,12 +275,18 @@ class ConsensusServer:
     def _ran(self, item: Queued, result: Result, work: MachineStats) -> None:
         """Answer a command that ran (stored durably, if it changed state)."""
         faults.point("consensus.after_store")
+        if item.peer == OWN:
+            self._own.answer(item, result)
+            return
         self._shards[item.shard].commands += 1
         if self.on_command is not None:
             self.on_command(item.shard, item.command, result, time.monotonic() - item.received)
         self._rpc.reply(item.peer, item.request_id, encode(RunReply(result, work)))
 
     def _failed(self, item: Queued, exc: Exception) -> None:
+        if item.peer == OWN:
+            self._own.fail(item, exc)
+            return
         self._rpc.reply(item.peer, item.request_id, encode(self._error(item.command, exc)))
 
     def _error(self, request: object, exc: Exception) -> ErrorReply:
@@ -507,9 +517,14 @@ class ConsensusServer:
         stats = ShardStats()
         target = min(self.config.blob_target_bytes, COMPACT_PART_BYTES)
         try:
-            report = merge_runs(shard.machine, self._blob, state, runs, target, stats, shard.writer)
+            # its compactions are stored in the loop's batches, with the appends
+            run = partial(self._own.submit, state.shard)
+            report = merge_runs(
+                shard.machine, self._blob, state, runs, target, stats, shard.writer, run=run
+            )
         except Exception:
-            log.exception("compaction of shard %r failed; retrying on schedule", state.shard)
+            if not self._closed:  # closing fails the compactions waiting on the loop
+                log.exception("compaction of shard %r failed; retrying on schedule", state.shard)
             return
         finally:
             # the pools keep a pass's freed pages otherwise (its last part's
@@ -556,6 +571,7 @@ class ConsensusServer:
         if self._closed:
             return
         self._closed = True
+        self._own.close()  # the loop has stopped: merges waiting on it give up
         self._maintenance.shutdown(wait=True, cancel_futures=True)
         for lane in self._lanes:
             lane.shutdown(wait=True, cancel_futures=True)

@@ -10,16 +10,19 @@ import time
 import pytest
 
 from shardsink import open_shard
+from shardsink.persist import ShardConfig
 from shardsink.persist.commands import HeartbeatWriter
 from shardsink.server.group_commit import (
+    OWN,
     WINDOW_FRACTION,
     WINDOW_START_S,
     BatchWindow,
     CommandQueue,
+    OwnCommands,
     Queued,
 )
 from shardsink.storage import Mismatch, open_blob, open_consensus
-from shardsink.storage.errors import DeterminateError, IndeterminateError
+from shardsink.storage.errors import DeterminateError, IndeterminateError, StorageError
 from shardsink.workloads import Workload
 from tests.helpers.server import serving as helpers_serving
 
@@ -88,9 +91,14 @@ class GateStore:
         self.held = threading.Event()
         self.release = threading.Event()
         self.plan: list[tuple[str, str | None]] = []
+        self.singles: list[str] = []  # shards of compare_and_set calls, outside any batch
 
     def __getattr__(self, name: str):
         return getattr(self.inner, name)
+
+    def compare_and_set(self, shard, expected, new):
+        self.singles.append(shard)
+        return self.inner.compare_and_set(shard, expected, new)
 
     def compare_and_set_many(self, requests):
         self.batches.append([r.shard for r in requests])
@@ -209,3 +217,57 @@ def test_a_failed_commit_fails_no_request_and_duplicates_nothing(tmp_path, gate,
     if fault[0] == "mismatch":
         assert counters["s3"].machine.cas_mismatches >= 1
         assert all(counters[s].machine.cas_mismatches == 0 for s in shards if s != "s3")
+
+
+def test_own_commands_are_answered_by_the_loop_and_refused_once_closed() -> None:
+    own = OwnCommands()
+    results: list = []
+    asker = threading.Thread(target=lambda: results.append(own.submit("s", HeartbeatWriter("w"))))
+    asker.start()
+    deadline = time.monotonic() + 10
+    taken: list = []
+    while not taken and time.monotonic() < deadline:
+        taken = own.take()
+    assert [(i.peer, i.shard) for i in taken] == [(OWN, "s")] and own.take() == []
+    own.answer(taken[0], "done")
+    asker.join(10)
+    assert results == ["done"]
+    failing = threading.Thread(target=lambda: results.append(_raised(own)))
+    failing.start()
+    while not own._waiting and time.monotonic() < deadline:
+        time.sleep(0.01)
+    own.close()  # what waits fails; what comes next is refused at once
+    failing.join(10)
+    assert "closing" in str(results[-1]) and "closing" in str(_raised(own))
+
+
+def _raised(own: OwnCommands) -> BaseException | None:
+    try:
+        own.submit("s", HeartbeatWriter("w"), timeout_s=10)
+    except StorageError as exc:
+        return exc
+    return None
+
+
+def test_compactions_are_stored_in_the_loops_batches(tmp_path, gate) -> None:
+    """The merge lanes' compactions go through the loop's group commit: none
+    is stored by a compare-and-set of its own."""
+    blob = f"file://{tmp_path}/blob"
+    # no heartbeat of the server's writer meanwhile, nor a rollup (a CaS of its own)
+    quiet = ShardConfig(writer_lease_ms=600_000, rollup_threshold=1_000_000)
+    with (
+        serving(tmp_path, gate, compact_slack=2, config=quiet) as server,
+        open_shard("s", blob=blob, consensus=server.address, create=True) as shard,
+    ):
+        writer = shard.writer()
+        upper = writer.compare_and_append_table(WORKLOAD.updates(0), 0, 1)
+        del gate.singles[:]
+        while _compactions(server) < 3 and upper < 2000:
+            upper = writer.compare_and_append_table(WORKLOAD.updates(upper), upper, upper + 1)
+        assert _compactions(server) >= 3
+        assert gate.singles == []
+        assert shard.reader().snapshot().equals(WORKLOAD.expected(upper))
+
+
+def _compactions(server) -> int:
+    return sum(s.compactions for s in server.stats().shards)

@@ -103,7 +103,7 @@ def consolidate(table: pa.Table) -> pa.Table:
     of each group taken). ``ValueError`` naming a field Arrow cannot group or
     sort (:func:`check_sortable`)."""
     schema = table.schema
-    if table.num_rows == 0:
+    if table.num_rows == 0 or _consolidated_already(table):
         return table
     try:
         if not _nested(schema):
@@ -120,6 +120,43 @@ def consolidate(table: pa.Table) -> pa.Table:
     except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
         check_sortable(schema)
         raise
+
+
+#: Up to this many rows, :func:`consolidate` first looks in Python whether
+#: the rows are consolidated already (a small append's are, as a rule).
+SMALL_ROWS = 64
+
+
+def _consolidated_already(table: pa.Table) -> bool:
+    """Whether ``table`` (at most :data:`SMALL_ROWS` rows, ``key`` and ``val``
+    integers, strings or binary, whose order in Python is Arrow's) has its
+    rows strictly in update order, no two alike, and no zero diff. Why: for
+    the 4 rows of a small append, Arrow's grouping and sort took 131 us; this
+    look takes a tenth of it (by hand, ``process_time``)."""
+    if table.num_rows > SMALL_ROWS or not all(
+        _python_ordered(table.schema.field(name).type) for name in ("key", "val")
+    ):
+        return False
+    diffs = table["diff"].to_pylist()
+    if 0 in diffs or None in diffs:
+        return False
+    columns = (table[name].to_pylist() for name in ("key", "val", "ts"))
+    rows = list(zip(*columns, strict=True))
+    if any(value is None for row in rows for value in row):
+        return False
+    return all(a < b for a, b in itertools.pairwise(rows))
+
+
+def _python_ordered(kind: pa.DataType) -> bool:
+    """Whether Python orders ``kind``'s values as Arrow sorts them (UTF-8
+    strings by code point, as Arrow by their bytes)."""
+    return (
+        pa.types.is_integer(kind)
+        or pa.types.is_string(kind)
+        or pa.types.is_large_string(kind)
+        or pa.types.is_binary(kind)
+        or pa.types.is_large_binary(kind)
+    )
 
 
 def _consolidate_leaves(table: pa.Table) -> pa.Table:

@@ -50,6 +50,37 @@ def test_an_inline_part_sorts_its_rows_unless_the_caller_says_they_are():
     assert P.decode_inline(trusted, SCHEMA)["key"].to_pylist() == [2, 1]
 
 
+@pytest.mark.parametrize(
+    ("rows", "kept"),
+    [
+        ([(1, "a", 3, 1), (1, "b", 3, -1), (2, "a", 3, 2)], True),  # consolidated already
+        ([(2, "a", 3, 1), (1, "a", 3, 1)], False),  # out of order
+        ([(1, "a", 3, 1), (1, "a", 3, 1)], False),  # alike: summed
+        ([(1, "a", 3, 1), (2, "b", 3, 0)], False),  # a zero diff: dropped
+        ([(1, "a", 3, 1), (1, "a", 3, -1), (2, "b", 3, 1)], False),  # summed to zero
+    ],
+)
+def test_a_small_table_consolidates_as_arrow_would(rows, kept, monkeypatch):
+    """Small tables are looked at in Python first (one consolidated already
+    is kept as it is); what comes out is what Arrow's grouping and sort give
+    (the look turned off to compare)."""
+    table = updates(rows)
+    quick = P.consolidate(table)
+    assert (quick is table) == kept
+    monkeypatch.setattr(P, "SMALL_ROWS", 0)
+    assert rows_of(quick) == rows_of(P.consolidate(table))
+
+
+def test_only_types_python_orders_as_arrow_are_looked_at():
+    ts, diff = pa.array([3, 3], pa.uint64()), pa.array([1, 1], pa.int64())
+    floats = pa.table({"key": [1.0, float("nan")], "val": ["a", "a"], "ts": ts, "diff": diff})
+    assert not P._consolidated_already(floats)
+    nulls = updates([(1, "a", 3, 1), (2, "b", 3, 1)]).set_column(
+        1, "val", pa.array(["a", None], pa.string())
+    )
+    assert not P._consolidated_already(nulls)
+
+
 def _message(table: pa.Table) -> bytes:
     return table.combine_chunks().to_batches()[0].serialize().to_pybytes()
 

@@ -252,7 +252,8 @@ class RemoteMachine:
 
 
 def _accumulate(total: MachineStats, work: MachineStats) -> None:
-    for field in msgspec.structs.fields(MachineStats):
-        name = field.name
+    # the names, not msgspec.structs.fields, which evaluates the annotations
+    # on every call: 90 us of a 310 us append's client CPU (cProfile)
+    for name in MachineStats.__struct_fields__:
         value = getattr(work, name)
         setattr(total, name, value if name == "last_diff_bytes" else getattr(total, name) + value)

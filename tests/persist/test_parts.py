@@ -81,6 +81,15 @@ def test_only_types_python_orders_as_arrow_are_looked_at():
     assert not P._consolidated_already(nulls)
 
 
+def test_a_small_parts_bounds_in_python_are_arrows():
+    ts = pa.array([5, 3, 9, 1], pa.uint64())
+    for keys in ([3, -1, 7, 2], ["b", "a", "é", "z"]):
+        table = pa.table({"key": keys, "ts": ts})
+        assert P._small_bounds(table) == P._arrow_bounds(table)
+    for keys in ([1.0, 2.0, float("nan"), 0.5], ["a", None, "b", "c"]):  # Arrow's way then
+        assert P._small_bounds(pa.table({"key": keys, "ts": ts})) is None
+
+
 def _message(table: pa.Table) -> bytes:
     return table.combine_chunks().to_batches()[0].serialize().to_pybytes()
 

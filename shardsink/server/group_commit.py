@@ -115,9 +115,9 @@ class OwnCommands:
     """Commands of the server's own threads for the request loop's group
     commit. :meth:`submit` (any thread) queues one and waits for its result;
     the loop takes them (:meth:`take`) into its :class:`CommandQueue` and
-    answers them (:meth:`answer`, :meth:`fail`). Once :meth:`close` d (the
-    loop has stopped), what waits fails and :meth:`submit` fails at once,
-    so a merge lane never waits for a loop that is gone."""
+    answers them (:meth:`answer`, :meth:`fail`). Once closed (:meth:`close`,
+    when the loop has stopped), what waits fails and :meth:`submit` fails at
+    once, so a merge lane never waits for a loop that is gone."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

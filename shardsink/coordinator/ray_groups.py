@@ -277,9 +277,14 @@ class RayGroups:
         if not isinstance(reply, LogFiles):
             return
         for kept in reply.files:
-            with open(self.keep / file_name(kept.name), "ab") as f:
-                f.write(f"[shardsink] the log of {kept.name} on host {kept.host}\n".encode())
-                f.write(kept.data)
+            if kept.name not in self.members:  # only members this cluster launched name a file
+                continue
+            try:
+                with open(self.keep / file_name(kept.name), "ab") as f:
+                    f.write(f"[shardsink] the log of {kept.name} on host {kept.host!r}\n".encode())
+                    f.write(kept.data)
+            except OSError as exc:
+                log.warning("the log of %s is not kept: %s", kept.name, exc)
 
     # --- hosts ------------------------------------------------------------------------
 

@@ -61,7 +61,7 @@ def test_groups_on_every_node_each_run_where_they_were_placed(tmp_path, ray_clus
     kept = logs.runs(tmp_path / "data" / logs.LOGS)[-1]  # the agents' run dirs are gone
     for name in names:
         text = (kept / logs.file_name(name)).read_text()
-        assert f"[shardsink] the log of {name} on host " in text
+        assert f"[shardsink] the log of {name} on host '" in text
     assert sorted(h.node_id for h in hosts) == sorted(nodes)
     assert all(h.alive and h.address == "127.0.0.1" for h in hosts)
     assert sorted(g for h in hosts for g in h.groups) == list(range(len(nodes)))

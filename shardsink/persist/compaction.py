@@ -200,7 +200,9 @@ def _all_inline(parts: list[Part]) -> bool:
     key windows' cursors. Why: a 64-shard server's merges of 4-row inline
     appends spent 60% of its CPU, about a third of it in the cursors and
     order checks of parts a few rows long (py-spy, ``bench appends --shards 64``)."""
-    inline = all(isinstance(p, InlinePart) for p in parts)
+    # no parts at all: nothing to decode (state keeps no empty batch, but a
+    # run of them would take the windows' way, which reads nothing)
+    inline = bool(parts) and all(isinstance(p, InlinePart) for p in parts)
     return inline and sum(p.rows for p in parts) <= WINDOW_ROWS
 
 

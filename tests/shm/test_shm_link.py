@@ -67,6 +67,8 @@ def test_zero_copy_across_processes(cluster, endpoint):
         assert part_number(part.batch) == 0
         receiver.ack(part)
         writer.expect("acked")
+        assert writer.wait() == 0  # its close unlinks the segment; a kill now would leave it
+    assert list_segments(cluster) == []
 
 
 def test_a_full_arena_blocks_the_writer_until_acknowledged(cluster, endpoint):

@@ -22,12 +22,20 @@ import threading
 import time
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from .._address import check_address
 from .._curve import ClientKeys, CurveServer, ServerKeys, needs_keys, secure_client
 from ..storage.errors import DeterminateError, IndeterminateError
 
 _ID_BYTES = 8
+#: A call that may wait longer than this for its reply watches its
+#: connection: a request sent to a server that then goes away (killed, or
+#: restarted at the same address) is lost with it, and waiting out the whole
+#: timeout (a maintenance job's is ten minutes) only delays the retry. A
+#: shorter call (an append's, seconds) skips the watch, a second socket to
+#: poll on the hot path.
+WATCH_AFTER_S = 10.0
 
 
 class RpcServer:
@@ -110,6 +118,8 @@ class RpcClient:
     within the timeout raises ``IndeterminateError`` (the server may have acted on
     the request); that thread's socket is then recreated so nothing stale is
     queued. ZeroMQ reconnects by itself when a restarted server binds again.
+    A call that may wait more than :data:`WATCH_AFTER_S` also raises
+    ``IndeterminateError`` as soon as its connection drops while it waits.
     A ``tcp://`` server needs ``keys`` (``ValueError`` without).
     """
 
@@ -127,6 +137,7 @@ class RpcClient:
         self._ids = itertools.count(1)
         self._local = threading.local()
         self._sockets: set[zmq.Socket] = set()
+        self._monitors: dict[zmq.Socket, zmq.Socket] = {}  # by the socket they watch
         self._closed = False
 
     def _socket(self) -> zmq.Socket:
@@ -146,13 +157,31 @@ class RpcClient:
             self._local.sock = sock
         return sock
 
+    def _monitor(self, sock: zmq.Socket) -> zmq.Socket:
+        """The socket on which ``sock``'s disconnections are told, emptied of
+        those told before now."""
+        with self._lock:
+            monitor = self._monitors.get(sock)
+            if monitor is None:
+                monitor = self._monitors[sock] = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        while monitor.poll(0, zmq.POLLIN):
+            recv_monitor_message(monitor)
+        return monitor
+
     def _reset(self) -> None:
         sock = getattr(self._local, "sock", None)
         if sock is not None:
             self._local.sock = None
             with self._lock:
                 self._sockets.discard(sock)
-                sock.close(linger=0)
+                self._close(sock)
+
+    def _close(self, sock: zmq.Socket) -> None:
+        monitor = self._monitors.pop(sock, None)
+        if monitor is not None:
+            sock.disable_monitor()
+            monitor.close(linger=0)
+        sock.close(linger=0)
 
     def call(self, payload: bytes, timeout_s: float | None = None) -> bytes:
         """Send ``payload``; return the reply's payload.
@@ -161,11 +190,12 @@ class RpcClient:
         time (the request may or may not have been applied)."""
         timeout = self.timeout_s if timeout_s is None else timeout_s
         sock = self._socket()
+        monitor = self._monitor(sock) if timeout > WATCH_AFTER_S else None
         request_id = next(self._ids).to_bytes(_ID_BYTES, "big")
         sock.send_multipart([request_id, payload], copy=False)
         deadline = time.monotonic() + timeout
         while (remaining := deadline - time.monotonic()) > 0:
-            if sock.poll(max(1, int(remaining * 1000)), zmq.POLLIN):
+            if self._wait(sock, monitor, max(1, int(remaining * 1000))):
                 frames = sock.recv_multipart()
                 if len(frames) == 2 and frames[0] == request_id:
                     return frames[1]
@@ -176,6 +206,27 @@ class RpcClient:
             "(the server may be down or busy; the request may have been applied)"
         )
 
+    def _wait(self, sock: zmq.Socket, monitor: zmq.Socket | None, timeout_ms: int) -> bool:
+        """Whether a reply is there to read within ``timeout_ms``;
+        ``IndeterminateError`` if ``monitor`` tells first that the connection
+        the request went out on dropped."""
+        if monitor is None:
+            return bool(sock.poll(timeout_ms, zmq.POLLIN))
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(monitor, zmq.POLLIN)
+        ready = dict(poller.poll(timeout_ms))
+        if sock in ready:
+            return True
+        if monitor in ready:
+            recv_monitor_message(monitor)
+            self._reset()
+            raise IndeterminateError(
+                f"the connection to {self.address} dropped while a request waited for its "
+                "reply (the server went away; the request may have been applied)"
+            )
+        return False
+
     def close(self) -> None:
         """Close every thread's socket; call once no other thread is mid-call."""
         with self._lock:
@@ -183,6 +234,6 @@ class RpcClient:
                 return
             self._closed = True
             for sock in self._sockets:
-                sock.close(linger=0)
+                self._close(sock)
             self._sockets.clear()
         self._ctx.term()

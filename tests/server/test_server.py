@@ -27,7 +27,7 @@ from shardsink.persist.state import Batch
 from shardsink.process import ConsensusProcess
 from shardsink.server import ServerClient
 from shardsink.server.config import ServeConfig
-from shardsink.server.wire import ErrorReply, decode_reply
+from shardsink.server.wire import ErrorReply, StateReply, WaitForUpper, decode_reply
 from shardsink.storage.errors import DeterminateError, IndeterminateError
 from shardsink.workloads import Workload
 
@@ -317,6 +317,33 @@ def test_kills_and_restarts_lose_and_double_nothing(tmp_path) -> None:
             assert got.equals(WORKLOAD.expected(len(acked)))
         finally:
             shard.close()
+
+
+def test_a_long_request_to_a_server_that_dies_is_sent_again_at_once(server, tmp_path) -> None:
+    """A request that may wait long for its reply (a maintenance job may take
+    ten minutes) watches its connection: the server killed and restarted
+    under it, the request goes again to the new one at once, not after its
+    timeout (35 s here)."""
+    blob = f"file://{tmp_path}/blob"
+    open_shard("w", blob=blob, consensus=server.address, create=True).close()
+    client = ServerClient(server.address, timeout_s=5.0, retry_for_s=60.0)
+
+    def restart() -> None:
+        time.sleep(0.5)
+        server.kill()
+        server.start()
+
+    thread = threading.Thread(target=restart)
+    started = time.monotonic()
+    thread.start()
+    try:
+        reply = client.request(WaitForUpper("w", 0, 2000), extra_timeout_s=30.0)
+    finally:
+        thread.join(30)
+        client.close()
+    assert isinstance(reply, StateReply) and reply.state.upper == 0
+    assert client.retries == 1 and server.starts == 2
+    assert time.monotonic() - started < 15
 
 
 def test_error_kinds_map_both_ways() -> None:

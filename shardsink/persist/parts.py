@@ -7,6 +7,7 @@ columns, then ``ts: uint64`` and ``diff: int64``.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterable
 
@@ -100,13 +101,19 @@ def concat(tables: Iterable[pa.Table], schema: pa.Schema) -> pa.Table:
 
 def consolidate(table: pa.Table) -> pa.Table:
     """Sum the diffs of equal ``(key, val, ts)``, drop zero sums, sort by key,
-    val, ts. Structs group and sort by their fields in order (Arrow groups
-    no struct, so the sums are grouped by the leaf columns and the first row
-    of each group taken). ``ValueError`` naming a field Arrow cannot group or
-    sort (:func:`check_sortable`)."""
-    schema = table.schema
+    val, ts; ``table`` itself if it is consolidated already. Structs group
+    and sort by their fields in order (Arrow groups no struct, so the sums
+    are grouped by the leaf columns and the first row of each group taken).
+    ``ValueError`` naming a field Arrow cannot group or sort
+    (:func:`check_sortable`)."""
     if table.num_rows == 0 or _consolidated_already(table):
         return table
+    return _grouped(table)
+
+
+def _grouped(table: pa.Table) -> pa.Table:
+    """:func:`consolidate` by Arrow's grouping and sort."""
+    schema = table.schema
     try:
         if not _nested(schema):
             summed = table.group_by(["key", "val", "ts"], use_threads=False).aggregate(
@@ -124,21 +131,44 @@ def consolidate(table: pa.Table) -> pa.Table:
         raise
 
 
-#: Up to this many rows, :func:`consolidate` first looks in Python whether
-#: the rows are consolidated already (a small append's are, as a rule).
+#: Up to this many rows, :func:`consolidate` looks in Python whether the
+#: rows are consolidated already (a small append's are, as a rule).
 SMALL_ROWS = 64
 
 
 def _consolidated_already(table: pa.Table) -> bool:
-    """Whether ``table`` (at most :data:`SMALL_ROWS` rows, ``key`` and ``val``
-    integers, strings or binary, whose order in Python is Arrow's) has its
-    rows strictly in update order, no two alike, and no zero diff. Why: for
-    the 4 rows of a small append, Arrow's grouping and sort took 131 us; this
-    look takes a tenth of it (by hand, ``process_time``)."""
-    if table.num_rows > SMALL_ROWS or not all(
+    """Whether ``table``'s rows are strictly in update order (so no two are
+    alike) with no zero or null diff: consolidated already.
+
+    Why look: a small append's rows and a hydrate's snapshot (ascending
+    unique keys) come so. Up to :data:`SMALL_ROWS` rows whose key and val
+    Python orders as Arrow does, the look is in Python (4 rows: 17 us
+    against 131 for Arrow's grouping and sort, by hand, ``process_time``);
+    above, Arrow compares neighbouring rows (:func:`in_update_order`, which
+    stops at the key when keys ascend strictly), where grouping and sorting
+    a hydrate's snapshot was more than half of a hydrating worker's samples
+    (py-spy)."""
+    if table.num_rows <= SMALL_ROWS and all(
         _python_ordered(table.schema.field(name).type) for name in ("key", "val")
     ):
+        return _small_consolidated_already(table)
+    _check_sortable_once(table.schema)  # neighbours compared may stop short of a field
+    diff = table["diff"]
+    if diff.null_count or pc.any(pc.equal(diff, 0)).as_py():
         return False
+    try:
+        return in_update_order(table, strict=True)
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return False  # the grouping names the field
+
+
+@functools.lru_cache(maxsize=64)
+def _check_sortable_once(schema: pa.Schema) -> None:
+    """:func:`check_sortable`, remembered for a schema that passes."""
+    check_sortable(schema)
+
+
+def _small_consolidated_already(table: pa.Table) -> bool:
     diffs = table["diff"].to_pylist()
     if 0 in diffs or None in diffs:
         return False
@@ -212,11 +242,12 @@ def sort_updates(table: pa.Table) -> pa.Table:
     return table if in_update_order(table) else table.sort_by(UPDATE_ORDER)
 
 
-def in_update_order(table: pa.Table) -> bool:
-    """Whether ``table``'s rows are in :data:`UPDATE_ORDER`: vectorized
-    comparisons of neighbouring rows, cheaper than a sort. A null or NaN
-    among key, val or ts reads as out of order, so such a table is sorted
-    rather than trusted."""
+def in_update_order(table: pa.Table, *, strict: bool = False) -> bool:
+    """Whether ``table``'s rows are in :data:`UPDATE_ORDER` (``strict``: and
+    no two alike in it): vectorized comparisons of neighbouring rows,
+    cheaper than a sort, which stop at the first column (key) in which every
+    row is below the next. A null or NaN in a column compared reads as out
+    of order, so such a table is sorted rather than trusted."""
     if table.num_rows < 2:
         return True
     columns = _order_leaves(table)
@@ -224,13 +255,14 @@ def in_update_order(table: pa.Table) -> bool:
         return False  # a builder's table: its workers' runs one after another
     before = after = None  # rows ordered so far by the columns compared / equal in them
     for i, column in enumerate(columns):
+        last = i == len(columns) - 1
         a, b = column[:-1], column[1:]
-        less = pc.fill_null(pc.less_equal(a, b) if i == len(columns) - 1 else pc.less(a, b), False)
+        less = pc.fill_null(pc.less_equal(a, b) if last and not strict else pc.less(a, b), False)
+        before = less if before is None else pc.or_(before, pc.and_(after, less))
+        if last or pc.all(before).as_py():
+            break
         equal = pc.fill_null(pc.equal(a, b), False)
-        if before is None:
-            before, after = less, equal
-        else:
-            before, after = pc.or_(before, pc.and_(after, less)), pc.and_(after, equal)
+        after = equal if after is None else pc.and_(after, equal)
     return pc.all(before).as_py()
 
 

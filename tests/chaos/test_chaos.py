@@ -29,6 +29,24 @@ from shardsink.chaos.schedule import firings, kind_of
 from shardsink.persist import ShardConfig
 from shardsink.workloads import SCHEMA
 
+#: What stopping a run and its final checks may add to its duration: a gc
+#: left waiting for a consensus process killed under it once held every
+#: stop here for 110 s.
+STOP_BOUND_S = 60.0
+
+
+def _run_clean(config: ChaosConfig):
+    """``run_chaos(config)``'s report, checked by :func:`_assert_clean` and
+    for a stop within :data:`STOP_BOUND_S`."""
+    started = time.monotonic()
+    report = run_chaos(config)
+    took_s = time.monotonic() - started
+    _assert_clean(config, report)
+    assert took_s <= report.ran_s + STOP_BOUND_S, (
+        f"the run stopped {took_s - report.ran_s:.0f} s late"
+    )
+    return report
+
 
 def _assert_clean(config: ChaosConfig, report) -> None:
     assert report.violations == [], report.violations
@@ -80,8 +98,7 @@ def test_a_short_run_with_every_fault_kind_loses_nothing(tmp_path) -> None:
         workers=3,
         mean_gap_s=1.0,
     )
-    report = run_chaos(config)
-    _assert_clean(config, report)
+    report = _run_clean(config)
     assert len(report.scheduled) >= 6  # 25 s at one fault a second: most kinds
 
 
@@ -98,8 +115,7 @@ def test_a_short_run_coalescing_per_host_loses_nothing(tmp_path) -> None:
         coalesce="host",
         mean_gap_s=1.0,
     )
-    report = run_chaos(config)
-    _assert_clean(config, report)
+    report = _run_clean(config)
     assert report.coalesce == "host"
 
 
@@ -190,8 +206,7 @@ def test_a_fault_dir_given_holds_the_run_budgets(tmp_path, monkeypatch) -> None:
         faults=("kill-coordinator", "blob-errors"),
         mean_gap_s=1.0,
     )
-    report = run_chaos(config)
-    _assert_clean(config, report)
+    report = _run_clean(config)
     fired = Counter(kind_of(f["point"], f["action"]) for f in faults.fired(given))
     assert fired and not (tmp_path / "run" / "faults").exists()
     assert all(report.injected[kind] >= n for kind, n in fired.items())
@@ -262,8 +277,7 @@ def test_an_orphan_of_the_run_is_found_by_its_mark_and_killed(tmp_path) -> None:
 @pytest.mark.parametrize("mode", ["barrier", "best-effort"])
 def test_a_long_run(tmp_path, mode) -> None:
     config = ChaosConfig(duration_s=180, seed=11, data_dir=str(tmp_path / "run"), mode=mode)
-    report = run_chaos(config)
-    _assert_clean(config, report)
+    report = _run_clean(config)
     assert set(report.injected) >= set(FAULT_KINDS) - {"kill-group"}
 
 
@@ -283,8 +297,7 @@ def test_a_short_run_on_postgresql_and_s3(tmp_path, postgres_server, s3_server) 
         mode="best-effort",
         mean_gap_s=1.0,
     )
-    report = run_chaos(config)
-    _assert_clean(config, report)
+    _run_clean(config)
     with pytest.raises(ValueError, match="exists in postgresql://"):
         run_chaos(msgspec.structs.replace(config, data_dir=str(tmp_path / "again")))
 
@@ -304,6 +317,5 @@ def test_a_short_run_on_three_hosts_with_host_faults_loses_nothing(tmp_path, ray
         faults=("kill-host", "pause-host", "kill-worker"),
         mean_gap_s=2.0,
     )
-    report = run_chaos(config)
-    _assert_clean(config, report)
+    report = _run_clean(config)
     assert report.injected.get("kill-host") and report.injected.get("pause-host")

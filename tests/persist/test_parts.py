@@ -50,25 +50,42 @@ def test_an_inline_part_sorts_its_rows_unless_the_caller_says_they_are():
     assert P.decode_inline(trusted, SCHEMA)["key"].to_pylist() == [2, 1]
 
 
+@pytest.mark.parametrize("pad", [0, 100], ids=["small", "large"])
 @pytest.mark.parametrize(
     ("rows", "kept"),
     [
         ([(1, "a", 3, 1), (1, "b", 3, -1), (2, "a", 3, 2)], True),  # consolidated already
+        ([(1, "a", 3, 1), (1, "a", 4, 1), (1, "b", 0, 1)], True),  # by val and by ts
         ([(2, "a", 3, 1), (1, "a", 3, 1)], False),  # out of order
+        ([(1, "b", 3, 1), (1, "a", 3, 1)], False),  # out of order in val
         ([(1, "a", 3, 1), (1, "a", 3, 1)], False),  # alike: summed
         ([(1, "a", 3, 1), (2, "b", 3, 0)], False),  # a zero diff: dropped
         ([(1, "a", 3, 1), (1, "a", 3, -1), (2, "b", 3, 1)], False),  # summed to zero
     ],
 )
-def test_a_small_table_consolidates_as_arrow_would(rows, kept, monkeypatch):
-    """Small tables are looked at in Python first (one consolidated already
-    is kept as it is); what comes out is what Arrow's grouping and sort give
-    (the look turned off to compare)."""
-    table = updates(rows)
+def test_a_table_consolidated_already_is_kept_as_it_is(rows, kept, pad):
+    """A table whose rows are consolidated already is kept as it is (looked
+    at in Python when small, by Arrow's comparisons when large); what comes
+    out is what Arrow's grouping and sort give."""
+    table = updates([(k - pad, "p", 3, 1) for k in range(pad)] + rows)
+    assert (pad > P.SMALL_ROWS) == (table.num_rows > P.SMALL_ROWS)
     quick = P.consolidate(table)
     assert (quick is table) == kept
-    monkeypatch.setattr(P, "SMALL_ROWS", 0)
-    assert rows_of(quick) == rows_of(P.consolidate(table))
+    assert rows_of(quick) == rows_of(P._grouped(table))
+
+
+def test_a_large_table_with_a_null_or_a_nan_key_is_grouped():
+    """A null or NaN key reads as out of order; a null val under keys that
+    ascend strictly does not matter (the keys order the rows alone)."""
+    table = updates([(k, "v", 3, 1) for k in range(100)])
+    floats = table.set_column(0, "key", pa.array([*map(float, range(99)), float("nan")]))
+    nulls = table.set_column(0, "key", pa.array([*range(99), None], pa.int64()))
+    for grouped in (floats, nulls):
+        assert not P._consolidated_already(grouped)
+        assert P.consolidate(grouped) is not grouped
+    null_val = table.set_column(1, "val", pa.array(["v"] * 99 + [None], pa.string()))
+    assert P.consolidate(null_val) is null_val
+    assert rows_of(P._grouped(null_val)) == rows_of(null_val)
 
 
 def test_only_types_python_orders_as_arrow_are_looked_at():

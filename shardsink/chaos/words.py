@@ -168,8 +168,8 @@ def _maintenance_line(report: ChaosReport) -> str:
     for outcome, n in sorted(gc.items()):
         if outcome == "ok":
             outcomes.append(f"{n} finished")
-        elif outcome == "timed out":
-            outcomes.append(f"{n} timed out")
+        elif outcome in ("timed out", "stopped with the run"):
+            outcomes.append(f"{n} {outcome}")
         else:
             outcomes.append(f"{n} {how_it_ended(outcome)} (a fault injected into it)")
     if outcomes:

@@ -318,7 +318,13 @@ def ts_outside(table: pa.Table, lower: int, upper: int) -> tuple[int, int | None
     if table.num_rows == 0:
         return 0, None
     # the usual answer (none) from a min/max scan, without copying the table
-    lo, hi = (s.as_py() for s in pc.min_max(table["ts"]).values())
+    # (of a small table's in Python: 2 us for 4 rows against 40 for Arrow's)
+    ts = table["ts"]
+    if table.num_rows <= SMALL_ROWS and not ts.null_count:
+        values = ts.to_pylist()
+        lo, hi = min(values), max(values)
+    else:
+        lo, hi = (s.as_py() for s in pc.min_max(ts).values())
     if lower <= lo and hi < upper:
         return 0, None
     outside = table.num_rows - in_times(table, lower, upper).num_rows

@@ -147,16 +147,16 @@ def _small_digest(table: pa.Table | pa.RecordBatch) -> Digest | None:
     shares = []
     index = 0
     for name in ("key", "val"):
-        for _, leaf in leaves(name, table.column(name)):
+        for path, leaf in leaves(name, table.column(name)):
             index += 1
             kind = leaf.type
-            if leaf.null_count:
+            if leaf.null_count or pa.types.is_dictionary(kind):
                 return None
             if pa.types.is_integer(kind):
                 mask = (1 << kind.bit_width) - 1
                 constant = _int_constants(index, 1)[0][0]
                 shares.append([(v & mask) * constant for v in leaf.to_pylist()])
-            elif _kind(name, kind) == "var" and not pa.types.is_dictionary(kind):
+            elif _kind(path, kind) == "var":
                 shares.append([_small_bytes_hash(v, index) for v in leaf.to_pylist()])
             else:
                 return None

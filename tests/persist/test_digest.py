@@ -155,5 +155,8 @@ def test_a_small_table_hashes_in_python_to_the_same_digest(key_type, keys, val_t
 def test_a_small_table_of_other_leaves_or_nulls_is_hashed_by_numpy():
     floats = updates(["a"], [{"price": 1.5, "name": "q", "n": 1}], [1])
     nulls = updates(["a", None], ["x", "y"], [1, 1], val_type=STRING)
-    assert D._small_digest(floats) is None and D._small_digest(nulls) is None
-    assert digest(floats) == D._array_digest(floats)
+    coded = updates(["a", "b"], ["x", "y"], [1, 1], val_type=STRING)
+    coded = coded.set_column(0, "key", coded["key"].dictionary_encode())
+    for other in (floats, nulls, coded):
+        assert D._small_digest(other) is None
+        assert digest(other) == D._array_digest(other)

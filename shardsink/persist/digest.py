@@ -42,6 +42,8 @@ _MASK = (1 << 64) - 1
 _STEP = np.uint64(0xA0761D6478BD642F)
 _NULL = np.uint64(0x9E3779B97F4A7C15)
 _LENGTH = np.uint64(0xD6E8FEB86659FD93)
+#: The splitmix64 finalizer: xor with the value shifted right, then multiply.
+_MIX_STEPS = ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB), (31, None))
 
 
 #: The hash this module computes. Digests stored with another (``0``, the
@@ -134,8 +136,9 @@ def _array_digest(table: pa.Table | pa.RecordBatch) -> Digest:
     return Digest(n, int(diffs.sum()), hashed, SCHEME)
 
 
-#: Up to this many rows, :func:`digest` hashes in Python when it can (see
-#: :func:`_small_digest`).
+#: Up to this many rows a table is small: Python's loops over its values
+#: cost less than numpy's and Arrow's calls (:func:`_small_digest`, and
+#: consolidation's and the ts check's looks in ``parts``).
 SMALL_ROWS = 64
 
 
@@ -188,11 +191,11 @@ def _int_constants(index: int, count: int) -> tuple[tuple[int, ...], int]:
 
 def _mix_one(z: int) -> int:
     """:func:`mix` of one 64-bit value."""
-    z ^= z >> 30
-    z = (z * 0xBF58476D1CE4E5B9) & _MASK
-    z ^= z >> 27
-    z = (z * 0x94D049BB133111EB) & _MASK
-    return z ^ (z >> 31)
+    for shift, factor in _MIX_STEPS:
+        z ^= z >> shift
+        if factor is not None:
+            z = (z * factor) & _MASK
+    return z
 
 
 def written(table: pa.Table | pa.RecordBatch) -> Digest | None:
@@ -432,7 +435,7 @@ def mix(z: np.ndarray, scratch: np.ndarray | None = None) -> np.ndarray:
         z = np.array(z, dtype=np.uint64)
         scratch = np.empty_like(z)
     with np.errstate(over="ignore"):
-        for shift, factor in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB), (31, None)):
+        for shift, factor in _MIX_STEPS:
             np.right_shift(z, np.uint64(shift), out=scratch)
             z ^= scratch
             if factor is not None:

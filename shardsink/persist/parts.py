@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .digest import leaves
+from .digest import SMALL_ROWS, leaves
 from .errors import CorruptState
 from .state import BlobPart, InlinePart, KeyBound, Part
 
@@ -129,11 +129,6 @@ def _grouped(table: pa.Table) -> pa.Table:
     except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
         check_sortable(schema)
         raise
-
-
-#: Up to this many rows, :func:`consolidate` looks in Python whether the
-#: rows are consolidated already (a small append's are, as a rule).
-SMALL_ROWS = 64
 
 
 def _consolidated_already(table: pa.Table) -> bool:

@@ -89,9 +89,12 @@ WHERE (r.expected IS NULL AND r.shard IN (SELECT shard FROM claimed))
    OR r.expected = (SELECT max(c.seqno) FROM consensus c WHERE c.shard = r.shard)
 ON CONFLICT DO NOTHING RETURNING shard
 """
+# Each shard's head by one backward step of the primary key's index (a
+# DISTINCT ON over the shards reads every version of each).
 _HEADS = """
-SELECT DISTINCT ON (shard) shard, seqno, data FROM consensus
-WHERE shard = ANY(%s) ORDER BY shard, seqno DESC
+SELECT s.shard, c.seqno, c.data FROM unnest(%s::text[]) AS s(shard)
+CROSS JOIN LATERAL (
+    SELECT seqno, data FROM consensus WHERE shard = s.shard ORDER BY seqno DESC LIMIT 1) c
 """
 
 

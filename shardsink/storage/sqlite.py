@@ -64,17 +64,21 @@ def _head(conn: sqlite3.Connection, shard: str) -> VersionedData | None:
 
 def _head_seqnos(conn: sqlite3.Connection, shards: list[str]) -> dict[str, int]:
     """The head seqno of each of ``shards`` that has a version: one statement
-    per :data:`_IN_MOST` shards, reading no payload."""
+    per :data:`_IN_MOST` shards, reading no payload, each shard's ``max`` a
+    single lookup in the primary key's index. Why not ``max(seqno) ... GROUP
+    BY shard``: it reads every version of every shard, a cost that grows
+    with the state (793 us against 32 for 32 shards of 300 versions each,
+    by hand)."""
     heads: dict[str, int] = {}
     for start in range(0, len(shards), _IN_MOST):
         chunk = shards[start : start + _IN_MOST]
-        marks = ",".join("?" * len(chunk))
-        heads.update(
-            conn.execute(
-                f"SELECT shard, max(seqno) FROM consensus WHERE shard IN ({marks}) GROUP BY shard",
-                chunk,
-            ).fetchall()
-        )
+        marks = ",".join(["(?)"] * len(chunk))
+        rows = conn.execute(
+            "SELECT v.column1, (SELECT max(seqno) FROM consensus WHERE shard = v.column1) "
+            f"FROM (VALUES {marks}) AS v",
+            chunk,
+        ).fetchall()
+        heads.update((shard, seqno) for shard, seqno in rows if seqno is not None)
     return heads
 
 

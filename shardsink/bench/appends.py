@@ -28,6 +28,7 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -64,6 +65,13 @@ def register(bench: argparse._SubParsersAction) -> None:
         "(--clients: clients per run, default one per shard; see appends_shards)",
     )
     parser.add_argument(
+        "--processes",
+        type=racing.counts,
+        metavar="P[,P...]",
+        help="with --shards: the server runs' clients in P processes, a thread each "
+        "(default: a process per client; raw compare-and-set always has one per client)",
+    )
+    parser.add_argument(
         "--repeats", type=int, default=1, help="with --shards: runs of each pair (default 1)"
     )
     parser.add_argument(
@@ -74,59 +82,91 @@ def register(bench: argparse._SubParsersAction) -> None:
 
 
 def _client(argv: list[str]) -> None:
-    """One appending client (see :mod:`shardsink.bench.clients`); the URIs
-    come in the environment (``BLOB_ENV``, ``STORE_ENV``)."""
-    from ..connect import open_shard
-    from ..persist import ShardConfig, UpperMismatch
-    from ..workloads import Workload
+    """One appending client process (see :mod:`shardsink.bench.clients`):
+    one writer per shard of the comma-separated ``argv[0]``, each appending
+    in a thread of its own (a process holding several shards' writers, as a
+    sink with several collections does). The URIs come in the environment
+    (``BLOB_ENV``, ``STORE_ENV``)."""
+    names, seconds, blob_parts = argv[0].split(","), float(argv[1]), argv[2] == "blob"
+    with contextlib.ExitStack() as stack:
+        appenders = [_Appender(stack, name, blob_parts) for name in names]
+        if not racing.ready():
+            return
+        cpu_started = time.process_time()
+        end = time.monotonic() + seconds
+        threads = [threading.Thread(target=a.run, args=(end,)) for a in appenders[1:]]
+        for thread in threads:
+            thread.start()
+        appenders[0].run(end)
+        for thread in threads:
+            thread.join()
+        cpu_s = time.process_time() - cpu_started
+        counts = [a.counts() for a in appenders]
+        racing.report(
+            {key: sum(c[key] for c in counts) for key in counts[0]}
+            | {"latencies_us": [x for a in appenders for x in a.latencies_us], "cpu_s": cpu_s}
+        )
 
-    blob, consensus = os.environ[BLOB_ENV], os.environ[STORE_ENV]
-    shard_name, seconds, blob_parts = argv[0], float(argv[1]), argv[2] == "blob"
-    workload = Workload("trickle", rows_per_interval=4, interval_ms=1)
-    config = ShardConfig(inline_max_bytes=0 if blob_parts else ShardConfig().inline_max_bytes)
-    with open_shard(
-        shard_name, blob=blob, consensus=consensus, config=config, create=True
-    ) as shard:
-        writer = shard.writer()
+
+class _Appender:
+    """One shard's writer in a bench client: opened (and one interval
+    appended) on construction, so the measured loop (:meth:`run`) starts warm."""
+
+    def __init__(self, stack: contextlib.ExitStack, name: str, blob_parts: bool) -> None:
+        from ..connect import open_shard
+        from ..persist import ShardConfig, UpperMismatch
+        from ..workloads import Workload
+
+        self.workload = Workload("trickle", rows_per_interval=4, interval_ms=1)
+        inline = 0 if blob_parts else ShardConfig().inline_max_bytes
+        self.shard = stack.enter_context(
+            open_shard(
+                name,
+                blob=os.environ[BLOB_ENV],
+                consensus=os.environ[STORE_ENV],
+                config=ShardConfig(inline_max_bytes=inline),
+                create=True,
+            )
+        )
+        self.writer = self.shard.writer()
+        self.mismatch = UpperMismatch
         # one interval appended before the clock starts: a process's first
         # batch cost 25 ms of CPU (Arrow's kernels set up), 37 times a later
         # one, more than a short run's own share of a client's appends
         with contextlib.suppress(UpperMismatch):  # another client of the shard was first
-            writer.compare_and_append([writer.batch(workload.updates(0), 0, 1)], 0, 1)
-        if not racing.ready():
-            return
-        appended = upper_mismatches = 0
-        latencies_us: list[int] = []
-        upper = shard.state(refresh=True).upper
-        building_s = 0.0  # this process's CPU building batches, apart from appending them
-        cpu_started = time.process_time()
-        end = time.monotonic() + seconds
+            self.writer.compare_and_append(
+                [self.writer.batch(self.workload.updates(0), 0, 1)], 0, 1
+            )
+        self.appended = self.upper_mismatches = 0
+        self.latencies_us: list[int] = []
+        self.building_s = 0.0  # this thread's CPU building batches, apart from appending them
+
+    def run(self, end: float) -> None:
+        """Append one interval after another until ``end`` (``time.monotonic``)."""
+        upper = self.shard.state(refresh=True).upper
         while time.monotonic() < end:
-            building = time.process_time()
-            batch = writer.batch(workload.updates(upper), upper, upper + 1)
-            building_s += time.process_time() - building
+            building = time.thread_time()
+            batch = self.writer.batch(self.workload.updates(upper), upper, upper + 1)
+            self.building_s += time.thread_time() - building
             started = time.perf_counter()
             try:
-                upper = writer.compare_and_append([batch], upper, upper + 1)
-                appended += 1
-            except UpperMismatch as exc:
-                upper_mismatches += 1
+                upper = self.writer.compare_and_append([batch], upper, upper + 1)
+                self.appended += 1
+            except self.mismatch as exc:
+                self.upper_mismatches += 1
                 upper = exc.actual
-            latencies_us.append(round((time.perf_counter() - started) * 1e6))
-        cpu_s = time.process_time() - cpu_started
-        stats = shard.stats()
-        racing.report(
-            {
-                "appended": appended,
-                "upper_mismatches": upper_mismatches,
-                "cas_mismatches": stats.cas_mismatches,
-                "versions": stats.versions,
-                "diff_bytes": stats.diff_bytes,
-                "latencies_us": latencies_us,
-                "cpu_s": cpu_s,
-                "building_s": building_s,
-            }
-        )
+            self.latencies_us.append(round((time.perf_counter() - started) * 1e6))
+
+    def counts(self) -> dict[str, int | float]:
+        stats = self.shard.stats()
+        return {
+            "appended": self.appended,
+            "upper_mismatches": self.upper_mismatches,
+            "cas_mismatches": stats.cas_mismatches,
+            "versions": stats.versions,
+            "diff_bytes": stats.diff_bytes,
+            "building_s": self.building_s,
+        }
 
 
 def measure(
@@ -179,8 +219,8 @@ def _run(args: argparse.Namespace) -> int:
         if args.blob_parts or args.part_checks != "on":
             raise ValueError("--shards runs inline appends: drop --blob-parts and --part-checks")
         return appends_shards.run(args)
-    if args.out or args.repeats != 1:
-        raise ValueError("--out and --repeats go with --shards")
+    if args.out or args.repeats != 1 or args.processes is not None:
+        raise ValueError("--out, --processes and --repeats go with --shards")
     args.clients = args.clients or [1, 4]
     racing.check_stores(args.store, args.seconds)
     console = Console() if sys.stdout.isatty() else Console(width=200)

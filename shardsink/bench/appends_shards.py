@@ -1,26 +1,30 @@
-"""``shardsink bench appends --shards S[,S...] [--clients C[,C...]]``: many
-shards through one consensus server against raw compare-and-set on the
-same store, in the same run.
+"""``shardsink bench appends --shards S[,S...] [--clients C[,C...]]
+[--processes P[,P...]]``: many shards through one consensus server against
+raw compare-and-set on the same store, in the same run.
 
-For each ``--store`` and each pair of a shard count S and a client count C
-(C >= S; without ``--clients``, one client per shard), C client processes
-append for ``--seconds``, client i to shard i mod S:
+For each ``--store``, each shard count S, client count C (C >= S; without
+``--clients``, one client per shard) and process count P (without
+``--processes``, P = C), C clients append for ``--seconds``, client i to
+shard i mod S:
 
 - ``server``: through one consensus server on the store (loopback
   ``tcp://`` with CURVE, as a server on another machine's clients is
-  reached), each append a 4-row inline batch;
-- ``raw``: each client compare-and-sets its shard's versions straight on the
-  store, payloads of the server run's mean diff size.
+  reached), each append a 4-row inline batch; the C clients run in P
+  processes, client i in process i mod P, a thread each (a process holding
+  several shards' writers, as a sink with several collections does);
+- ``raw``: each client, a process of its own, compare-and-sets its shard's
+  versions straight on the store, payloads of the server run's mean diff size.
 
-``--repeats`` runs each pair that many times, the two variants in turn.
+``--repeats`` runs each that many times, the two variants in turn.
 Reported: appends (committed versions) per second, the server's share of
 raw, the server's CPU time per append (user + system of its process over
 the measured seconds, ``psutil``) and its request loop's alone (its main
 thread; the rest is maintenance: the spine's merges, GC, expiry, and
 ZeroMQ's I/O thread), the clients' CPU time per append (every client
 process's over its loop) and how much of it built the batches
-(``Writer.batch``, before the append is sent), append latency p50 and p99. ``--out DIR``
-writes ``results.json``, ``report.md`` and ``appends.png``.
+(``Writer.batch``, before the append is sent, each thread's CPU), append
+latency p50 and p99. ``--out DIR`` writes ``results.json``, ``report.md``
+and ``appends.png``.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ COLUMNS = [
     ("store", "store", "{}"),
     ("shards", "shards", "{}"),
     ("clients", "clients", "{}"),
+    ("processes", "processes", "{}"),
     ("server appends/s", "server_per_s", "{:,.0f}"),
     ("raw CaS/s", "raw_per_s", "{:,.0f}"),
     ("server/raw", "ratio", "{:.2f}"),
@@ -62,27 +67,38 @@ COLUMNS = [
 ]
 
 
-def pairs(shards: list[int], clients: list[int] | None) -> list[tuple[int, int]]:
-    """The ``(shards, clients)`` runs; ``ValueError`` if a run would leave a
+def runs_of(
+    shards: list[int], clients: list[int] | None, processes: list[int] | None = None
+) -> list[tuple[int, int, int]]:
+    """The ``(shards, clients, processes)`` runs (without ``clients``, one
+    client per shard; without ``processes``, a process per client; never
+    more processes than clients); ``ValueError`` if a run would leave a
     shard without a client."""
-    if clients is None:
-        return [(s, s) for s in shards]
-    out = [(s, c) for s in shards for c in clients]
-    for s, c in out:
-        if c < s:
-            raise ValueError(
-                f"--clients {c} is fewer than --shards {s}: every shard needs a client "
-                "(client i appends to shard i mod S)"
-            )
-    return out
+    out = []
+    for s in shards:
+        for c in clients or [s]:
+            if c < s:
+                raise ValueError(
+                    f"--clients {c} is fewer than --shards {s}: every shard needs a client "
+                    "(client i appends to shard i mod S)"
+                )
+            out += [(s, c, min(p, c)) for p in processes or [c]]
+    return list(dict.fromkeys(out))
 
 
 def server_run(
-    server: tuple[str, int, str], blob: str, shards: int, clients: int, seconds: float
+    server: tuple[str, int, str],
+    blob: str,
+    shards: int,
+    clients: int,
+    seconds: float,
+    processes: int,
 ) -> dict:
-    """``clients`` processes appending 4-row inline batches through the
+    """``clients`` writers appending 4-row inline batches through the
     ``server`` (its address, its pid, its CURVE key directory) to ``shards``
-    fresh shards; its CPU seconds over the measured time come from its pid."""
+    fresh shards, in ``processes`` processes (client i in process i mod P),
+    a thread per writer; the server's CPU seconds over the measured time
+    come from its pid."""
     import psutil
 
     address, pid, keys = server
@@ -97,9 +113,10 @@ def server_run(
         main = next(t for t in process.threads() if t.id == pid)
         loop.append(main.user_time + main.system_time)
 
+    names = [f"{prefix}-{i % shards}" for i in range(clients)]
     reports = racing.race(
         "shardsink.bench.appends:_client",
-        [[f"{prefix}-{i % shards}", str(seconds), "inline"] for i in range(clients)],
+        [[",".join(names[p::processes]), str(seconds), "inline"] for p in range(processes)],
         seconds,
         f"server appends, {shards} shard(s)",
         env={BLOB_ENV: blob, STORE_ENV: address, KEYS_ENV: keys},
@@ -142,27 +159,34 @@ def raw_run(store: str, shards: int, clients: int, seconds: float, payload_bytes
 
 
 def measure(
-    store: str, blob: str, scratch: Path, runs: list[tuple[int, int]], seconds: float, repeats: int
+    store: str,
+    blob: str,
+    scratch: Path,
+    runs: list[tuple[int, int, int]],
+    seconds: float,
+    repeats: int,
 ) -> list[dict]:
-    """Every run of ``runs`` on ``store``, ``repeats`` times, server then raw
-    (raw's payloads are the size of the server's diffs just measured);
-    one row per run with each figure the median over its repeats."""
+    """Every run of ``runs`` (:func:`runs_of`) on ``store``, ``repeats``
+    times, server (see :func:`server_run`) then raw (a process per client;
+    its payloads the size of the server's diffs just measured); one row per
+    run with each figure the median over its repeats."""
     from ..process import ConsensusProcess
     from ..server.config import ServeConfig
 
     keys = str(scratch / "keys")
     rows = []
-    measured: dict[tuple[int, int], list[dict]] = {run: [] for run in runs}
+    measured: dict[tuple[int, int, int], list[dict]] = {run: [] for run in runs}
     serving = ServeConfig(bind="tcp://127.0.0.1:0", keys=keys)
     with ConsensusProcess(store, blob, serving) as server:
         served = (server.address, server.pids()[0], keys)
         for _ in range(repeats):
-            for shards, clients in runs:
-                got = server_run(served, blob, shards, clients, seconds)
+            for shards, clients, processes in runs:
+                got = server_run(served, blob, shards, clients, seconds, processes)
                 got |= raw_run(store, shards, clients, seconds, round(got["diff_bytes_mean"]))
-                measured[(shards, clients)].append(got)
-    for (shards, clients), repeats_of in measured.items():
-        row = {"store": redact(store), "shards": shards, "clients": clients, "seconds": seconds}
+                measured[(shards, clients, processes)].append(got)
+    for (shards, clients, processes), repeats_of in measured.items():
+        row = {"store": redact(store), "shards": shards, "clients": clients}
+        row |= {"processes": processes, "seconds": seconds}
         for key in repeats_of[0]:
             row[key] = statistics.median(r[key] for r in repeats_of)
         row["ratio"] = row["server_per_s"] / row["raw_per_s"] if row["raw_per_s"] else 0.0
@@ -176,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    runs = pairs(args.shards, args.clients)
+    runs = runs_of(args.shards, args.clients, args.processes)
     if args.repeats < 1:
         raise ValueError(f"--repeats must be at least 1, got {args.repeats}")
     racing.check_stores(args.store, args.seconds)
@@ -188,7 +212,12 @@ def run(args: argparse.Namespace) -> int:
         for store in args.store:
             with console.status(f"{redact(store)}: {len(runs)} run(s) x {args.repeats}"):
                 rows += measure(
-                    store, f"file://{scratch}/blob", scratch, runs, args.seconds, args.repeats
+                    store,
+                    f"file://{scratch}/blob",
+                    scratch,
+                    runs,
+                    args.seconds,
+                    args.repeats,
                 )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -241,10 +270,10 @@ def plot(rows: list[dict], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for k, store in enumerate(dict.fromkeys(r["store"] for r in rows)):
-        mine = [r for r in rows if r["store"] == store]
+    for k, series in enumerate(dict.fromkeys(_series(r) for r in rows)):
+        mine = [r for r in rows if _series(r) == series]
         xs = [r["shards"] for r in mine]
-        label = re.sub(r"[?].*", "", store)[:40]
+        label = f"{re.sub(r'[?].*', '', series[0])[:40]}, {series[1]}"
         axes[0].plot(xs, [r["server_per_s"] for r in mine], "o-", color=f"C{k}", label=label)
         axes[0].plot(
             xs, [r["raw_per_s"] for r in mine], "s:", color=f"C{k}", label=f"{label}: raw CaS"
@@ -262,3 +291,10 @@ def plot(rows: list[dict], path: Path) -> Path:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def _series(row: dict) -> tuple[str, str]:
+    """A plot's line: the store and how its clients ran."""
+    if row["processes"] == row["clients"]:
+        return row["store"], "a process per client"
+    return row["store"], f"{row['processes']} client processes"

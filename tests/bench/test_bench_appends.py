@@ -22,17 +22,20 @@ def test_server_serializes_racing_clients(tmp_path) -> None:
 
 def test_many_shards_through_one_server_against_raw_cas(tmp_path) -> None:
     """``bench appends --shards``, short: every client appends to its shard
-    (client i to shard i mod S), the server loses no compare-and-set, raw
+    (client i to shard i mod S), in a process of its own or sharing one with
+    the others as a thread, the server loses no compare-and-set, raw
     compare-and-set runs on the same store, and the report, its figures and
     the plot are written."""
     out = tmp_path / "out"
     done = shardsink(
         "bench", "appends", "--store", f"sqlite://{tmp_path}/c.db", "--shards", "1,2",
-        "--clients", "2", "--seconds", "1", "--out", str(out), timeout=240,
+        "--clients", "2", "--processes", "1,2", "--seconds", "1", "--out", str(out),
+        timeout=240,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     results = json.loads((out / "results.json").read_text())
-    assert [(r["shards"], r["clients"]) for r in results["runs"]] == [(1, 2), (2, 2)]
+    runs = [(r["shards"], r["clients"], r["processes"]) for r in results["runs"]]
+    assert runs == [(1, 2, 1), (1, 2, 2), (2, 2, 1), (2, 2, 2)]
     for run in results["runs"]:
         assert run["appends"] > 0 and run["raw_per_s"] > 0
         assert run["cas_mismatches"] == 0 and run["raw_errors"] == 0

@@ -94,13 +94,16 @@ def _client(argv: list[str]) -> None:
             return
         cpu_started = time.process_time()
         end = time.monotonic() + seconds
-        threads = [threading.Thread(target=a.run, args=(end,)) for a in appenders[1:]]
+        threads = [threading.Thread(target=a.run_apart, args=(end,)) for a in appenders[1:]]
         for thread in threads:
             thread.start()
         appenders[0].run(end)
         for thread in threads:
             thread.join()
         cpu_s = time.process_time() - cpu_started
+        for appender in appenders:
+            if appender.error is not None:  # the client fails, as with one shard
+                raise appender.error
         counts = [a.counts() for a in appenders]
         racing.report(
             {key: sum(c[key] for c in counts) for key in counts[0]}
@@ -129,7 +132,6 @@ class _Appender:
             )
         )
         self.writer = self.shard.writer()
-        self.mismatch = UpperMismatch
         # one interval appended before the clock starts: a process's first
         # batch cost 25 ms of CPU (Arrow's kernels set up), 37 times a later
         # one, more than a short run's own share of a client's appends
@@ -140,9 +142,19 @@ class _Appender:
         self.appended = self.upper_mismatches = 0
         self.latencies_us: list[int] = []
         self.building_s = 0.0  # this thread's CPU building batches, apart from appending them
+        self.error: Exception | None = None
+
+    def run_apart(self, end: float) -> None:
+        """:meth:`run` in a thread of its own, keeping what it raised in ``error``."""
+        try:
+            self.run(end)
+        except Exception as exc:
+            self.error = exc
 
     def run(self, end: float) -> None:
         """Append one interval after another until ``end`` (``time.monotonic``)."""
+        from ..persist import UpperMismatch
+
         upper = self.shard.state(refresh=True).upper
         while time.monotonic() < end:
             building = time.thread_time()
@@ -152,7 +164,7 @@ class _Appender:
             try:
                 upper = self.writer.compare_and_append([batch], upper, upper + 1)
                 self.appended += 1
-            except self.mismatch as exc:
+            except UpperMismatch as exc:
                 self.upper_mismatches += 1
                 upper = exc.actual
             self.latencies_us.append(round((time.perf_counter() - started) * 1e6))

@@ -105,11 +105,12 @@ def _server_counters(client, shard: str):
     return counters
 
 
-def _settle(shard) -> dict:
+def _settle(shard, client, first) -> dict:
     """Wait (up to :data:`SETTLE_S`) until the consensus server's spine has
     no pass due on ``shard``'s state; the batches then in state, the rule's
-    bound over the same state plus the slack a pass waits for, and how long
-    it took."""
+    bound over the same state plus the slack a pass waits for, the
+    compactions applied since the counters ``first`` and the batches they
+    replaced (the settling's passes included), and how long it took."""
     from ..persist import spine
     from ..persist.config import COMPACT_SLACK
 
@@ -120,8 +121,11 @@ def _settle(shard) -> dict:
         if not due or time.monotonic() - started > SETTLE_S:
             break
         time.sleep(0.1)
+    now = _server_counters(client, first.shard)
     return {
         "batches": len(state.batches),
+        "compactions": now.compactions - first.compactions,
+        "compacted_batches": now.compacted_batches - first.compacted_batches,
         "bound": spine.batch_bound(state) + COMPACT_SLACK,
         "pass_due": due,
         "wait_s": time.monotonic() - started,
@@ -218,7 +222,7 @@ def run(config: ClusterConfig, out: Path, block: int = BLOCK, quiet: bool = Fals
             client = ServerClient(cluster.shard_address)
             try:
                 current = _Block(first=0)
-                start = _server_counters(client, config.shard)
+                start = first = _server_counters(client, config.shard)
 
                 def appended(record) -> None:
                     nonlocal current, start
@@ -246,7 +250,7 @@ def run(config: ClusterConfig, out: Path, block: int = BLOCK, quiet: bool = Fals
                 with Progress(*columns, console=console) as progress:
                     task = progress.add_task("intervals", total=config.intervals)
                     stats = cluster.run(config.intervals, on_append=appended)
-                settled = _settle(cluster.shard)
+                settled = _settle(cluster.shard, client, first)
             finally:
                 client.close()
     finally:

@@ -23,13 +23,16 @@ def test_a_short_soak_measures_every_block_and_stays_bounded(tmp_path, monkeypat
     # stored as one batch
     assert all(b["append_puts_per_append"] == 0 for b in blocks)
     # 90 batches appended; the spine merged them by the slack (how many
-    # stay between passes depends on the machine's speed: the full soak's
-    # check, not this one's); once it caught up, the rule's bound holds
-    assert sum(b["compactions"] for b in blocks) >= 1
-    assert sum(b["compacted_batches"] for b in blocks) >= 32
+    # merges land during the blocks, rather than while settling, depends on
+    # the machine's speed: the full soak's check, not this one's); once it
+    # caught up, the rule's bound holds, and each compaction replaced its
+    # batches with one
     settled = result["settled"]
     assert not settled["pass_due"], settled
     assert settled["batches"] <= settled["bound"] < 30, settled
+    assert settled["compactions"] >= 1, settled
+    assert 90 - settled["compacted_batches"] + settled["compactions"] == settled["batches"], settled
+    assert sum(b["compacted_batches"] for b in blocks) <= settled["compacted_batches"]
     assert {"coordinator", "consensus", "worker"} <= set(blocks[-1]["peak_rss"])
     checks = result["checks"]
     assert set(checks) >= {"max_batches", "puts_per_append_last_quarter"}

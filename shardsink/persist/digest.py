@@ -9,8 +9,8 @@ of a union is the sum of the parts' digests in any order: the digests the
 workers report for an interval add up to the one of the interval's batches,
 and the batches of a shard add up to the one of its consolidated content.
 
-``h`` is computed column by column with numpy, without a Python loop: every
-8-byte word of a row's leaves (a struct is walked into its fields; a
+``h`` is computed leaf by leaf, each in one compiled pass over the rows
+(:mod:`._hash_kernels`): every 8-byte word of a row's leaves (a struct is walked into its fields; a
 fixed-width value is its bits, a string or binary its little-endian words
 and its length) is multiplied by an odd constant of its own leaf and place,
 the products are summed, and the splitmix64 finalizer mixes the sum into
@@ -25,9 +25,7 @@ field; shardsink cannot consolidate them either.
 from __future__ import annotations
 
 import functools
-import operator
 import os
-import struct
 import threading
 
 import msgspec
@@ -42,8 +40,6 @@ _MASK = (1 << 64) - 1
 _STEP = np.uint64(0xA0761D6478BD642F)
 _NULL = np.uint64(0x9E3779B97F4A7C15)
 _LENGTH = np.uint64(0xD6E8FEB86659FD93)
-#: The splitmix64 finalizer: xor with the value shifted right, then multiply.
-_MIX_STEPS = ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB), (31, None))
 
 
 #: The hash this module computes. Digests stored with another (``0``, the
@@ -120,82 +116,29 @@ def digest(table: pa.Table | pa.RecordBatch) -> Digest:
     n = table.num_rows
     if n == 0:
         return Digest()
-    if n <= SMALL_ROWS:
-        small = _small_digest(table)
-        if small is not None:
-            return small
-    return _array_digest(table)
-
-
-def _array_digest(table: pa.Table | pa.RecordBatch) -> Digest:
-    """:func:`digest` with numpy, column by column."""
-    n = table.num_rows
+    sums = _scratch(n)
+    _sums(table, ("key", "val"), sums)
     diffs = _numpy(table.column("diff")).astype(np.int64, copy=False)
-    with np.errstate(over="ignore"):
-        hashed = int(np.dot(row_hashes(table), diffs.view(np.uint64)))
-    return Digest(n, int(diffs.sum()), hashed, SCHEME)
+    hashed, diff_total = _kernels().mix_dot(sums, diffs)
+    return Digest(n, int(diff_total), int(hashed), SCHEME)
 
 
-#: Up to this many rows a table is small: Python's loops over its values
-#: cost less than numpy's and Arrow's calls (:func:`_small_digest`, and
-#: consolidation's and the ts check's looks in ``parts``).
-SMALL_ROWS = 64
+def prepare() -> None:
+    """Load the compiled loops (see :mod:`._hash_kernels`) now, in this
+    process: a process that forks children calls it first, so that no child
+    loads them again (0.3 s each)."""
+    table = pa.table({"key": pa.array([1]), "val": pa.array(["v"]), "diff": pa.array([1])})
+    digest(table)
+    digest(table.set_column(1, "val", pa.array(["a" * 16])))  # values of one length in words
 
 
-def _small_digest(table: pa.Table | pa.RecordBatch) -> Digest | None:
-    """:func:`digest` in Python, the same hash; ``None`` unless every leaf of
-    key and val is an integer, string or binary column without nulls. Why:
-    numpy's calls cost the same for 4 rows as for thousands; a 4-row
-    append's digest took 35 us with them (by hand, ``perf_counter``)."""
-    shares = []
-    index = 0
-    for name in ("key", "val"):
-        for path, leaf in leaves(name, table.column(name)):
-            index += 1
-            kind = leaf.type
-            if leaf.null_count or pa.types.is_dictionary(kind):
-                return None
-            if pa.types.is_integer(kind):
-                mask = (1 << kind.bit_width) - 1
-                constant = _int_constants(index, 1)[0][0]
-                shares.append([(v & mask) * constant for v in leaf.to_pylist()])
-            elif _kind(path, kind) == "var":
-                shares.append([_small_bytes_hash(v, index) for v in leaf.to_pylist()])
-            else:
-                return None
-    diffs = table.column("diff").to_pylist()
-    if None in diffs:
-        return None
-    hashed = 0
-    for row, diff in enumerate(diffs):
-        hashed += _mix_one(sum(share[row] for share in shares) & _MASK) * (diff & _MASK)
-    return Digest(len(diffs), sum(diffs), hashed & _MASK, SCHEME)
+@functools.cache
+def _kernels():
+    """:mod:`._hash_kernels`, imported on first use: numba takes 0.2 s to
+    import, which a command that hashes nothing should not pay."""
+    from . import _hash_kernels
 
-
-def _small_bytes_hash(value: str | bytes, index: int) -> int:
-    """:func:`_bytes_hash` of one value, unmasked."""
-    data = value.encode() if isinstance(value, str) else value
-    count = (len(data) + 7) // 8
-    words = struct.unpack(f"<{count}Q", data.ljust(8 * count, b"\0"))
-    constants, length = _int_constants(index, count)
-    return sum(map(operator.mul, constants, words)) + len(data) * length
-
-
-@functools.lru_cache(maxsize=1024)
-def _int_constants(index: int, count: int) -> tuple[tuple[int, ...], int]:
-    """Leaf ``index``'s first ``count`` word constants and its length
-    constant, as Python ints."""
-    constants = _constants(index, max(count, 1))[:count]
-    return tuple(int(c) for c in constants), int(_length_constant(index))
-
-
-def _mix_one(z: int) -> int:
-    """:func:`mix` of one 64-bit value."""
-    for shift, factor in _MIX_STEPS:
-        z ^= z >> shift
-        if factor is not None:
-            z = (z * factor) & _MASK
-    return z
+    return _hash_kernels
 
 
 def written(table: pa.Table | pa.RecordBatch) -> Digest | None:
@@ -209,22 +152,22 @@ def row_hashes(
 ) -> np.ndarray:
     """``h(key, val)`` of every row of ``table`` (or the hash of other
     ``columns``), as ``uint64``."""
-    acc = np.empty(table.num_rows, dtype=np.uint64)
-    share = _scratch(table.num_rows)
+    hashes = np.empty(table.num_rows, dtype=np.uint64)
+    _sums(table, columns, hashes)
+    _kernels().mix(hashes)
+    return hashes
+
+
+def _sums(table: pa.Table | pa.RecordBatch, columns: tuple[str, ...], sums: np.ndarray) -> None:
+    """Write into ``sums`` every row's sum over the leaves of ``columns``,
+    before the finalizer (see the module doc)."""
     index = 0
-    with np.errstate(over="ignore"):
-        for name in columns:
-            for path, leaf in leaves(name, table.column(name)):
-                index += 1
-                # the first leaf's share is the sum so far: no zeroing, no add
-                # (two passes over the rows of six, the digest being bound by
-                # memory traffic rather than arithmetic)
-                _leaf(path, leaf, index, acc if index == 1 else share)
-                if index > 1:
-                    acc += share
+    for name in columns:
+        for path, leaf in leaves(name, table.column(name)):
+            index += 1
+            _leaf(path, leaf, index, sums, first=index == 1)
     if index == 0:
-        acc[:] = 0
-    return mix(acc, scratch=share)
+        sums[:] = 0
 
 
 #: Rows up to which a thread keeps its :func:`_scratch` array (8 MiB).
@@ -294,39 +237,56 @@ def _width(kind: pa.DataType) -> int:
         return 0
 
 
-def _leaf(path: str, array: pa.Array | pa.ChunkedArray, index: int, out: np.ndarray) -> None:
-    """Write into ``out`` the ``index``-th leaf's share of each row's sum:
-    its words times odd constants of its own (see :func:`_constants`)."""
+def _leaf(
+    path: str, array: pa.Array | pa.ChunkedArray, index: int, sums: np.ndarray, first: bool
+) -> None:
+    """Add to ``sums`` (``first``: write into it) the ``index``-th leaf's
+    share of each row's sum: its words times odd constants of its own (see
+    :func:`_constants`); a null's share is a constant of its own."""
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
     if pa.types.is_dictionary(array.type):
         array = array.dictionary_decode()
+    if not array.null_count:
+        _share(path, array, index, sums, first)
+        return
+    share = np.empty(len(array), dtype=np.uint64)
+    _share(path, array, index, share, True)
+    null = (int(_NULL) * int(_constants(index, 1)[0])) & _MASK
+    np.putmask(share, ~_numpy(array.is_valid()), np.uint64(null))
+    if first:
+        sums[:] = share
+    else:
+        with np.errstate(over="ignore"):
+            sums += share
+
+
+def _share(path: str, array: pa.Array, index: int, sums: np.ndarray, first: bool) -> None:
+    """:func:`_leaf` for ``array`` (not dictionary-encoded), nulls left as they hash."""
+    kernels = _kernels()
     kind = _kind(path, array.type)
     if kind == "view":
         array = array.cast(pa.large_binary())
         kind = "var"
-    constant = _constants(index, 1)[0]
-    with np.errstate(over="ignore"):
-        if kind == "bool":
-            np.multiply(_numpy(pc.fill_null(pc.cast(array, pa.uint8()), 0)), constant, out=out)
-        elif kind == "word":
-            width = array.type.bit_width // 8
-            data = np.frombuffer(array.buffers()[1], dtype=f"<u{width}")
-            np.multiply(data[array.offset : array.offset + len(array)], constant, out=out)
-        elif kind == "fixed":
-            width = _width(array.type) // 8
-            data = np.frombuffer(array.buffers()[1], dtype=np.uint8)
-            data = data[array.offset * width : (array.offset + len(array)) * width]
-            offsets = np.arange(0, width * (len(array) + 1), width, dtype=np.int64)
-            _bytes_hash(data, offsets, index, out)
-        else:
-            large = pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type)
-            offsets = np.frombuffer(array.buffers()[1], dtype=np.int64 if large else np.int32)
-            offsets = offsets[array.offset : array.offset + len(array) + 1]
-            data = np.frombuffer(array.buffers()[2] or b"", dtype=np.uint8)
-            _bytes_hash(data, offsets, index, out)
-    if array.null_count:
-        np.putmask(out, ~_numpy(array.is_valid()), _NULL * constant)
+    if kind == "bool":
+        values = _numpy(pc.fill_null(pc.cast(array, pa.uint8()), 0))
+        kernels.add_words(values, _constants(index, 1)[0], sums, first)
+    elif kind == "word":
+        width = array.type.bit_width // 8
+        data = np.frombuffer(array.buffers()[1], dtype=f"<u{width}")
+        values = data[array.offset : array.offset + len(array)]
+        kernels.add_words(values, _constants(index, 1)[0], sums, first)
+    elif kind == "fixed":
+        width = _width(array.type) // 8
+        data = np.frombuffer(array.buffers()[1], dtype=np.uint8)
+        offsets = np.arange(array.offset, array.offset + len(array) + 1, dtype=np.int64) * width
+        _bytes(data, offsets, index, sums, first)
+    else:
+        large = pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type)
+        offsets = np.frombuffer(array.buffers()[1], dtype=np.int64 if large else np.int32)
+        offsets = offsets[array.offset : array.offset + len(array) + 1]
+        data = np.frombuffer(array.buffers()[2] or b"", dtype=np.uint8)
+        _bytes(data, offsets, index, sums, first)
 
 
 @functools.lru_cache(maxsize=256)
@@ -335,7 +295,8 @@ def _constants(index: int, count: int) -> np.ndarray:
     odd, so a change of any one word changes the row's sum. Cached: a
     digest of a few rows must not pay for making them again."""
     places = np.arange(count, dtype=np.uint64) + np.uint64((index * int(_STEP)) & _MASK)
-    constants = mix(places) | np.uint64(1)
+    _kernels().mix(places)
+    constants = places | np.uint64(1)
     constants.flags.writeable = False
     return constants
 
@@ -346,101 +307,27 @@ def _length_constant(index: int) -> np.uint64:
     return np.uint64((int(_constants(index, 1)[0]) * int(_LENGTH)) & _MASK)
 
 
-def _bytes_hash(data: np.ndarray, offsets: np.ndarray, index: int, out: np.ndarray) -> None:
-    """Write into ``out``, per row ``r``, ``Σ_j K_j · w_j`` over the little-endian 8-byte words
-    ``w_j`` of ``data[offsets[r]:offsets[r+1]]`` (the last one zero-padded),
-    ``K`` leaf ``index``'s constants, plus its length times another: the
-    same for a row wherever it lies in its buffer. ``offsets`` of any
-    integer type, into ``data``."""
-    rows = len(offsets) - 1
-    if rows == 0:
+def _bytes(data: np.ndarray, offsets: np.ndarray, index: int, sums: np.ndarray, first: bool):
+    """Add to ``sums`` (``first``: write into it), per row ``r``, ``Σ_j K_j · w_j``
+    over the little-endian 8-byte words ``w_j`` of ``data[offsets[r]:offsets[r+1]]``
+    (the last one zero-padded), ``K`` leaf ``index``'s constants, plus the
+    value's length times another: the same for a value wherever it lies in
+    its buffer."""
+    kernels = _kernels()
+    length_constant = _length_constant(index)
+    length = int(kernels.uniform_length(offsets))
+    if length >= 0 and length % 8 == 0:  # a matrix of words (e.g. hex digests, uuids)
+        start = int(offsets[0])
+        words = data[start : start + length * (len(offsets) - 1)].view("<u8")
+        words = words.reshape(len(offsets) - 1, length // 8)
+        plus = np.uint64((length * int(length_constant)) & _MASK)
+        kernels.add_matrix(words, _constants(index, max(length // 8, 1)), plus, sums, first)
         return
-    start = int(offsets[0])
-    lengths = np.diff(offsets)
-    width = int(lengths[0])
-    length = _length_constant(index)
-    with np.errstate(over="ignore"):
-        if (lengths == width).all():  # one length (fixed-width values): a matrix of words
-            words = data[start : start + rows * width].reshape(rows, width)
-            if width % 8:
-                padded = np.zeros((rows, (width + 7) // 8 * 8), dtype=np.uint8)
-                padded[:, :width] = words
-                words = padded
-            words = np.ascontiguousarray(words).view("<u8")
-            constants = _constants(index, words.shape[1])
-            _weighted_words(words, constants, np.uint64(width) * length, out)
-            return
-        lengths = lengths.astype(np.int64)
-        out[:] = _ragged_words(data[start : int(offsets[-1])], offsets - start, lengths, index)
-        out += lengths.astype(np.uint64) * length
-
-
-#: Rows of a block of :func:`_weighted_words`: its word columns (4 of
-#: 16384 rows, 512 KiB at most for 32-byte values) stay in L2 between passes.
-BLOCK_ROWS = 1 << 14
-
-
-def _weighted_words(
-    words: np.ndarray, constants: np.ndarray, plus: np.uint64, out: np.ndarray
-) -> None:
-    """``out[r] = Σ_j constants[j] · words[r, j] + plus``, column by column
-    within blocks of :data:`BLOCK_ROWS` rows. Why not ``np.matmul``: on
-    values just made (not in L2), it cost 6.9 ns per 32-byte row against
-    6.3 for this (12 against 6.3 on values evicted from L2), by hand on
-    trickle intervals of 50,000 rows."""
-    rows, count = words.shape
-    if count == 0:  # every value empty
-        out[:] = plus
-        return
-    term = np.empty(min(rows, BLOCK_ROWS), dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for start in range(0, rows, BLOCK_ROWS):
-            block, sums = words[start : start + BLOCK_ROWS], out[start : start + BLOCK_ROWS]
-            scratch = term[: len(sums)]
-            np.multiply(block[:, 0], constants[0], out=sums)
-            sums += plus
-            for j in range(1, count):
-                np.multiply(block[:, j], constants[j], out=scratch)
-                sums += scratch
-
-
-def _ragged_words(
-    data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, index: int
-) -> np.ndarray:
-    """:func:`_bytes_hash`'s sums for rows of differing lengths: every word
-    gathered from a view of the bytes at each offset."""
-    padded = np.zeros(len(data) + 8, dtype=np.uint8)
-    padded[: len(data)] = data
-    at_each_byte = np.ndarray((len(data) + 1,), dtype="<u8", buffer=padded, strides=(1,))
-    counts = (lengths + 7) // 8
-    first = np.cumsum(counts) - counts
-    row = np.repeat(np.arange(len(counts)), counts)
-    j = np.arange(int(counts.sum()), dtype=np.int64) - first[row]
-    words = at_each_byte[offsets[:-1][row] + 8 * j]
-    tail = (lengths[row] - 8 * j).clip(0, 8)  # bytes of the row in this word
-    keep = np.where(tail >= 8, ~np.uint64(0), (np.uint64(1) << (8 * tail).astype(np.uint64)) - 1)
-    constants = _constants(index, int(counts.max()))
-    with np.errstate(over="ignore"):
-        weighted = (words & keep) * constants[j]
-    prefix = np.zeros(len(weighted) + 1, dtype=np.uint64)
-    np.cumsum(weighted, out=prefix[1:])
-    with np.errstate(over="ignore"):
-        return prefix[first + counts] - prefix[first]
-
-
-def mix(z: np.ndarray, scratch: np.ndarray | None = None) -> np.ndarray:
-    """The splitmix64 finalizer, element-wise (wrapping). With a ``scratch``
-    array of ``z``'s shape, ``z`` (``uint64``) is overwritten with it."""
-    if scratch is None:
-        z = np.array(z, dtype=np.uint64)
-        scratch = np.empty_like(z)
-    with np.errstate(over="ignore"):
-        for shift, factor in _MIX_STEPS:
-            np.right_shift(z, np.uint64(shift), out=scratch)
-            z ^= scratch
-            if factor is not None:
-                z *= np.uint64(factor)
-    return z
+    # the word at each byte: one unaligned load for a value's word wherever it starts
+    words_at = np.ndarray((max(len(data) - 7, 0),), dtype="<u8", buffer=data, strides=(1,))
+    count = (int(kernels.longest(offsets)) + 7) // 8
+    constants = _constants(index, max(count, 1))
+    kernels.add_ragged(data, words_at, offsets, constants, length_constant, sums, first)
 
 
 def _numpy(column: pa.Array | pa.ChunkedArray) -> np.ndarray:

@@ -17,11 +17,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import zstandard
 
-from .digest import SMALL_ROWS, leaves
+from .digest import leaves
 from .errors import CorruptState
 from .state import BlobPart, InlinePart, KeyBound, Part
 
 COLUMNS = ("key", "val", "ts", "diff")
+#: Up to this many rows a table is small: Python's loops over its values
+#: cost less than Arrow's calls (consolidation's and the ts check's looks).
+SMALL_ROWS = 64
 #: The largest Arrow IPC message an inline part holds, decompressed: larger
 #: tables are never inlined, so decoding a part never allocates more.
 INLINE_MESSAGE_MAX = 16 << 20

@@ -141,22 +141,73 @@ SMALL_CASES = [
 ]
 
 
+MASK = (1 << 64) - 1
+
+
+def reference_digest(table: pa.Table) -> tuple[int, int]:
+    """``(Σ diffs, Σ diff · h(key, val) mod 2^64)`` as the module doc defines
+    them, one value at a time in Python (integers, floats, booleans,
+    strings, binary and structs of them)."""
+    shares = []
+    index = 0
+    for name in ("key", "val"):
+        for _, leaf in D.leaves(name, table.column(name)):
+            index += 1
+            shares.append([reference_share(v, leaf.type, index) for v in leaf.to_pylist()])
+    total = 0
+    for row, diff in enumerate(table.column("diff").to_pylist()):
+        z = sum(share[row] for share in shares) & MASK
+        for shift, factor in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB), (31, 1)):
+            z = ((z ^ (z >> shift)) * factor) & MASK
+        total += z * diff
+    return sum(table.column("diff").to_pylist()), total & MASK
+
+
+def reference_share(value, kind: pa.DataType, index: int) -> int:
+    constant = int(D._constants(index, 1)[0])
+    if value is None:
+        return 0x9E3779B97F4A7C15 * constant
+    if pa.types.is_integer(kind) or pa.types.is_boolean(kind):
+        return (int(value) & ((1 << kind.bit_width) - 1)) * constant
+    if pa.types.is_floating(kind):
+        return (
+            int.from_bytes(np.array(value, f"<f{kind.bit_width // 8}").tobytes(), "little")
+            * constant
+        )
+    data = value.encode() if isinstance(value, str) else value
+    words = [int.from_bytes(data[i : i + 8], "little") for i in range(0, len(data), 8)]
+    constants = D._constants(index, max(len(words), 1))
+    return sum(int(k) * w for k, w in zip(constants[: len(words)], words, strict=True)) + len(
+        data
+    ) * int(D._length_constant(index))
+
+
+def unaligned_strings(values: list[str]) -> pa.Array:
+    """``values`` as a string array whose data buffer starts at an odd address."""
+    data = [v.encode() for v in values]
+    offsets = np.cumsum([0] + [len(d) for d in data], dtype=np.int32)
+    buffer = pa.py_buffer(b"-" + b"".join(data)).slice(1)
+    return pa.Array.from_buffers(pa.string(), len(values), [None, pa.py_buffer(offsets), buffer])
+
+
 @pytest.mark.parametrize(("key_type", "keys", "val_type", "vals"), SMALL_CASES)
-def test_a_small_table_hashes_in_python_to_the_same_digest(key_type, keys, val_type, vals):
-    """Up to SMALL_ROWS rows of integer, string and binary leaves are hashed
-    in Python; the digest is the one numpy gives, whatever the sizes."""
+def test_the_hash_is_the_one_the_module_doc_defines(key_type, keys, val_type, vals):
+    """The compiled loops give the hash of the module doc, value by value in
+    Python: whatever the lengths (values of one length in words, ragged ones,
+    values in the buffer's last 7 bytes), slices and nulls."""
     table = updates(keys, vals, [1, -1, 3, -7], val_type=val_type, key_type=key_type)
-    for rows in (1, 4):
-        small = table.slice(0, rows)
-        assert D._small_digest(small) == D._array_digest(small) == digest(small)
-        assert digest(small).rows == rows
+    for part in (table, table.slice(1), table.slice(3, 1), table.slice(0, 2)):
+        assert (digest(part).diffs, digest(part).hash) == reference_digest(part)
+        assert digest(part).rows == part.num_rows
 
 
-def test_a_small_table_of_other_leaves_or_nulls_is_hashed_by_numpy():
-    floats = updates(["a"], [{"price": 1.5, "name": "q", "n": 1}], [1])
-    nulls = updates(["a", None], ["x", "y"], [1, 1], val_type=STRING)
-    coded = updates(["a", "b"], ["x", "y"], [1, 1], val_type=STRING)
-    coded = coded.set_column(0, "key", coded["key"].dictionary_encode())
-    for other in (floats, nulls, coded):
-        assert D._small_digest(other) is None
-        assert digest(other) == D._array_digest(other)
+def test_values_of_one_length_hash_as_ragged_ones_would():
+    """A column of one length in words (the matrix loop) and one at an odd
+    address hash as the reference does; a null counts as its constant."""
+    words = ["%016x" % (i * 7919) for i in range(300)]
+    ragged = [w[: 1 + i % 16] for i, w in enumerate(words)]
+    for vals in (words, ragged, [None if i % 7 == 0 else w for i, w in enumerate(words)]):
+        table = updates(list(range(300)), vals, [1 + i % 3 for i in range(300)], STRING, pa.int64())
+        assert (digest(table).diffs, digest(table).hash) == reference_digest(table)
+        odd = table.set_column(1, "val", unaligned_strings([v or "" for v in vals]))
+        assert (digest(odd).diffs, digest(odd).hash) == reference_digest(odd)

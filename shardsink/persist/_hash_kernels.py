@@ -1,12 +1,19 @@
 """The compiled loops of :mod:`.digest`: one pass over the rows each.
 
 Why compiled: numpy needs a pass over the rows for every multiply, add,
-shift and xor, and the hash has about twenty of them; a trickle row's hash
-took 11.7 ns of CPU that way against about 3 ns here (50,000-row intervals,
-``time.process_time``, by hand), and a worker and a builder each hash every
-row. Compiled by numba on first use and cached on disk (``cache=True``), so
-a process loads them in about 0.3 s; the zygote loads them before it forks
-(:func:`.digest.prepare`). Every loop wraps around mod 2^64.
+shift and xor, and the hash has about twenty of them; a trickle interval's
+digest took 11.7 ns of CPU a row that way against 5.7-6.0 with these (40
+intervals of 50,000 rows, each hashed right after it was generated, as a
+worker does; ``time.process_time``, by hand). Every loop wraps around
+mod 2^64.
+
+Compiled by numba on first use (1.9 s for what :func:`.digest.prepare`
+calls) and cached on disk (``cache=True``: numba's index and object files in
+``__pycache__`` beside this module, or its user cache directory where that
+is read-only; ``NUMBA_CACHE_DIR`` moves them). They are pickles, written
+and read by this machine's own processes only, as ``.pyc`` files are;
+nothing from a socket or shared memory goes into them. A process loads
+them in about 0.3 s; the zygote does before it forks (:func:`.digest.prepare`).
 """
 
 from __future__ import annotations

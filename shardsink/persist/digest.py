@@ -152,10 +152,17 @@ def row_hashes(
 ) -> np.ndarray:
     """``h(key, val)`` of every row of ``table`` (or the hash of other
     ``columns``), as ``uint64``."""
-    hashes = np.empty(table.num_rows, dtype=np.uint64)
-    _sums(table, columns, hashes)
-    _kernels().mix(hashes)
-    return hashes
+    sums = np.empty(table.num_rows, dtype=np.uint64)
+    _sums(table, columns, sums)
+    _kernels().mix(sums)
+    return sums
+
+
+def mix(z: np.ndarray) -> np.ndarray:
+    """The splitmix64 finalizer of each of ``z``, as a new ``uint64`` array."""
+    mixed = np.array(z, dtype=np.uint64)
+    _kernels().mix(mixed)
+    return mixed
 
 
 def _sums(table: pa.Table | pa.RecordBatch, columns: tuple[str, ...], sums: np.ndarray) -> None:
@@ -295,8 +302,7 @@ def _constants(index: int, count: int) -> np.ndarray:
     odd, so a change of any one word changes the row's sum. Cached: a
     digest of a few rows must not pay for making them again."""
     places = np.arange(count, dtype=np.uint64) + np.uint64((index * int(_STEP)) & _MASK)
-    _kernels().mix(places)
-    constants = places | np.uint64(1)
+    constants = mix(places) | np.uint64(1)
     constants.flags.writeable = False
     return constants
 

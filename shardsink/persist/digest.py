@@ -135,9 +135,19 @@ def prepare() -> None:
 @functools.cache
 def _kernels():
     """:mod:`._hash_kernels`, imported on first use: numba takes 0.2 s to
-    import, which a command that hashes nothing should not pay."""
-    from . import _hash_kernels
-
+    import, which a command that hashes nothing should not pay.
+    ``RuntimeError`` saying where to cache them if numba has nowhere to."""
+    try:
+        from . import _hash_kernels
+    except RuntimeError as exc:
+        if "cannot cache" not in str(exc):
+            raise
+        raise RuntimeError(
+            "shardsink's digests compile their loops with numba and cache them on disk, "
+            f"and numba has nowhere to ({exc}): make {os.path.dirname(__file__)}/__pycache__ "
+            "or the user's cache directory writable, or set NUMBA_CACHE_DIR to a directory "
+            "that is"
+        ) from exc
     return _hash_kernels
 
 

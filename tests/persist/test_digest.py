@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import msgspec
 import numpy as np
 import pyarrow as pa
@@ -211,3 +215,15 @@ def test_values_of_one_length_hash_as_ragged_ones_would():
         assert (digest(table).diffs, digest(table).hash) == reference_digest(table)
         odd = table.set_column(1, "val", unaligned_strings([v or "" for v in vals]))
         assert (digest(odd).diffs, digest(odd).hash) == reference_digest(odd)
+
+
+def test_nowhere_to_cache_the_loops_is_a_clear_error():
+    """With no cache directory numba can use (here: no locator but the one
+    for zipped modules), the first digest says where to cache them."""
+    env = {**os.environ, "NUMBA_CACHE_LOCATOR_CLASSES": "numba.core.caching.ZipCacheLocator"}
+    code = "from shardsink.persist import digest; digest.prepare()"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1
+    assert "set NUMBA_CACHE_DIR to a directory" in done.stderr

@@ -85,24 +85,18 @@ def add_matrix(words, constants, plus, sums, first):
 
 
 @njit(cache=True, nogil=True)
-def uniform_length(offsets):
-    """The one length of all values between ``offsets``; -1 if they differ."""
+def length_range(offsets):
+    """``(shortest, longest)`` length of the values between ``offsets``
+    (``(0, 0)`` for none), in one pass without an early exit (a loop the
+    compiler vectorizes)."""
     if offsets.shape[0] < 2:
-        return -1
-    length = offsets[1] - offsets[0]
-    differ = 0
-    for i in range(1, offsets.shape[0] - 1):  # no early exit: a loop the compiler vectorizes
-        differ |= (offsets[i + 1] - offsets[i]) ^ length
-    return -1 if differ else length
-
-
-@njit(cache=True, nogil=True)
-def longest(offsets):
-    """The longest value's length between ``offsets`` (0 for none)."""
-    most = 0
-    for i in range(offsets.shape[0] - 1):
-        most = max(most, offsets[i + 1] - offsets[i])
-    return most
+        return 0, 0
+    shortest = longest = offsets[1] - offsets[0]
+    for i in range(1, offsets.shape[0] - 1):
+        length = offsets[i + 1] - offsets[i]
+        shortest = min(shortest, length)
+        longest = max(longest, length)
+    return shortest, longest
 
 
 @njit(cache=True, nogil=True)

@@ -10,9 +10,9 @@ workers report for an interval add up to the one of the interval's batches,
 and the batches of a shard add up to the one of its consolidated content.
 
 ``h`` is computed leaf by leaf, each in one compiled pass over the rows
-(:mod:`._hash_kernels`): every 8-byte word of a row's leaves (a struct is walked into its fields; a
-fixed-width value is its bits, a string or binary its little-endian words
-and its length) is multiplied by an odd constant of its own leaf and place,
+(:mod:`._hash_kernels`): every 8-byte word of a row's leaves (a struct is
+walked into its fields; a fixed-width value is its bits, a string or binary
+its little-endian words and its length) is multiplied by an odd constant of its own leaf and place,
 the products are summed, and the splitmix64 finalizer mixes the sum into
 ``h``. Odd constants make a change of any one word change the sum, and the
 finalizer (a bijection) then ``h``; one finalizer per row, not per word,
@@ -331,18 +331,17 @@ def _bytes(data: np.ndarray, offsets: np.ndarray, index: int, sums: np.ndarray, 
     its buffer."""
     kernels = _kernels()
     length_constant = _length_constant(index)
-    length = int(kernels.uniform_length(offsets))
-    if length >= 0 and length % 8 == 0:  # a matrix of words (e.g. hex digests, uuids)
+    shortest, longest = (int(n) for n in kernels.length_range(offsets))
+    if shortest == longest and longest % 8 == 0:  # a matrix of words (e.g. hex digests, uuids)
         start = int(offsets[0])
-        words = data[start : start + length * (len(offsets) - 1)].view("<u8")
-        words = words.reshape(len(offsets) - 1, length // 8)
-        plus = np.uint64((length * int(length_constant)) & _MASK)
-        kernels.add_matrix(words, _constants(index, max(length // 8, 1)), plus, sums, first)
+        words = data[start : start + longest * (len(offsets) - 1)].view("<u8")
+        words = words.reshape(len(offsets) - 1, longest // 8)
+        plus = np.uint64((longest * int(length_constant)) & _MASK)
+        kernels.add_matrix(words, _constants(index, max(longest // 8, 1)), plus, sums, first)
         return
     # the word at each byte: one unaligned load for a value's word wherever it starts
     words_at = np.ndarray((max(len(data) - 7, 0),), dtype="<u8", buffer=data, strides=(1,))
-    count = (int(kernels.longest(offsets)) + 7) // 8
-    constants = _constants(index, max(count, 1))
+    constants = _constants(index, max((longest + 7) // 8, 1))
     kernels.add_ragged(data, words_at, offsets, constants, length_constant, sums, first)
 
 

@@ -242,10 +242,12 @@ def test_a_tiny_scale_run_is_verified_and_reported_with_its_plots(tmp_path) -> N
         json.dumps(rows, default=str)
     )
     for r in rows:
-        # every kind measured; a few tiny intervals can stay within one 10 ms
-        # clock tick of a worker's CPU time, so only their sum must show
         assert {"worker", "builder", "coordinator"} <= set(r["cpu_cores"])
-        assert sum(r["cpu_cores"].values()) > 0 and 0 <= r["machine_busy"] <= 1 and r["busiest"]
+        assert 0 <= r["machine_busy"] <= 1
+        assert bool(r["busiest"]) == (sum(r["cpu_cores"].values()) > 0)
+    # a tiny run lasts 8-40 ms, within one or a few 10 ms clock ticks of each
+    # process's CPU time, so one run can show none at all: only the sweep must
+    assert sum(sum(r["cpu_cores"].values()) for r in rows) > 0
     for name in ("scale-workers.png", "scale-groups.png"):
         assert (tmp_path / name).read_bytes().startswith(b"\x89PNG")
     report = (tmp_path / "report.md").read_text()

@@ -47,8 +47,12 @@ def test_a_failed_check_exits_1_unless_report_only(capsys, tmp_path, monkeypatch
     assert main(["bench", "cluster", "--out", str(tmp_path / "again"), "--report-only"]) == 0
 
 
+# The child takes SIGINT as a terminal's Ctrl-C gives it, even when the suite
+# runs in the background of a non-interactive shell, which starts it ignored.
 SCRIPT = """
+import signal
 import sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from shardsink.bench import cluster
 from shardsink.bench.cluster import RunSpec
 from shardsink.cli import main

@@ -129,7 +129,10 @@ def prepare() -> None:
     loads them again (0.3 s each)."""
     table = pa.table({"key": pa.array([1]), "val": pa.array(["v"]), "diff": pa.array([1])})
     digest(table)
-    digest(table.set_column(1, "val", pa.array(["a" * 16])))  # values of one length in words
+    # values of one length in words: each count of words below RECORD_WORDS
+    # is a loop of its own (12-15 ms to load all of them), then the matrix loop
+    for count in range(1, _kernels().RECORD_WORDS + 1):
+        digest(table.set_column(1, "val", pa.array(["a" * 8 * count])))
 
 
 @functools.cache
@@ -332,17 +335,27 @@ def _bytes(data: np.ndarray, offsets: np.ndarray, index: int, sums: np.ndarray, 
     kernels = _kernels()
     length_constant = _length_constant(index)
     shortest, longest = (int(n) for n in kernels.length_range(offsets))
-    if shortest == longest and longest % 8 == 0:  # a matrix of words (e.g. hex digests, uuids)
-        start = int(offsets[0])
-        words = data[start : start + longest * (len(offsets) - 1)].view("<u8")
-        words = words.reshape(len(offsets) - 1, longest // 8)
+    if shortest == longest and longest % 8 == 0:  # values of one length in words (uuids, hashes)
+        start, count = int(offsets[0]), longest // 8
+        values = data[start : start + longest * (len(offsets) - 1)]
         plus = np.uint64((longest * int(length_constant)) & _MASK)
-        kernels.add_matrix(words, _constants(index, max(longest // 8, 1)), plus, sums, first)
+        constants = _constants(index, max(count, 1))
+        if 0 < count < kernels.RECORD_WORDS:
+            kernels.add_records(values.view(_record(count)), constants, plus, sums, first)
+        else:
+            words = values.view("<u8").reshape(len(offsets) - 1, count)
+            kernels.add_matrix(words, constants, plus, sums, first)
         return
     # the word at each byte: one unaligned load for a value's word wherever it starts
     words_at = np.ndarray((max(len(data) - 7, 0),), dtype="<u8", buffer=data, strides=(1,))
     constants = _constants(index, max((longest + 7) // 8, 1))
     kernels.add_ragged(data, words_at, offsets, constants, length_constant, sums, first)
+
+
+@functools.cache
+def _record(count: int) -> np.dtype:
+    """A value of ``count`` words, as :func:`._hash_kernels.add_records` takes it."""
+    return np.dtype([("w", "<u8", (count,))])
 
 
 def _numpy(column: pa.Array | pa.ChunkedArray) -> np.ndarray:

@@ -205,14 +205,19 @@ def test_the_hash_is_the_one_the_module_doc_defines(key_type, keys, val_type, va
         assert digest(part).rows == part.num_rows
 
 
-def test_values_of_one_length_hash_as_ragged_ones_would():
-    """A column of one length in words (the matrix loop) and one at an odd
-    address hash as the reference does; a null counts as its constant."""
-    words = ["%016x" % (i * 7919) for i in range(300)]
-    ragged = [w[: 1 + i % 16] for i, w in enumerate(words)]
+@pytest.mark.parametrize("length", [8, 16, 32, 56, 64, 72])
+def test_values_of_one_length_hash_as_ragged_ones_would(length):
+    """A column of one length in words (the record loop below 8 words, the
+    matrix loop from 8), a slice of it and one at an odd address hash as the
+    reference does; a null counts as its constant."""
+    words = [f"{i * 7919:016x}" * (length // 16) + f"{i:08x}" * (length % 16 // 8)
+             for i in range(300)]  # fmt: skip
+    assert {len(w) for w in words} == {length}
+    ragged = [w[: 1 + i % length] for i, w in enumerate(words)]
     for vals in (words, ragged, [None if i % 7 == 0 else w for i, w in enumerate(words)]):
         table = updates(list(range(300)), vals, [1 + i % 3 for i in range(300)], STRING, pa.int64())
-        assert (digest(table).diffs, digest(table).hash) == reference_digest(table)
+        for part in (table, table.slice(5, 200)):
+            assert (digest(part).diffs, digest(part).hash) == reference_digest(part)
         odd = table.set_column(1, "val", unaligned_strings([v or "" for v in vals]))
         assert (digest(odd).diffs, digest(odd).hash) == reference_digest(odd)
 

@@ -245,7 +245,7 @@ def test_a_tiny_scale_run_is_verified_and_reported_with_its_plots(tmp_path) -> N
         assert {"worker", "builder", "coordinator"} <= set(r["cpu_cores"])
         assert 0 <= r["machine_busy"] <= 1
         assert bool(r["busiest"]) == (sum(r["cpu_cores"].values()) > 0)
-    # a tiny run lasts 8-40 ms, within one or a few 10 ms clock ticks of each
+    # a tiny run lasts 8-130 ms, within one or a few 10 ms clock ticks of each
     # process's CPU time, so one run can show none at all: only the sweep must
     assert sum(sum(r["cpu_cores"].values()) for r in rows) > 0
     for name in ("scale-workers.png", "scale-groups.png"):

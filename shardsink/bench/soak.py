@@ -132,14 +132,19 @@ def _settle(shard, client, first) -> dict:
     }
 
 
-def _sample_rss(cluster, into: dict[str, int]) -> None:
-    """Raise ``into``'s figure of each process kind to its processes' high-water marks."""
+def _sample_rss(cluster, into: dict[str, int], seen: dict[int, int]) -> None:
+    """Raise ``into``'s figure of each process kind to its processes' high-water
+    marks, each the highest read of it so far (``seen``, by pid). Why not the
+    last read: the kernel sums a process's RSS from per-CPU counters (Linux
+    6.2 on), so a read of ``VmHWM`` can come out a few hundred kB below an
+    earlier one (103,002,112 then 102,793,216 bytes in one CI run)."""
     from ..process import peak_rss
 
     for info in cluster.processes():
         rss = peak_rss(info.pid)
         if rss is not None:  # else restarted or gone since the list was made
-            into[info.kind] = max(into.get(info.kind, 0), rss)
+            seen[info.pid] = max(seen.get(info.pid, 0), rss)
+            into[info.kind] = max(into.get(info.kind, 0), seen[info.pid])
 
 
 def warmup(blocks: list) -> int:
@@ -222,6 +227,7 @@ def run(config: ClusterConfig, out: Path, block: int = BLOCK, quiet: bool = Fals
             client = ServerClient(cluster.shard_address)
             try:
                 current = _Block(first=0)
+                peaks: dict[int, int] = {}
                 start = first = _server_counters(client, config.shard)
 
                 def appended(record) -> None:
@@ -234,7 +240,7 @@ def run(config: ClusterConfig, out: Path, block: int = BLOCK, quiet: bool = Fals
                     n = len(current.latencies)
                     if n % SAMPLE_EVERY and n < block:
                         return
-                    _sample_rss(cluster, current.rss)
+                    _sample_rss(cluster, current.rss, peaks)
                     now = _server_counters(client, config.shard)
                     current.max_batches = max(current.max_batches, now.batches)
                     if n == block:

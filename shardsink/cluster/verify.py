@@ -48,9 +48,12 @@ def verify(shard: Shard, workload: workloads.AnyWorkload, interval_ms: int) -> V
         diffs = sum(b.digest.diffs for b in batches if b.digest is not None)
         detail = "; ".join(problems)
         return Verification(report.ok, intervals, diffs, diffs, detail, report.digested)
-    # the snapshot first: its transient peak then holds nothing else
-    actual = shard.snapshot() if upper else schema.empty_table()
-    expected = workloads.expected(workload, schema, intervals, max(upper - 1, 0))
+    # the snapshot first: its transient peak then holds nothing else. As of
+    # the upper read above, not the latest: another writer of the shard (a
+    # second cluster following as a replica) may have appended since.
+    as_of = max(upper - 1, 0)
+    actual = shard.snapshot(as_of) if upper else schema.empty_table()
+    expected = workloads.expected(workload, schema, intervals, as_of)
     assert expected is not None
     if not actual.equals(expected):
         problems.append(difference(actual, expected))

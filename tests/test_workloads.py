@@ -222,6 +222,48 @@ def test_an_undamaged_shard_verifies_through_compaction(tmp_path):
         assert verify(shard, workload, 1000).ok
 
 
+class _AppendsWhenVerified:
+    """``shard``, whose :meth:`verify` first lets another writer append
+    interval ``then``: a second cluster following the shard as a replica
+    appended between a read-back's two reads once."""
+
+    def __init__(self, shard, other, workload, schema, then: int):
+        self._shard, self._other = shard, other
+        self._workload, self._schema, self._then = workload, schema, then
+
+    def __getattr__(self, name):
+        return getattr(self._shard, name)
+
+    def verify(self):
+        _append_interval(self._other, self._workload, self._schema, self._then)
+        return self._shard.verify()
+
+
+def _append_interval(shard, workload, schema, i: int) -> None:
+    writer = shard.writer()
+    table = W.updates(workload, schema, i, 0, 1, i * 1000)
+    batch = build_batch(shard.blob, "s", table, i * 1000, (i + 1) * 1000, writer=writer.writer_id,
+                        inline_max_bytes=0, target_bytes=1 << 20, stats=ShardStats())  # fmt: skip
+    writer.compare_and_append([batch], i * 1000, (i + 1) * 1000)
+
+
+def test_a_read_back_is_as_of_the_upper_it_read(tmp_path):
+    from shardsink.cluster.verify import verify
+
+    workload = W.of(_config(workload="trickle", rows_per_interval=20))
+    schema = W.shard_schema(workload, "trickle")
+    stores = {"blob": f"file://{tmp_path}/blob", "consensus": f"sqlite://{tmp_path}/c.db"}
+    with (
+        open_shard("s", **stores, schema=schema) as shard,
+        open_shard("s", **stores, schema=schema) as other,
+    ):
+        for i in range(3):
+            _append_interval(shard, workload, schema, i)
+        run = verify(_AppendsWhenVerified(shard, other, workload, schema, 3), workload, 1000)
+        assert run.ok, run.detail
+        assert run.intervals == 3 and other.upper == 4000
+
+
 # --- synth ------------------------------------------------------------------------
 
 import numpy as np  # noqa: E402

@@ -128,32 +128,45 @@ def length_range(offsets):
 
 
 @njit(cache=True, nogil=True)
-def _word(data, words_at, start, end):
-    """The little-endian word of bytes ``[start, min(start + 8, end))`` of
-    ``data``, zero-padded; ``words_at[p]`` is the (unaligned) word at byte ``p``."""
-    if start + 8 <= data.shape[0]:
-        word = words_at[start]
-    else:  # within the last 7 bytes of the buffer: no whole word to load
-        word = np.uint64(0)
-        for b in range(min(8, data.shape[0] - start)):
-            word |= np.uint64(data[start + b]) << (_EIGHT * np.uint64(b))
-    count = end - start
-    if count < 8:
-        word &= (_ONE << (_EIGHT * np.uint64(count))) - _ONE
+def _last_word(data, start):
+    """The little-endian word of the bytes of ``data`` from ``start`` to its
+    end (under 8 of them beyond its last whole word), zero-padded."""
+    word = np.uint64(0)
+    for b in range(min(8, data.shape[0] - start)):
+        word |= np.uint64(data[start + b]) << (_EIGHT * np.uint64(b))
     return word
 
 
 @njit(cache=True, nogil=True)
-def add_ragged(data, words_at, offsets, constants, length_constant, sums, first):
+def add_ragged(data, words, offsets, constants, length_constant, sums, first):
     """``sums[r] (+)= Σ_j constants[j] · w_j + length · length_constant`` over
     the little-endian words ``w_j`` of value ``r``, ``data[offsets[r]:offsets[r+1]]``
-    (the last zero-padded); ``constants`` has a place for the longest value's words."""
+    (the last zero-padded); ``words`` is ``data``'s whole words from its first
+    byte; ``constants`` has a place for the longest value's words.
+
+    A value's word is cut from the two whole words it spans, in this loop.
+    Why: loaded from an array of a word at every byte (stride 1), or cut the
+    same way in a function of its own, a 12-byte key cost 43-50 ns; cut
+    here, 4.2-5.7 (150,000 keys, ``perf_counter``, by hand)."""
     for i in range(offsets.shape[0] - 1):
-        start = offsets[i]
-        end = offsets[i + 1]
+        start = np.int64(offsets[i])
+        end = np.int64(offsets[i + 1])
         total = np.uint64(end - start) * length_constant
-        for j in range((end - start + 7) // 8):
-            total += constants[j] * _word(data, words_at, start + 8 * j, end)
+        place = 0
+        while start < end:
+            at = start >> 3
+            shift = np.uint64(start & 7) * _EIGHT
+            if at + 1 < words.shape[0]:
+                word = words[at] >> shift
+                if shift:  # bytes of the next word too (a shift by 64 is undefined)
+                    word |= words[at + 1] << (np.uint64(64) - shift)
+            else:
+                word = _last_word(data, start)
+            if end - start < 8:
+                word &= (_ONE << (_EIGHT * np.uint64(end - start))) - _ONE
+            total += constants[place] * word
+            place += 1
+            start += 8
         if first:
             sums[i] = total
         else:

@@ -346,10 +346,9 @@ def _bytes(data: np.ndarray, offsets: np.ndarray, index: int, sums: np.ndarray, 
             words = values.view("<u8").reshape(len(offsets) - 1, count)
             kernels.add_matrix(words, constants, plus, sums, first)
         return
-    # the word at each byte: one unaligned load for a value's word wherever it starts
-    words_at = np.ndarray((max(len(data) - 7, 0),), dtype="<u8", buffer=data, strides=(1,))
+    words = data[: len(data) // 8 * 8].view("<u8")  # a value's word is cut from two of these
     constants = _constants(index, max((longest + 7) // 8, 1))
-    kernels.add_ragged(data, words_at, offsets, constants, length_constant, sums, first)
+    kernels.add_ragged(data, words, offsets, constants, length_constant, sums, first)
 
 
 @functools.cache

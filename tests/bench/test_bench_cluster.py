@@ -408,3 +408,17 @@ def test_the_digest_section_gives_each_repeats_ratio_and_cpu_per_row() -> None:
     text = "\n".join(workload_lines("digest", rows))
     assert "| True | 94 |" in text and "| 1,200,000, 1,000,000 | 0.945 |" in text
     assert "Digests on / off per repeat: 0.900, 0.990; median 0.945, geometric mean 0.944." in text
+
+
+def test_a_workload_table_measures_what_digests_cost_on_its_own_rows() -> None:
+    from shardsink.bench.cluster.matrices import DIGEST_ROWS, workload_matrix
+
+    runs = workload_matrix({"use": "synth", "rows_per_interval": 64, "update": 0.3}, repeats=2)
+    digest_runs = [r for r in runs if r.section == "digest"]
+    assert sorted((r.repeat, r.digests) for r in digest_runs) == [
+        (0, False), (0, True), (1, False), (1, True)
+    ]  # fmt: skip
+    for spec in digest_runs:
+        assert spec.workload == "synth" and spec.workload_args == {"update": 0.3}
+        assert spec.rows_per_interval == DIGEST_ROWS
+    assert {r.rows_per_interval for r in runs if r.section == "workload"} == {64}

@@ -256,8 +256,9 @@ def _trickles(shapes: list[tuple[int, int, int]], n: int) -> list[RunSpec]:
 def workload_matrix(table: dict[str, Any], repeats: int = 3) -> list[RunSpec]:
     """A ``[workload]`` table's runs: its workload (``use``) and trickle at
     4x8 best-effort, the same rows per interval (the table's
-    ``rows_per_interval``, else 128), 20 intervals; and trickle with and
-    without digests (section ``digest``); ``repeats`` times, interleaved."""
+    ``rows_per_interval``, else 128), 20 intervals; and the workload with
+    and without digests (section ``digest``: what they cost on its rows, at
+    :data:`DIGEST_ROWS`); ``repeats`` times, interleaved."""
     args = dict(table)
     use = args.pop("use", None)
     if not use:
@@ -272,22 +273,27 @@ def workload_matrix(table: dict[str, Any], repeats: int = 3) -> list[RunSpec]:
             RunSpec(section="workload", workload="trickle", intervals=20, repeat=repeat,
                     **shape),
         ]  # fmt: skip
-        runs += _digest_runs(repeat)
+        digest_args = {k: v for k, v in args.items() if k != "rows_per_interval"}
+        runs += _digest_runs(repeat, use, digest_args)
     return ordered(runs)
 
 
-def _digest_runs(repeat: int) -> list[RunSpec]:
-    """Trickle 1x4 best-effort at :data:`DIGEST_ROWS`, digests on and off."""
+def _digest_runs(
+    repeat: int, workload: str = "trickle", workload_args: dict[str, Any] | None = None
+) -> list[RunSpec]:
+    """``workload`` 1x4 best-effort at :data:`DIGEST_ROWS`, digests on and off."""
     return [
         RunSpec(section="digest", mode="best-effort", groups=1, workers=4,
-                rows_per_interval=DIGEST_ROWS, workload="trickle", intervals=DIGEST_INTERVALS,
+                rows_per_interval=DIGEST_ROWS, workload=workload,
+                workload_args=workload_args or {}, intervals=DIGEST_INTERVALS,
                 repeat=repeat, digests=digests)
         for digests in (True, False)
     ]  # fmt: skip
 
 
 def _digest_only() -> list[RunSpec]:
-    """``--matrix digest``: what digests cost, :data:`DIGEST_REPEATS`
+    """``--matrix digest``: what digests cost on trickle, the cheapest rows
+    there are (so the hash's largest share), :data:`DIGEST_REPEATS`
     repeats interleaved."""
     return [run for repeat in range(DIGEST_REPEATS) for run in _digest_runs(repeat)]
 

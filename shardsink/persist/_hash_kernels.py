@@ -7,7 +7,18 @@ intervals of 50,000 rows, each hashed right after it was generated, as a
 worker does; ``time.process_time``, by hand). Every loop wraps around
 mod 2^64.
 
-Compiled by numba on first use (2.0 s for what :func:`.digest.prepare`
+A pass per leaf but for leaves of one word per row (integers, floats,
+temporal types, booleans), each folded into the pass after it, and the
+last pass mixes and sums the rows itself: a trickle digest (an ``int64``
+key, 32-byte values) is one pass over its rows, where a pass per leaf and
+one to finish took two more, each writing or reading a word a row (2.6 ns a
+row against 1.5, each interval hashed right after it was generated,
+``perf_counter``, by hand). Every loop ends in the same few lines that fold,
+read and finish a row: written out in each, because a compiled function
+taking the arrays, called per row, cost 30 ns a row (its arrays' reference
+counts), twenty times the loop.
+
+Compiled by numba on first use (2.2-2.3 s for what :func:`.digest.prepare`
 calls, with an empty ``NUMBA_CACHE_DIR``) and cached on disk
 (``cache=True``: numba's index and object files in ``__pycache__`` beside
 this module, or its user cache directory where that is read-only;
@@ -46,47 +57,62 @@ def mix(sums):
 
 
 @njit(cache=True, nogil=True)
-def mix_dot(sums, diffs):
-    """``(Σ diffs[r] · mix(sums[r]) mod 2^64, Σ diffs)``; ``sums`` is left as it was."""
+def add_fold(rows):
+    """The pass of ``rows`` with no leaf of its own (see :func:`add_records`):
+    a row's sum is the folded word leaf's share, plus ``sums[r]`` if
+    ``read``. A leaf of one word per row is hashed so, as the fold."""
+    fold, fold_constant, sums, diffs, read, last = rows
     hashed = np.uint64(0)
-    total = 0
+    count = 0
     for i in range(sums.shape[0]):
-        diff = diffs[i]
-        hashed += _mix(sums[i]) * np.uint64(diff)
-        total += diff
-    return hashed, total
+        total = np.uint64(0)
+        if fold.shape[0]:
+            total += np.uint64(fold[i]) * fold_constant
+        if read:
+            total += sums[i]
+        if last:
+            diff = diffs[i]
+            hashed += _mix(total) * np.uint64(diff)
+            count += diff
+        else:
+            sums[i] = total
+    return hashed, count
 
 
 @njit(cache=True, nogil=True)
-def add_words(values, constant, sums, first):
-    """``sums[r] (+)= values[r] · constant``: the share of a leaf of one
-    unsigned word per row (``first``: overwrite rather than add)."""
-    if first:
-        for i in range(values.shape[0]):
-            sums[i] = np.uint64(values[i]) * constant
-    else:
-        for i in range(values.shape[0]):
-            sums[i] += np.uint64(values[i]) * constant
+def add_records(values, constants, plus, rows):
+    """The pass of a leaf of values of one length, 1 to :data:`RECORD_WORDS`
+    - 1 words, as records of that many words (field ``w``): each row's sum
+    is ``Σ_j constants[j] · values[r].w[j] + plus``, plus the rest of
+    ``rows = (fold, fold_constant, sums, diffs, read, last)``: the folded word
+    leaf's ``fold[r] · fold_constant`` (``fold`` empty: none), and
+    ``sums[r]`` if ``read``. ``last``: returns ``(Σ diffs[r] · mix(sum),
+    Σ diffs)`` and leaves ``sums`` as it was; else writes the sums into
+    ``sums`` and returns zeros.
 
-
-@njit(cache=True, nogil=True)
-def add_records(values, constants, plus, sums, first):
-    """``sums[r] (+)= Σ_j constants[j] · values[r].w[j] + plus``: values of
-    one length, 1 to :data:`RECORD_WORDS` - 1 words, as records of that many
-    words (field ``w``). The count of words is part of the record's type, so
-    each count compiles a loop of its own, which the compiler unrolls and
-    vectorizes across rows: 0.45 ns a 32-byte value against 1.5-2.4 for
-    :func:`add_matrix`, whose count is only known at run time (50,000 rows,
-    hot, by hand)."""
+    The count of words is part of the record's type, so each count compiles
+    a loop of its own, which the compiler unrolls and vectorizes across
+    rows: 0.45 ns a 32-byte value against 1.5-2.4 for :func:`add_matrix`,
+    whose count is only known at run time (50,000 rows, hot, by hand)."""
+    fold, fold_constant, sums, diffs, read, last = rows
+    hashed = np.uint64(0)
+    count = 0
     for i in range(values.shape[0]):
         words = values[i].w
         total = plus
         for j in range(words.shape[0]):
             total += constants[j] * words[j]
-        if first:
-            sums[i] = total
+        if fold.shape[0]:
+            total += np.uint64(fold[i]) * fold_constant
+        if read:
+            total += sums[i]
+        if last:
+            diff = diffs[i]
+            hashed += _mix(total) * np.uint64(diff)
+            count += diff
         else:
-            sums[i] += total
+            sums[i] = total
+    return hashed, count
 
 
 #: Words a value of one length has from which :func:`add_matrix` hashes it
@@ -96,20 +122,30 @@ RECORD_WORDS = 8
 
 
 @njit(cache=True, nogil=True)
-def add_matrix(words, constants, plus, sums, first):
-    """``sums[r] (+)= Σ_j constants[j] · words[r, j] + plus``: values of one
-    length, a multiple of 8 bytes, as a matrix of words (from
-    :data:`RECORD_WORDS` words on the compiler vectorizes the words of a row:
-    1.2 ns a 64-byte value; fewer go to :func:`add_records`)."""
-    rows, count = words.shape
-    for i in range(rows):
+def add_matrix(words, constants, plus, rows):
+    """:func:`add_records` for values of one length, a multiple of 8 bytes,
+    as a matrix of words (from :data:`RECORD_WORDS` words on the compiler
+    vectorizes the words of a row: 1.2 ns a 64-byte value; fewer go to
+    :func:`add_records`)."""
+    fold, fold_constant, sums, diffs, read, last = rows
+    hashed = np.uint64(0)
+    count = 0
+    row_count, word_count = words.shape
+    for i in range(row_count):
         total = plus
-        for j in range(count):
+        for j in range(word_count):
             total += constants[j] * words[i, j]
-        if first:
-            sums[i] = total
+        if fold.shape[0]:
+            total += np.uint64(fold[i]) * fold_constant
+        if read:
+            total += sums[i]
+        if last:
+            diff = diffs[i]
+            hashed += _mix(total) * np.uint64(diff)
+            count += diff
         else:
-            sums[i] += total
+            sums[i] = total
+    return hashed, count
 
 
 @njit(cache=True, nogil=True)
@@ -138,9 +174,10 @@ def _last_word(data, start):
 
 
 @njit(cache=True, nogil=True)
-def add_ragged(data, words, offsets, constants, length_constant, sums, first):
-    """``sums[r] (+)= Σ_j constants[j] · w_j + length · length_constant`` over
-    the little-endian words ``w_j`` of value ``r``, ``data[offsets[r]:offsets[r+1]]``
+def add_ragged(data, words, offsets, constants, length_constant, rows):
+    """:func:`add_records` for values of any length: a row's own share is
+    ``Σ_j constants[j] · w_j + length · length_constant`` over the
+    little-endian words ``w_j`` of value ``r``, ``data[offsets[r]:offsets[r+1]]``
     (the last zero-padded); ``words`` is ``data``'s whole words from its first
     byte; ``constants`` has a place for the longest value's words.
 
@@ -148,6 +185,9 @@ def add_ragged(data, words, offsets, constants, length_constant, sums, first):
     Why: loaded from an array of a word at every byte (stride 1), or cut the
     same way in a function of its own, a 12-byte key cost 43-50 ns; cut
     here, 4.2-5.7 (150,000 keys, ``perf_counter``, by hand)."""
+    fold, fold_constant, sums, diffs, read, last = rows
+    hashed = np.uint64(0)
+    count = 0
     for i in range(offsets.shape[0] - 1):
         start = np.int64(offsets[i])
         end = np.int64(offsets[i + 1])
@@ -167,7 +207,14 @@ def add_ragged(data, words, offsets, constants, length_constant, sums, first):
             total += constants[place] * word
             place += 1
             start += 8
-        if first:
-            sums[i] = total
+        if fold.shape[0]:
+            total += np.uint64(fold[i]) * fold_constant
+        if read:
+            total += sums[i]
+        if last:
+            diff = diffs[i]
+            hashed += _mix(total) * np.uint64(diff)
+            count += diff
         else:
-            sums[i] += total
+            sums[i] = total
+    return hashed, count

@@ -9,11 +9,13 @@ of a union is the sum of the parts' digests in any order: the digests the
 workers report for an interval add up to the one of the interval's batches,
 and the batches of a shard add up to the one of its consolidated content.
 
-``h`` is computed leaf by leaf, each in one compiled pass over the rows
-(:mod:`._hash_kernels`): every 8-byte word of a row's leaves (a struct is
-walked into its fields; a fixed-width value is its bits, a string or binary
-its little-endian words and its length) is multiplied by an odd constant of its own leaf and place,
-the products are summed, and the splitmix64 finalizer mixes the sum into
+``h`` is computed in compiled passes over the rows (:mod:`._hash_kernels`),
+one per leaf but for leaves of one word per row, each folded into the pass
+after it; the last pass also mixes and sums the rows. Every 8-byte word of
+a row's leaves (a struct is walked into its fields; a fixed-width value is
+its bits, a string or binary its little-endian words and its length) is
+multiplied by an odd constant of its own leaf and place, the products are
+summed, and the splitmix64 finalizer mixes the sum into
 ``h``. Odd constants make a change of any one word change the sum, and the
 finalizer (a bijection) then ``h``; one finalizer per row, not per word,
 keeps the digest a small share of a worker's CPU (``bench cluster``'s
@@ -116,10 +118,8 @@ def digest(table: pa.Table | pa.RecordBatch) -> Digest:
     n = table.num_rows
     if n == 0:
         return Digest()
-    sums = _scratch(n)
-    _sums(table, ("key", "val"), sums)
     diffs = _numpy(table.column("diff")).astype(np.int64, copy=False)
-    hashed, diff_total = _kernels().mix_dot(sums, diffs)
+    hashed, diff_total = _passes(table, ("key", "val"), _scratch(n), diffs)
     return Digest(n, int(diff_total), int(hashed), SCHEME)
 
 
@@ -166,7 +166,7 @@ def row_hashes(
     """``h(key, val)`` of every row of ``table`` (or the hash of other
     ``columns``), as ``uint64``."""
     sums = np.empty(table.num_rows, dtype=np.uint64)
-    _sums(table, columns, sums)
+    _passes(table, columns, sums, None)
     _kernels().mix(sums)
     return sums
 
@@ -178,16 +178,46 @@ def mix(z: np.ndarray) -> np.ndarray:
     return mixed
 
 
-def _sums(table: pa.Table | pa.RecordBatch, columns: tuple[str, ...], sums: np.ndarray) -> None:
-    """Write into ``sums`` every row's sum over the leaves of ``columns``,
-    before the finalizer (see the module doc)."""
-    index = 0
-    for name in columns:
-        for path, leaf in leaves(name, table.column(name)):
-            index += 1
-            _leaf(path, leaf, index, sums, first=index == 1)
-    if index == 0:
-        sums[:] = 0
+_NO_FOLD = np.empty(0, dtype=np.uint64)
+_NO_DIFFS = np.empty(0, dtype=np.int64)
+
+
+def _passes(
+    table: pa.Table | pa.RecordBatch,
+    columns: tuple[str, ...],
+    sums: np.ndarray,
+    diffs: np.ndarray | None,
+) -> tuple[int, int]:
+    """Hash the leaves of ``columns`` (see the module doc and
+    :mod:`._hash_kernels`): a pass per leaf, a leaf of one word per row
+    folded into the pass after it. With ``diffs``, the last pass finishes:
+    ``(Σ diff · h, Σ diff)``. Without, ``sums`` holds every row's sum before
+    the finalizer, and ``(0, 0)`` is returned."""
+    kernels = _kernels()
+    plain = [
+        (path, _plain(leaf)) for name in columns for path, leaf in leaves(name, table.column(name))
+    ]
+    fold: tuple[np.ndarray, np.uint64] = (_NO_FOLD, np.uint64(0))
+    read = False
+    for index, (path, array) in enumerate(plain, 1):
+        kind = _kind(path, array.type)
+        if len(fold[0]) and (kind in ("bool", "word") or array.null_count):
+            kernels.add_fold((*fold, sums, _NO_DIFFS, read, False))
+            fold, read = (_NO_FOLD, np.uint64(0)), True
+        if array.null_count:
+            _add_with_nulls(path, array, kind, index, sums, read)
+            read = True
+        elif kind in ("bool", "word"):
+            fold = (_words(array, kind), _constants(index, 1)[0])
+        else:
+            last = diffs is not None and index == len(plain)
+            rows = (*fold, sums, diffs if last else _NO_DIFFS, read, last)
+            hashed, diff_total = _share(path, array, kind, index, rows)
+            if last:
+                return hashed, diff_total
+            fold, read = (_NO_FOLD, np.uint64(0)), True
+    last = diffs is not None
+    return kernels.add_fold((*fold, sums, diffs if last else _NO_DIFFS, read, last))
 
 
 #: Rows up to which a thread keeps its :func:`_scratch` array (8 MiB).
@@ -257,56 +287,58 @@ def _width(kind: pa.DataType) -> int:
         return 0
 
 
-def _leaf(
-    path: str, array: pa.Array | pa.ChunkedArray, index: int, sums: np.ndarray, first: bool
-) -> None:
-    """Add to ``sums`` (``first``: write into it) the ``index``-th leaf's
-    share of each row's sum: its words times odd constants of its own (see
-    :func:`_constants`); a null's share is a constant of its own."""
+def _plain(array: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """``array`` as one chunk, not dictionary-encoded."""
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
-    if pa.types.is_dictionary(array.type):
-        array = array.dictionary_decode()
-    if not array.null_count:
-        _share(path, array, index, sums, first)
-        return
+    return array.dictionary_decode() if pa.types.is_dictionary(array.type) else array
+
+
+def _words(array: pa.Array, kind: str) -> np.ndarray:
+    """The unsigned words of a ``bool`` or ``word`` leaf (a null's word is
+    left as it is)."""
+    if kind == "bool":
+        return _numpy(pc.fill_null(pc.cast(array, pa.uint8()), 0))
+    width = array.type.bit_width // 8
+    data = np.frombuffer(array.buffers()[1], dtype=f"<u{width}")
+    return data[array.offset : array.offset + len(array)]
+
+
+def _add_with_nulls(
+    path: str, array: pa.Array, kind: str, index: int, sums: np.ndarray, read: bool
+) -> None:
+    """Write into ``sums`` (``read``: add to it) the ``index``-th leaf's
+    share of each row's sum, a null's share a constant of its own."""
     share = np.empty(len(array), dtype=np.uint64)
-    _share(path, array, index, share, True)
+    _share(path, array, kind, index, (_NO_FOLD, np.uint64(0), share, _NO_DIFFS, False, False))
     null = (int(_NULL) * int(_constants(index, 1)[0])) & _MASK
     np.putmask(share, ~_numpy(array.is_valid()), np.uint64(null))
-    if first:
-        sums[:] = share
-    else:
+    if read:
         with np.errstate(over="ignore"):
             sums += share
+    else:
+        sums[:] = share
 
 
-def _share(path: str, array: pa.Array, index: int, sums: np.ndarray, first: bool) -> None:
-    """:func:`_leaf` for ``array`` (not dictionary-encoded), nulls left as they hash."""
+def _share(path: str, array: pa.Array, kind: str, index: int, rows: tuple) -> tuple[int, int]:
+    """The pass of the ``index``-th leaf (``array``, of ``kind``) with
+    ``rows`` as :func:`._hash_kernels.add_records` takes them."""
     kernels = _kernels()
-    kind = _kind(path, array.type)
     if kind == "view":
         array = array.cast(pa.large_binary())
         kind = "var"
-    if kind == "bool":
-        values = _numpy(pc.fill_null(pc.cast(array, pa.uint8()), 0))
-        kernels.add_words(values, _constants(index, 1)[0], sums, first)
-    elif kind == "word":
-        width = array.type.bit_width // 8
-        data = np.frombuffer(array.buffers()[1], dtype=f"<u{width}")
-        values = data[array.offset : array.offset + len(array)]
-        kernels.add_words(values, _constants(index, 1)[0], sums, first)
-    elif kind == "fixed":
+    if kind in ("bool", "word"):
+        return kernels.add_fold((_words(array, kind), _constants(index, 1)[0], *rows[2:]))
+    if kind == "fixed":
         width = _width(array.type) // 8
         data = np.frombuffer(array.buffers()[1], dtype=np.uint8)
         offsets = np.arange(array.offset, array.offset + len(array) + 1, dtype=np.int64) * width
-        _bytes(data, offsets, index, sums, first)
-    else:
-        large = pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type)
-        offsets = np.frombuffer(array.buffers()[1], dtype=np.int64 if large else np.int32)
-        offsets = offsets[array.offset : array.offset + len(array) + 1]
-        data = np.frombuffer(array.buffers()[2] or b"", dtype=np.uint8)
-        _bytes(data, offsets, index, sums, first)
+        return _bytes(data, offsets, index, rows)
+    large = pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type)
+    offsets = np.frombuffer(array.buffers()[1], dtype=np.int64 if large else np.int32)
+    offsets = offsets[array.offset : array.offset + len(array) + 1]
+    data = np.frombuffer(array.buffers()[2] or b"", dtype=np.uint8)
+    return _bytes(data, offsets, index, rows)
 
 
 @functools.lru_cache(maxsize=256)
@@ -326,9 +358,10 @@ def _length_constant(index: int) -> np.uint64:
     return np.uint64((int(_constants(index, 1)[0]) * int(_LENGTH)) & _MASK)
 
 
-def _bytes(data: np.ndarray, offsets: np.ndarray, index: int, sums: np.ndarray, first: bool):
-    """Add to ``sums`` (``first``: write into it), per row ``r``, ``Σ_j K_j · w_j``
-    over the little-endian 8-byte words ``w_j`` of ``data[offsets[r]:offsets[r+1]]``
+def _bytes(data: np.ndarray, offsets: np.ndarray, index: int, rows: tuple) -> tuple[int, int]:
+    """The pass of leaf ``index``'s values ``data[offsets[r]:offsets[r+1]]``
+    with ``rows`` (see :func:`._hash_kernels.add_records`): each value's
+    share is ``Σ_j K_j · w_j`` over its little-endian 8-byte words ``w_j``
     (the last one zero-padded), ``K`` leaf ``index``'s constants, plus the
     value's length times another: the same for a value wherever it lies in
     its buffer."""
@@ -341,14 +374,12 @@ def _bytes(data: np.ndarray, offsets: np.ndarray, index: int, sums: np.ndarray, 
         plus = np.uint64((longest * int(length_constant)) & _MASK)
         constants = _constants(index, max(count, 1))
         if 0 < count < kernels.RECORD_WORDS:
-            kernels.add_records(values.view(_record(count)), constants, plus, sums, first)
-        else:
-            words = values.view("<u8").reshape(len(offsets) - 1, count)
-            kernels.add_matrix(words, constants, plus, sums, first)
-        return
+            return kernels.add_records(values.view(_record(count)), constants, plus, rows)
+        words = values.view("<u8").reshape(len(offsets) - 1, count)
+        return kernels.add_matrix(words, constants, plus, rows)
     words = data[: len(data) // 8 * 8].view("<u8")  # a value's word is cut from two of these
     constants = _constants(index, max((longest + 7) // 8, 1))
-    kernels.add_ragged(data, words, offsets, constants, length_constant, sums, first)
+    return kernels.add_ragged(data, words, offsets, constants, length_constant, rows)
 
 
 @functools.cache

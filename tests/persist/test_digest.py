@@ -142,6 +142,19 @@ SMALL_CASES = [
         pa.struct([("n", pa.int16()), ("s", pa.string())]),
         [{"n": -5, "s": ""}, {"n": 0, "s": "s"}, {"n": 7, "s": "ss" * 30}, {"n": 1, "s": ""}],
     ),
+    # words only: every leaf folded into the next pass, the last into the finishing one
+    (pa.int32(), [-7, 0, 1, 2**31 - 1], pa.float64(), [0.5, -0.0, float("inf"), 1e300]),
+    (
+        pa.uint16(),
+        [0, 1, 2, 65535],
+        pa.struct([("a", pa.int64()), ("b", pa.float32()), ("c", pa.bool_()), ("s", pa.string())]),
+        [
+            {"a": 1, "b": None, "c": True, "s": "x"},
+            {"a": -2, "b": 2.5, "c": None, "s": None},
+            {"a": None, "b": -1.0, "c": False, "s": "yy" * 9},
+            {"a": 2**62, "b": 0.0, "c": True, "s": ""},
+        ],
+    ),
 ]
 
 

@@ -337,6 +337,28 @@ def test_every_matrix_runs_each_repeat_in_its_own_seeded_order() -> None:
     assert set(firsts) == {True, False}
 
 
+def test_a_matrix_warms_up_on_its_first_run_and_reports_only_its_own(tmp_path, monkeypatch):
+    from rich.progress import Progress
+
+    from shardsink.bench.cluster import running
+
+    calls = []
+
+    def fake_run_one(spec, work_dir, base):
+        calls.append((spec.label, work_dir.name))
+        return {"label": spec.label, "verified": True}
+
+    monkeypatch.setattr(running, "run_one", fake_run_one)
+    specs = matrix("hydrate")[:3]
+    with Progress(disable=True) as progress:
+        rows = running._run_specs(specs, tmp_path, tmp_path / "scratch", None, progress)
+    assert calls[0] == (specs[0].label, "warm-up")
+    assert calls[1:] == [(s.label, f"run-{i:03d}") for i, s in enumerate(specs)]
+    assert [row["label"] for row in rows] == [s.label for s in specs]
+    reported = json.loads((tmp_path / "results.json").read_text())["runs"]
+    assert len(reported) == len(specs)
+
+
 def test_bars_show_the_median_the_spread_the_value_and_a_zero_as_zero(tmp_path) -> None:
     import matplotlib
 

@@ -19,6 +19,8 @@ its ``error``, never dropped. Output, in ``--out DIR``:
 
 Ratios are measured side by side in one run: runs that are compared are
 interleaved (repeat 0 of each, then repeat 1, ...) and compared by median.
+The matrix's first run is run once before them all, unreported (a warm-up:
+the first cluster of a bench process runs slower).
 
 One module per job: :mod:`.matrices` (the run specs of every ``--matrix``),
 :mod:`.running` (a run, a matrix, ``results.json``), :mod:`.checks` (the

@@ -245,9 +245,17 @@ def _run_specs(
     progress: Progress,
 ) -> list[dict]:
     """Run each spec in its own directory under ``scratch``, showing it on
-    ``progress``; ``results.json`` is rewritten after every run."""
+    ``progress``; ``results.json`` is rewritten after every run. The first
+    spec runs once more before them all, unreported: the first cluster of a
+    bench process ran slower than the same runs later, whatever its variant
+    (hydration of 4M rows at 1x2, three ``--matrix hydrate`` runs, two
+    first variants: 0.36-0.66 s against 0.20-0.25 for the next two, its
+    workers' CPU 0.54-1.10 s against 0.34-0.40)."""
     rows: list[dict] = []
     task = progress.add_task("bench cluster", total=len(specs))
+    if specs:
+        progress.update(task, description=f"warm-up: {specs[0].label}")
+        run_one(specs[0], scratch / "warm-up", base)
 
     def done(spec: RunSpec, row: dict) -> None:
         rows.append(row)

@@ -248,9 +248,9 @@ def _run_specs(
     ``progress``; ``results.json`` is rewritten after every run. The first
     spec runs once more before them all, unreported: the first cluster of a
     bench process ran slower than the same runs later, whatever its variant
-    (hydration of 4M rows at 1x2, three ``--matrix hydrate`` runs, two
-    first variants: 0.36-0.66 s against 0.20-0.25 for the next two, its
-    workers' CPU 0.54-1.10 s against 0.34-0.40)."""
+    (hydration of 4M rows at 1x2, ``--matrix hydrate`` twice and its runs
+    once more in another seed's order: 0.36-0.66 s against 0.20-0.25 for
+    the next two, its workers' CPU 0.54-1.10 s against 0.34-0.40)."""
     rows: list[dict] = []
     task = progress.add_task("bench cluster", total=len(specs))
     if specs:

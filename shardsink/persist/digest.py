@@ -127,12 +127,15 @@ def prepare() -> None:
     """Load the compiled loops (see :mod:`._hash_kernels`) now, in this
     process: a process that forks children calls it first, so that no child
     loads them again (0.3 s each)."""
-    table = pa.table({"key": pa.array([1]), "val": pa.array(["v"]), "diff": pa.array([1])})
+    table = pa.table(
+        {"key": pa.array([1, 2]), "val": pa.array(["v", "vw"]), "diff": pa.array([1, 1])}
+    )
     digest(table)
-    # values of one length in words: each count of words below RECORD_WORDS
-    # is a loop of its own (12-15 ms to load all of them), then the matrix loop
-    for count in range(1, _kernels().RECORD_WORDS + 1):
-        digest(table.set_column(1, "val", pa.array(["a" * 8 * count])))
+    # values of one length: in words, each count below RECORD_WORDS is a
+    # loop of its own (12-15 ms to load all of them), then the matrix loop,
+    # aligned (a multiple of 8 bytes) and not
+    for length in [8 * count for count in range(1, _kernels().RECORD_WORDS + 1)] + [13]:
+        digest(table.set_column(1, "val", pa.array(["a" * length] * 2)))
 
 
 @functools.cache
@@ -368,15 +371,18 @@ def _bytes(data: np.ndarray, offsets: np.ndarray, index: int, rows: tuple) -> tu
     kernels = _kernels()
     length_constant = _length_constant(index)
     shortest, longest = (int(n) for n in kernels.length_range(offsets))
-    if shortest == longest and longest % 8 == 0:  # values of one length in words (uuids, hashes)
-        start, count = int(offsets[0]), longest // 8
-        values = data[start : start + longest * (len(offsets) - 1)]
+    if shortest == longest:  # values of one length (uuids, hashes, padded codes)
+        start, rows_count = int(offsets[0]), len(offsets) - 1
+        whole, tail = divmod(longest, 8)
         plus = np.uint64((longest * int(length_constant)) & _MASK)
-        constants = _constants(index, max(count, 1))
-        if 0 < count < kernels.RECORD_WORDS:
-            return kernels.add_records(values.view(_record(count)), constants, plus, rows)
-        words = values.view("<u8").reshape(len(offsets) - 1, count)
-        return kernels.add_matrix(words, constants, plus, rows)
+        constants = _constants(index, max(whole + (tail > 0), 1))
+        if tail == 0 and 0 < whole < kernels.RECORD_WORDS:
+            values = data[start : start + longest * rows_count]
+            return kernels.add_records(values.view(_record(whole)), constants, plus, rows)
+        stride = max(longest, 1)  # a row's stride; empty values have no bytes to stride over
+        words = np.ndarray((rows_count, whole), "<u8", data, start, (stride, 8))
+        tails = np.ndarray((rows_count, tail), np.uint8, data, start + whole * 8, (stride, 1))
+        return kernels.add_matrix(words, tails, constants, plus, rows)
     words = data[: len(data) // 8 * 8].view("<u8")  # a value's word is cut from two of these
     constants = _constants(index, max((longest + 7) // 8, 1))
     return kernels.add_ragged(data, words, offsets, constants, length_constant, rows)

@@ -218,13 +218,13 @@ def test_the_hash_is_the_one_the_module_doc_defines(key_type, keys, val_type, va
         assert digest(part).rows == part.num_rows
 
 
-@pytest.mark.parametrize("length", [8, 16, 32, 56, 64, 72])
+@pytest.mark.parametrize("length", [1, 5, 8, 13, 16, 32, 36, 56, 64, 72, 100])
 def test_values_of_one_length_hash_as_ragged_ones_would(length):
-    """A column of one length in words (the record loop below 8 words, the
-    matrix loop from 8), a slice of it and one at an odd address hash as the
-    reference does; a null counts as its constant."""
-    words = [f"{i * 7919:016x}" * (length // 16) + f"{i:08x}" * (length % 16 // 8)
-             for i in range(300)]  # fmt: skip
+    """A column of one length (in words: the record loop below 8 words, the
+    matrix loop from 8; else the matrix loop with each value's last bytes),
+    a slice of it and one at an odd address hash as the reference does; a
+    null counts as its constant."""
+    words = [(f"{i * 7919:016x}{i:08x}" * 5)[:length] for i in range(300)]
     assert {len(w) for w in words} == {length}
     ragged = [w[: 1 + i % length] for i, w in enumerate(words)]
     for vals in (words, ragged, [None if i % 7 == 0 else w for i, w in enumerate(words)]):

@@ -182,6 +182,8 @@ def mix(z: np.ndarray) -> np.ndarray:
 
 
 _NO_FOLD = np.empty(0, dtype=np.uint64)
+#: No word leaf folded into the next pass: ``(words, constant)`` of none.
+_NOTHING_FOLDED = (_NO_FOLD, np.uint64(0))
 _NO_DIFFS = np.empty(0, dtype=np.int64)
 
 
@@ -200,13 +202,13 @@ def _passes(
     plain = [
         (path, _plain(leaf)) for name in columns for path, leaf in leaves(name, table.column(name))
     ]
-    fold: tuple[np.ndarray, np.uint64] = (_NO_FOLD, np.uint64(0))
+    fold = _NOTHING_FOLDED
     read = False
     for index, (path, array) in enumerate(plain, 1):
         kind = _kind(path, array.type)
         if len(fold[0]) and (kind in ("bool", "word") or array.null_count):
             kernels.add_fold((*fold, sums, _NO_DIFFS, read, False))
-            fold, read = (_NO_FOLD, np.uint64(0)), True
+            fold, read = _NOTHING_FOLDED, True
         if array.null_count:
             _add_with_nulls(path, array, kind, index, sums, read)
             read = True
@@ -218,7 +220,7 @@ def _passes(
             hashed, diff_total = _share(path, array, kind, index, rows)
             if last:
                 return hashed, diff_total
-            fold, read = (_NO_FOLD, np.uint64(0)), True
+            fold, read = _NOTHING_FOLDED, True
     last = diffs is not None
     return kernels.add_fold((*fold, sums, diffs if last else _NO_DIFFS, read, last))
 
@@ -313,7 +315,7 @@ def _add_with_nulls(
     """Write into ``sums`` (``read``: add to it) the ``index``-th leaf's
     share of each row's sum, a null's share a constant of its own."""
     share = np.empty(len(array), dtype=np.uint64)
-    _share(path, array, kind, index, (_NO_FOLD, np.uint64(0), share, _NO_DIFFS, False, False))
+    _share(path, array, kind, index, (*_NOTHING_FOLDED, share, _NO_DIFFS, False, False))
     null = (int(_NULL) * int(_constants(index, 1)[0])) & _MASK
     np.putmask(share, ~_numpy(array.is_valid()), np.uint64(null))
     if read:

@@ -2,7 +2,7 @@
 
 ``Command`` and ``Result`` are tagged unions, so a command can cross a socket
 as MessagePack and be decoded strictly on the other side. Each command is
-applied by :func:`shardsink.persist.transitions.apply`; re-applying a command
+applied by :func:`shardsink.persist.transitions.step`; re-applying a command
 that already took effect (after an indeterminate commit) is harmless and
 answers as if it were the first time it succeeded.
 """

@@ -51,29 +51,38 @@ _DECODER = msgspec.msgpack.Decoder(StateDiff)
 _ENCODER = msgspec.msgpack.Encoder()
 
 
-def diff(old: ShardState, new: ShardState) -> StateDiff:
-    """The diff turning ``old`` into ``new``. ``ValueError`` unless ``new`` is
-    the next version of the same shard with the same fixed fields."""
-    if new.seqno != old.seqno + 1:
-        raise ValueError(f"diff: version {new.seqno} does not follow version {old.seqno}")
-    for name in FIXED_FIELDS:
-        if getattr(old, name) != getattr(new, name):
-            raise ValueError(f"diff: field {name!r} of shard {old.shard!r} may not change")
-    changes: dict[str, object] = {}
-    for name in SCALAR_FIELDS:
-        if getattr(old, name) != getattr(new, name):
-            changes[name] = getattr(new, name)
-    for name in MAP_FIELDS:
-        before, after = getattr(old, name), getattr(new, name)
-        if before is after:
+def next_version(state: ShardState, **changes: object) -> tuple[ShardState, StateDiff]:
+    """The version after ``state`` with ``changes`` made, and its diff.
+    ``changes`` are named as :class:`StateDiff`'s fields: a scalar's new
+    value, a map ``F``'s entries put (``F_put``) and keys removed
+    (``F_del``). The diff holds only what differs from ``state`` (an entry
+    equal to the one it replaces, a key that is not there or an unchanged
+    scalar is left out), and building it costs what changed, never the size
+    of the state's maps: a consensus server builds one per append.
+    ``TypeError`` for a name that is not such a field."""
+    kept: dict[str, object] = {}
+    for name, value in changes.items():
+        if name in SCALAR_FIELDS:
+            if getattr(state, name) != value:
+                kept[name] = value
             continue
-        put = {k: v for k, v in after.items() if before.get(k) is not v and before.get(k) != v}
-        gone = tuple(k for k in before if k not in after)
-        if put:
-            changes[f"{name}_put"] = put
-        if gone:
-            changes[f"{name}_del"] = gone
-    return StateDiff(shard=new.shard, seqno=new.seqno, rollup=new.latest_rollup(), **changes)
+        field, _, kind = name.rpartition("_")
+        if field not in MAP_FIELDS or kind not in ("put", "del"):
+            raise TypeError(f"next_version: {name!r} is not a field of a state diff")
+        before = getattr(state, field)
+        if kind == "put":
+            put = {k: v for k, v in value.items() if (was := before.get(k)) is not v and was != v}
+            if put:
+                kept[name] = put
+        else:
+            gone = tuple(k for k in value if k in before)
+            if gone:
+                kept[name] = gone
+    d = StateDiff(shard=state.shard, seqno=state.seqno + 1, rollup=state.latest_rollup(), **kept)
+    new = apply_diff(state, d)
+    if "rollups_put" in kept or "rollups_del" in kept:
+        d = msgspec.structs.replace(d, rollup=new.latest_rollup())
+    return new, d
 
 
 def apply_diff(state: ShardState, d: StateDiff) -> ShardState:
@@ -92,7 +101,9 @@ def apply_diff(state: ShardState, d: StateDiff) -> ShardState:
     for name in MAP_FIELDS:
         put, gone = getattr(d, f"{name}_put"), getattr(d, f"{name}_del")
         if put or gone:
-            merged = {k: v for k, v in getattr(state, name).items() if k not in gone}
+            merged = dict(getattr(state, name))
+            for key in gone:
+                merged.pop(key, None)
             merged.update(put)
             changes[name] = merged
     return msgspec.structs.replace(state, **changes)

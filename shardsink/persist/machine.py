@@ -6,11 +6,11 @@ owns the state; :class:`LocalMachine` implements it in-process over a
 applying the same commands) implements the same protocol.
 
 ``LocalMachine`` keeps the latest state it knows, applies a command with the
-pure :func:`~shardsink.persist.transitions.apply`, and stores the new version
-as a diff with ``compare_and_set``. On a mismatch it catches up by scanning
-the diffs it missed and re-applies; on an indeterminate outcome it re-reads
-the head and re-applies, and the command's idempotence (for appends: the
-writer's token) decides whether it already took effect.
+pure :func:`~shardsink.persist.transitions.step`, and stores the new version
+as the diff it gives with ``compare_and_set``. On a mismatch it catches up by
+scanning the diffs it missed and re-applies; on an indeterminate outcome it
+re-reads the head and re-applies, and the command's idempotence (for
+appends: the writer's token) decides whether it already took effect.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from ..storage.contracts import Blob, CasResult, Committed, Consensus, Mismatch,
 from ..storage.errors import IndeterminateError, StorageError
 from .commands import AddRollup, ApplyCompaction, Command, CompareAndAppend, PartsMissing, Result
 from .config import ShardConfig
-from .diff import StateDiff, apply_diff, decode_version, diff, encode_diff
+from .diff import StateDiff, apply_diff, decode_version, encode_diff
 from .errors import Contended, CorruptState, ShardNotFound, StateMissing
 from .parts import full_schema, schema_from_bytes
 from .state import (
@@ -42,7 +42,7 @@ from .state import (
     encode_state,
 )
 from .stats import MachineStats
-from .transitions import apply, initial_state
+from .transitions import Step, initial_state, step
 
 log = logging.getLogger(__name__)
 
@@ -194,8 +194,8 @@ class LocalMachine:
                         self._refresh()
                         refresh, refreshed = False, True
                     state = self._state
-                    new, result = apply(state, command, self._clock())
-                    if new is None:
+                    made, result = step(state, command, self._clock())
+                    if made is None:
                         if refreshed or self.exclusive:
                             return result
                         # decided on a cached state: confirm against the head
@@ -204,8 +204,8 @@ class LocalMachine:
                     missing = self._missing_parts(command, checked)
                     if missing is not None:
                         return missing
-                    if self._commit(state, new):
-                        self._after_commit(new)
+                    if self._commit(state, made):
+                        self._after_commit(made.new)
                         return result
                     error = None
                 except IndeterminateError as exc:
@@ -253,16 +253,16 @@ class LocalMachine:
                 return None
             before = self.stats()
             state = self._state
-            new, result = apply(state, command, self._clock())
-            missing = None if new is None else self._missing_parts(command, set())
-            if new is None or missing is not None:
+            made, result = step(state, command, self._clock())
+            missing = None if made is None else self._missing_parts(command, set())
+            if made is None or missing is not None:
                 self._lock.release()
                 return result if missing is None else missing
-            version = VersionedData(new.seqno, encode_diff(diff(state, new)))
+            version = VersionedData(made.new.seqno, encode_diff(made.diff))
         except BaseException:
             self._lock.release()
             raise
-        return Prepared(command, state, new, result, version, before)
+        return Prepared(command, state, made.new, result, version, before)
 
     def finish(
         self, prepared: Prepared, outcome: CasResult | Exception
@@ -473,11 +473,11 @@ class LocalMachine:
         self._stats.diff_bytes += len(version.data)
         self._stats.last_diff_bytes = len(version.data)
 
-    def _commit(self, old: ShardState, new: ShardState) -> bool:
-        data = encode_diff(diff(old, new))
-        if not self._cas(old.seqno, VersionedData(new.seqno, data)):
+    def _commit(self, old: ShardState, made: Step) -> bool:
+        data = encode_diff(made.diff)
+        if not self._cas(old.seqno, VersionedData(made.new.seqno, data)):
             return False
-        self._state = new
+        self._state = made.new
         return True
 
     def _after_commit(self, state: ShardState) -> None:

@@ -1,8 +1,11 @@
-"""Pure state transitions: ``apply(state, command, now_ms)``.
+"""Pure state transitions: ``step(state, command, now_ms)``.
 
-No I/O and no clock reads here: the caller passes the time. ``apply`` returns
-``(new_state, result)`` where ``new_state`` is the next version (seqno + 1) or
-``None`` when the command changes nothing (a no-op or a refusal).
+No I/O and no clock reads here: the caller passes the time. ``step`` returns
+``(next, result)`` where ``next`` is the next version (seqno + 1) with its
+diff against ``state`` (a :class:`Step`), or ``None`` when the command
+changes nothing (a no-op or a refusal). Each transition names what it
+changes (:func:`~.diff.next_version`), so the diff costs what changed, not
+the size of the state. ``apply`` is ``step`` without the diff.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from .commands import (
     WriterGone,
     WrongUpper,
 )
+from .diff import StateDiff, next_version
 from .digest import total_known
 from .state import (
     Batch,
@@ -54,7 +58,15 @@ from .state import (
     part_prefix,
 )
 
-Outcome = tuple[ShardState | None, Result]
+
+class Step(msgspec.Struct, frozen=True):
+    """A command's next version and its diff against the version before."""
+
+    new: ShardState
+    diff: StateDiff
+
+
+Outcome = tuple[Step | None, Result]
 
 #: A writer's name is one blob-key segment (its id prefixes its parts' keys).
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.=-]{1,200}$")
@@ -74,7 +86,7 @@ def initial_state(
     )
 
 
-def apply(state: ShardState, command: Command, now_ms: int) -> Outcome:
+def step(state: ShardState, command: Command, now_ms: int) -> Outcome:
     """Apply ``command`` to ``state`` at time ``now_ms``. ``TypeError`` for a
     value that is not a command."""
     handler = _HANDLERS.get(type(command))
@@ -83,8 +95,14 @@ def apply(state: ShardState, command: Command, now_ms: int) -> Outcome:
     return handler(state, command, now_ms)
 
 
-def _next(state: ShardState, **changes) -> ShardState:
-    return msgspec.structs.replace(state, seqno=state.seqno + 1, **changes)
+def apply(state: ShardState, command: Command, now_ms: int) -> tuple[ShardState | None, Result]:
+    """:func:`step`'s next version alone: ``(new_state or None, result)``."""
+    made, result = step(state, command, now_ms)
+    return (None if made is None else made.new), result
+
+
+def _next(state: ShardState, **changes: object) -> Step:
+    return Step(*next_version(state, **changes))
 
 
 def _unchanged(state: ShardState) -> Outcome:
@@ -92,8 +110,9 @@ def _unchanged(state: ShardState) -> Outcome:
 
 
 def _retire(state: ShardState, keys: Iterable[str]) -> dict[int, tuple[str, ...]]:
+    """The ``retired_put`` of a version that retires ``keys``."""
     keys = tuple(keys)
-    return {**state.retired, state.seqno + 1: keys} if keys else state.retired
+    return {state.seqno + 1: keys} if keys else {}
 
 
 def _check_inline(state: ShardState, batches: Iterable[Batch], freed: int) -> Result | None:
@@ -137,16 +156,15 @@ def _register_writer(state: ShardState, cmd: RegisterWriter, now_ms: int) -> Out
         return None, Registered(known, state.seqno)
     writer_id = f"{cmd.name}.{state.seqno + 1}"
     writer = WriterState(token="", upper=state.upper, heartbeat_ms=now_ms)
-    new = _next(state, writers={**state.writers, writer_id: writer})
-    return new, Registered(writer_id, new.seqno)
+    made = _next(state, writers_put={writer_id: writer})
+    return made, Registered(writer_id, made.new.seqno)
 
 
 def _expire_writer(state: ShardState, cmd: ExpireWriter, now_ms: int) -> Outcome:
     if cmd.writer_id not in state.writers:
         return _unchanged(state)
-    writers = {k: v for k, v in state.writers.items() if k != cmd.writer_id}
-    new = _next(state, writers=writers)
-    return new, Done(new.seqno)
+    made = _next(state, writers_del=(cmd.writer_id,))
+    return made, Done(made.new.seqno)
 
 
 def _heartbeat_writer(state: ShardState, cmd: HeartbeatWriter, now_ms: int) -> Outcome:
@@ -154,18 +172,18 @@ def _heartbeat_writer(state: ShardState, cmd: HeartbeatWriter, now_ms: int) -> O
     if known is None:
         return None, WriterGone(cmd.writer_id)
     beat = msgspec.structs.replace(known, heartbeat_ms=now_ms)
-    new = _next(state, writers={**state.writers, cmd.writer_id: beat})
-    return new, Done(new.seqno)
+    made = _next(state, writers_put={cmd.writer_id: beat})
+    return made, Done(made.new.seqno)
 
 
 def _expire_writers(state: ShardState, cmd: ExpireWriters, now_ms: int) -> Outcome:
     if cmd.lease_ms < 1:
         return None, Rejected(f"writer lease must be >= 1 ms, got {cmd.lease_ms}")
-    writers = {k: w for k, w in state.writers.items() if now_ms <= w.heartbeat_ms + cmd.lease_ms}
-    if len(writers) == len(state.writers):
+    gone = tuple(k for k, w in state.writers.items() if now_ms > w.heartbeat_ms + cmd.lease_ms)
+    if not gone:
         return _unchanged(state)
-    new = _next(state, writers=writers)
-    return new, Done(new.seqno)
+    made = _next(state, writers_del=gone)
+    return made, Done(made.new.seqno)
 
 
 def _compare_and_append(state: ShardState, cmd: CompareAndAppend, now_ms: int) -> Outcome:
@@ -200,17 +218,14 @@ def _compare_and_append(state: ShardState, cmd: CompareAndAppend, now_ms: int) -
     if refusal is not None:
         return None, refusal
     stored = _one_batch([b for b in cmd.batches if b.parts])
-    new = _next(
+    made = _next(
         state,
         upper=cmd.new_upper,
         inline_bytes=state.inline_bytes + (stored.inline_bytes if stored else 0),
-        batches={**state.batches, stored.id: stored} if stored else state.batches,
-        writers={
-            **state.writers,
-            cmd.writer_id: WriterState(cmd.token, cmd.new_upper, now_ms),
-        },
+        batches_put={stored.id: stored} if stored else {},
+        writers_put={cmd.writer_id: WriterState(cmd.token, cmd.new_upper, now_ms)},
     )
-    return new, Appended(new.seqno, new.upper)
+    return made, Appended(made.new.seqno, made.new.upper)
 
 
 def _one_batch(batches: list[Batch]) -> Batch | None:
@@ -233,8 +248,8 @@ def _register_reader(state: ShardState, cmd: RegisterReader, now_ms: int) -> Out
     if cmd.lease_ms < 1:
         return None, Rejected(f"reader lease must be >= 1 ms, got {cmd.lease_ms}")
     reader = ReaderState(state.seqno + 1, now_ms, cmd.lease_ms, upper_hold=state.upper)
-    new = _next(state, readers={**state.readers, cmd.reader_id: reader})
-    return new, Leased(new)
+    made = _next(state, readers_put={cmd.reader_id: reader})
+    return made, Leased(made.new)
 
 
 def _lease_seqno(state: ShardState, cmd: LeaseSeqno, now_ms: int) -> Outcome:
@@ -242,8 +257,8 @@ def _lease_seqno(state: ShardState, cmd: LeaseSeqno, now_ms: int) -> Outcome:
     if reader is None:
         return None, ReaderExpired(cmd.reader_id)
     held = ReaderState(state.seqno + 1, now_ms, reader.lease_ms, upper_hold=state.upper)
-    new = _next(state, readers={**state.readers, cmd.reader_id: held})
-    return new, Leased(new)
+    made = _next(state, readers_put={cmd.reader_id: held})
+    return made, Leased(made.new)
 
 
 def _heartbeat_reader(state: ShardState, cmd: HeartbeatReader, now_ms: int) -> Outcome:
@@ -251,16 +266,16 @@ def _heartbeat_reader(state: ShardState, cmd: HeartbeatReader, now_ms: int) -> O
     if reader is None:
         return None, ReaderExpired(cmd.reader_id)
     beat = msgspec.structs.replace(reader, heartbeat_ms=now_ms)
-    new = _next(state, readers={**state.readers, cmd.reader_id: beat})
-    return new, Done(new.seqno)
+    made = _next(state, readers_put={cmd.reader_id: beat})
+    return made, Done(made.new.seqno)
 
 
 def _drop_readers(state: ShardState, drop: Callable[[str, ReaderState], bool]) -> Outcome:
-    readers = {k: v for k, v in state.readers.items() if not drop(k, v)}
-    if len(readers) == len(state.readers):
+    gone = tuple(k for k, v in state.readers.items() if drop(k, v))
+    if not gone:
         return _unchanged(state)
-    new = _next(state, readers=readers)
-    return new, Done(new.seqno)
+    made = _next(state, readers_del=gone)
+    return made, Done(made.new.seqno)
 
 
 def _expire_reader(state: ShardState, cmd: ExpireReader, now_ms: int) -> Outcome:
@@ -277,8 +292,8 @@ def _advance_since(state: ShardState, cmd: AdvanceSince, now_ms: int) -> Outcome
     if cmd.since >= state.upper:
         # some time must stay readable: since <= as_of < upper
         return None, Rejected(f"since {cmd.since} must stay below the upper {state.upper}")
-    new = _next(state, since=cmd.since)
-    return new, Done(new.seqno)
+    made = _next(state, since=cmd.since)
+    return made, Done(made.new.seqno)
 
 
 def retention_since(state: ShardState, retain: int, now_ms: int) -> int:
@@ -298,8 +313,8 @@ def _retain(state: ShardState, cmd: Retain, now_ms: int) -> Outcome:
     since = retention_since(state, cmd.retain, now_ms)
     if since <= state.since:
         return _unchanged(state)
-    new = _next(state, since=since)
-    return new, Done(new.seqno)
+    made = _next(state, since=since)
+    return made, Done(made.new.seqno)
 
 
 def _apply_compaction(state: ShardState, cmd: ApplyCompaction, now_ms: int) -> Outcome:
@@ -330,15 +345,14 @@ def _apply_compaction(state: ShardState, cmd: ApplyCompaction, now_ms: int) -> O
     refusal = _check_inline(state, [out], freed=freed)
     if refusal is not None:
         return None, refusal
-    batches = {k: v for k, v in state.batches.items() if k not in cmd.inputs}
-    batches[out.id] = out
-    new = _next(
+    made = _next(
         state,
-        batches=batches,
+        batches_del=cmd.inputs,
+        batches_put={out.id: out},
         inline_bytes=state.inline_bytes - freed + out.inline_bytes,
-        retired=_retire(state, (k for b in inputs for k in b.blob_keys())),
+        retired_put=_retire(state, (k for b in inputs for k in b.blob_keys())),
     )
-    return new, Done(new.seqno)
+    return made, Done(made.new.seqno)
 
 
 def _add_rollup(state: ShardState, cmd: AddRollup, now_ms: int) -> Outcome:
@@ -346,16 +360,16 @@ def _add_rollup(state: ShardState, cmd: AddRollup, now_ms: int) -> Outcome:
         return None, Rejected(f"rollup of version {cmd.seqno} is ahead of version {state.seqno}")
     if cmd.seqno <= state.latest_rollup().seqno:
         return _unchanged(state)
-    new = _next(state, rollups={**state.rollups, cmd.seqno: RollupRef(cmd.seqno, cmd.key)})
-    return new, Done(new.seqno)
+    made = _next(state, rollups_put={cmd.seqno: RollupRef(cmd.seqno, cmd.key)})
+    return made, Done(made.new.seqno)
 
 
 def _forget_retired(state: ShardState, cmd: ForgetRetired, now_ms: int) -> Outcome:
     drop = set(cmd.seqnos) & state.retired.keys()
     if not drop:
         return _unchanged(state)
-    new = _next(state, retired={k: v for k, v in state.retired.items() if k not in drop})
-    return new, Done(new.seqno)
+    made = _next(state, retired_del=tuple(sorted(drop)))
+    return made, Done(made.new.seqno)
 
 
 def _forget_rollups(state: ShardState, cmd: ForgetRollups, now_ms: int) -> Outcome:
@@ -364,12 +378,12 @@ def _forget_rollups(state: ShardState, cmd: ForgetRollups, now_ms: int) -> Outco
     old = [s for s in state.rollups if s < cmd.below_seqno]
     if not old:
         return _unchanged(state)
-    new = _next(
+    made = _next(
         state,
-        rollups={s: r for s, r in state.rollups.items() if s >= cmd.below_seqno},
-        retired=_retire(state, (state.rollups[s].key for s in sorted(old))),
+        rollups_del=tuple(old),
+        retired_put=_retire(state, (state.rollups[s].key for s in sorted(old))),
     )
-    return new, Done(new.seqno)
+    return made, Done(made.new.seqno)
 
 
 _HANDLERS: dict[type, Callable[[ShardState, object, int], Outcome]] = {

@@ -1,5 +1,6 @@
-"""State diffs: ``apply_diff(old, diff(old, new)) == new`` for every
-transition, through a MessagePack round trip."""
+"""State diffs: each transition's diff (``step``) turns the version before
+into its next (``apply_diff``) through a MessagePack round trip, and holds
+what a comparison of the two versions finds (:func:`compared`), no more."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from shardsink.persist.commands import (
     Retain,
 )
 from shardsink.persist.state import BlobPart, ShardState
-from shardsink.persist.transitions import apply
+from shardsink.persist.transitions import Step, apply, step
 from tests.helpers.persist import W1, blob_batch, inline_batch, s0
 
 names = st.sampled_from(["a", "b", "c"])
@@ -89,26 +90,51 @@ def command(draw, state: ShardState):
 
 
 @st.composite
-def history(draw, steps: int = 25) -> list[tuple[ShardState, object, ShardState]]:
+def history(draw, steps: int = 25) -> list[tuple[ShardState, object, Step]]:
     """A random history from :func:`s0`: each command that made a new
-    version, with the states before and after it."""
+    version, with the state before it and its step (next version and diff)."""
     state, made = s0(), []
-    for step in range(steps):
-        cmd = draw(command(state), label=f"command {step}")
-        new, _ = apply(state, cmd, step * 10)
-        if new is not None:
-            made.append((state, cmd, new))
-            state = new
+    for n in range(steps):
+        cmd = draw(command(state), label=f"command {n}")
+        next_version, _ = step(state, cmd, n * 10)
+        if next_version is not None:
+            made.append((state, cmd, next_version))
+            state = next_version.new
     return made
+
+
+def compared(old: ShardState, new: ShardState) -> D.StateDiff:
+    """The diff from ``old`` to ``new`` found by comparing them field by
+    field and entry by entry (deleted keys sorted): what a transition's own
+    diff must hold."""
+    changes: dict[str, object] = {}
+    for name in D.SCALAR_FIELDS:
+        if getattr(old, name) != getattr(new, name):
+            changes[name] = getattr(new, name)
+    for name in D.MAP_FIELDS:
+        before, after = getattr(old, name), getattr(new, name)
+        put = {k: v for k, v in after.items() if before.get(k) != v}
+        gone = tuple(sorted(k for k in before if k not in after))
+        if put:
+            changes[f"{name}_put"] = put
+        if gone:
+            changes[f"{name}_del"] = gone
+    return D.StateDiff(shard=new.shard, seqno=new.seqno, rollup=new.latest_rollup(), **changes)
+
+
+def sorted_deletes(d: D.StateDiff) -> D.StateDiff:
+    deletes = {f"{name}_del": tuple(sorted(getattr(d, f"{name}_del"))) for name in D.MAP_FIELDS}
+    return msgspec.structs.replace(d, **deletes)
 
 
 @settings(max_examples=60, deadline=None)
 @given(history())
-def test_apply_diff_inverts_diff_along_random_histories(steps):
-    for state, _, new in steps:
-        d = D.decode_diff(D.encode_diff(D.diff(state, new)))
-        assert D.apply_diff(state, d) == new
-        assert d.rollup == new.latest_rollup()
+def test_each_transition_diff_turns_its_version_into_the_next(steps):
+    for state, _, made in steps:
+        d = D.decode_diff(D.encode_diff(made.diff))
+        assert D.apply_diff(state, d) == made.new
+        assert d.rollup == made.new.latest_rollup()
+        assert sorted_deletes(made.diff) == compared(state, made.new)
 
 
 def test_random_histories_reach_appends_and_compactions():
@@ -116,13 +142,13 @@ def test_random_histories_reach_appends_and_compactions():
     writer, and parts under its prefix), not only have them refused."""
     kinds = {"RegisterWriter", "CompareAndAppend", "ApplyCompaction", "ExpireWriters"}
     found = find(
-        history(),
-        lambda steps: kinds <= {type(cmd).__name__ for _, cmd, _ in steps},
+        history().map(lambda steps: [(cmd, made.new.batches) for _, cmd, made in steps]),
+        lambda steps: kinds <= {type(cmd).__name__ for cmd, _ in steps},
         settings=settings(
             phases=[Phase.generate], database=None, derandomize=True, max_examples=500
         ),
     )
-    parts = [p for _, _, new in found for b in new.batches.values() for p in b.parts]
+    parts = [p for _, batches in found for b in batches.values() for p in b.parts]
     assert any(isinstance(p, BlobPart) for p in parts)
 
 
@@ -135,28 +161,44 @@ def test_diff_covers_every_state_field():
     assert set(D.SCALAR_FIELDS) <= diff_fields
 
 
-def test_diff_of_one_append_carries_only_the_new_batch():
+def test_diff_of_one_append_carries_only_the_new_batch_and_the_writer():
     state, _ = apply(s0(), RegisterWriter("w"), 0)
     for i in range(50):
         state, _ = apply(
             state, CompareAndAppend(W1, f"t{i}", (blob_batch(f"b{i}", i, i + 1),), i, i + 1), 0
         )
     assert state.upper == 50 and len(state.batches) == 50
-    new, _ = apply(state, CompareAndAppend(W1, "x", (blob_batch("n", 50, 51),), 50, 51), 0)
-    d = D.diff(state, new)
+    made, _ = step(state, CompareAndAppend(W1, "x", (blob_batch("n", 50, 51),), 50, 51), 0)
+    d = made.diff
     assert set(d.batches_put) == {"n"} and d.batches_del == () and d.upper == 51
+    assert set(d.writers_put) == {W1} and d.inline_bytes is None  # blob parts only
 
 
-def test_diff_refuses_non_consecutive_or_fixed_changes():
+def test_next_version_leaves_out_what_does_not_change_and_refuses_other_fields():
+    state, _ = apply(s0(), RegisterWriter("w"), 0)
+    new, d = D.next_version(
+        state,
+        upper=state.upper,
+        writers_put={W1: state.writers[W1]},
+        readers_del=("nobody",),
+        since=3,
+    )
+    assert d == D.StateDiff(shard=state.shard, seqno=2, rollup=state.latest_rollup(), since=3)
+    assert new.since == 3 and new.seqno == 2 and new.writers == state.writers
+    with pytest.raises(TypeError, match="'schema' is not a field"):
+        D.next_version(state, schema=b"other")
+    with pytest.raises(TypeError, match="'writers' is not a field"):
+        D.next_version(state, writers={})
+
+
+def test_a_diff_applies_only_to_the_version_before_it_of_its_shard():
     state = s0()
-    with pytest.raises(ValueError, match="does not follow"):
-        D.diff(state, state)
-    changed = msgspec.structs.replace(state, seqno=1, schema=b"other")
-    with pytest.raises(ValueError, match="may not change"):
-        D.diff(state, changed)
-    d = D.StateDiff(shard="other", seqno=1, rollup=state.latest_rollup())
-    with pytest.raises(ValueError, match="does not apply"):
-        D.apply_diff(state, d)
+    for d in (
+        D.StateDiff(shard="other", seqno=1, rollup=state.latest_rollup()),
+        D.StateDiff(shard=state.shard, seqno=2, rollup=state.latest_rollup()),
+    ):
+        with pytest.raises(ValueError, match="does not apply"):
+            D.apply_diff(state, d)
 
 
 def test_corrupt_diff_bytes_do_not_decode():

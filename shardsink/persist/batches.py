@@ -9,11 +9,11 @@ to blob under their writer's prefix, ``<shard>/part/<writer>/<uuid>.parquet``
 from __future__ import annotations
 
 import logging
-import uuid
 
 import msgspec
 import pyarrow as pa
 
+from .._random_ids import random_hex
 from ..storage.contracts import Blob
 from ..storage.errors import StorageError
 from . import parts as P
@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 def part_key(shard: str, writer: str) -> str:
     """A fresh key for a part ``writer`` writes (under its prefix)."""
-    return f"{part_prefix(shard, writer)}{uuid.uuid4().hex}.parquet"
+    return f"{part_prefix(shard, writer)}{random_hex()}.parquet"
 
 
 def put_blob_part(
@@ -64,7 +64,7 @@ def build_batch(
         for piece in P.split(table, target_bytes)
     ]
     return Batch(
-        id=uuid.uuid4().hex,
+        id=random_hex(),
         lower=lower,
         upper=upper,
         parts=tuple(parts),
@@ -230,7 +230,7 @@ class BatchBuilder:
             )
         self._done = True
         return Batch(
-            id=uuid.uuid4().hex,
+            id=random_hex(),
             lower=self.lower,
             upper=self.upper,
             parts=tuple(self._parts),

@@ -8,12 +8,12 @@ a retried append whose outcome was unknown happens exactly once.
 from __future__ import annotations
 
 import logging
-import uuid
 from typing import TYPE_CHECKING
 
 import msgspec
 import pyarrow as pa
 
+from .._random_ids import random_hex
 from ..storage.errors import StorageError
 from . import parts as P
 from .batches import build_batch, check_interval, check_ts, delete_unreferenced, flush_inline
@@ -113,7 +113,7 @@ class Writer:
         signature = (tuple(b.id for b in batches), expected_upper, new_upper)
         if token is None:
             token = self._pending[0] if self._pending and self._pending[1:] == signature else None
-            token = token or uuid.uuid4().hex
+            token = token or random_hex()
         shard = self.shard
         shard._counters.append_calls += 1
         command = CompareAndAppend(self.writer_id, token, tuple(batches), expected_upper, new_upper)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 import pyarrow as pa
 import pytest
+import zstandard
 
 from shardsink.persist import parts as P
 from shardsink.persist.batches import load_part
@@ -146,10 +147,23 @@ def test_an_inline_part_stored_uncompressed_by_an_earlier_version_still_reads():
         ),
         (lambda p: msgspec.structs.replace(p, size=p.size + 1), "corrupt payload"),
         (lambda p: msgspec.structs.replace(p, size=1 << 40), "decompressed size"),
+        (
+            # a frame that says it holds 64 MiB is refused before it is decompressed
+            lambda p: msgspec.structs.replace(p, data=zstandard.compress(bytes(64 << 20))),
+            "its zstd frame holds 67108864 bytes",
+        ),
         (lambda p: msgspec.structs.replace(p, rows=p.rows + 1), "holds 4 rows"),
         (lambda p: msgspec.structs.replace(p, codec="none"), "corrupt payload"),
     ],
-    ids=["truncated", "overwritten", "wrong-size", "huge-size", "wrong-rows", "wrong-codec"],
+    ids=[
+        "truncated",
+        "overwritten",
+        "wrong-size",
+        "huge-size",
+        "bomb",
+        "wrong-rows",
+        "wrong-codec",
+    ],
 )
 def test_a_corrupt_inline_part_is_an_error_naming_the_shard_and_the_part(damage, says):
     part = damage(P.inline_part(interval_rows(3, range(4)), 4096))

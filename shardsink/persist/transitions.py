@@ -5,7 +5,7 @@ No I/O and no clock reads here: the caller passes the time. ``step`` returns
 diff against ``state`` (a :class:`Step`), or ``None`` when the command
 changes nothing (a no-op or a refusal). Each transition names what it
 changes (:func:`~.diff.next_version`), so the diff costs what changed, not
-the size of the state. ``apply`` is ``step`` without the diff.
+the size of the state.
 """
 
 from __future__ import annotations
@@ -93,12 +93,6 @@ def step(state: ShardState, command: Command, now_ms: int) -> Outcome:
     if handler is None:
         raise TypeError(f"not a shard command: {command!r}")
     return handler(state, command, now_ms)
-
-
-def apply(state: ShardState, command: Command, now_ms: int) -> tuple[ShardState | None, Result]:
-    """:func:`step`'s next version alone: ``(new_state or None, result)``."""
-    made, result = step(state, command, now_ms)
-    return (None if made is None else made.new), result
 
 
 def _next(state: ShardState, **changes: object) -> Step:

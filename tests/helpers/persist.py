@@ -7,13 +7,13 @@ import uuid
 import pyarrow as pa
 
 from shardsink.persist import spine
-from shardsink.persist.commands import ExpireWriter
+from shardsink.persist.commands import Command, ExpireWriter, Result
 from shardsink.persist.compaction import CompactionReport, merge_runs
 from shardsink.persist.maintenance import register_writer
 from shardsink.persist.parts import full_schema
-from shardsink.persist.state import Batch, BlobPart, InlinePart, part_prefix
+from shardsink.persist.state import Batch, BlobPart, InlinePart, ShardState, part_prefix
 from shardsink.persist.stats import ShardStats
-from shardsink.persist.transitions import initial_state
+from shardsink.persist.transitions import initial_state, step
 
 SCHEMA = full_schema()
 
@@ -90,3 +90,10 @@ def spine_pass(
     finally:
         if writer_id is None:
             shard.machine.run(ExpireWriter(writer))
+
+
+def apply(state: ShardState, command: Command, now_ms: int) -> tuple[ShardState | None, Result]:
+    """:func:`~shardsink.persist.transitions.step`'s next version alone:
+    ``(new_state or None, result)``."""
+    made, result = step(state, command, now_ms)
+    return (None if made is None else made.new), result

@@ -29,8 +29,8 @@ from shardsink.persist.commands import (
     Retain,
 )
 from shardsink.persist.state import BlobPart, ShardState
-from shardsink.persist.transitions import Step, apply, step
-from tests.helpers.persist import W1, blob_batch, inline_batch, s0
+from shardsink.persist.transitions import Step, step
+from tests.helpers.persist import W1, apply, blob_batch, inline_batch, s0
 
 names = st.sampled_from(["a", "b", "c"])
 

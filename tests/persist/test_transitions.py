@@ -37,8 +37,8 @@ from shardsink.persist.commands import (
     WrongUpper,
 )
 from shardsink.persist.state import Batch, WriterState, check_shard_name
-from shardsink.persist.transitions import _HANDLERS, apply, retention_since
-from tests.helpers.persist import W1, blob_batch, inline_batch, s0
+from shardsink.persist.transitions import _HANDLERS, retention_since
+from tests.helpers.persist import W1, apply, blob_batch, inline_batch, s0
 
 
 def caa(batches, lo, hi, token="t1", writer=W1):

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import functools
 import itertools
-import threading
 from collections.abc import Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import zstandard
 
+from . import _zstd as zstd
 from .digest import leaves
 from .errors import CorruptState
 from .state import BlobPart, InlinePart, KeyBound, Part
@@ -28,11 +27,6 @@ SMALL_ROWS = 64
 #: The largest Arrow IPC message an inline part holds, decompressed: larger
 #: tables are never inlined, so decoding a part never allocates more.
 INLINE_MESSAGE_MAX = 16 << 20
-#: zstd level of inline parts: on a 4x8 trickle's 4- to 128-row parts, level 6
-#: is 8-20% smaller than level 1 for 22-105 us a part; level 9 gains 0-6% more
-#: for up to three times that.
-ZSTD_LEVEL = 6
-_compressors = threading.local()
 DEFAULT_SCHEMA = pa.schema([("key", pa.int64()), ("val", pa.string())])
 #: The order of every part's rows, as Materialize persist keeps its parts': by
 #: key, then val, then ts (nulls last). A file's ``sorting_columns`` say so.
@@ -407,43 +401,10 @@ def inline_part(table: pa.Table, max_bytes: int, *, ordered: bool = False) -> In
     message = table.combine_chunks().to_batches()[0].serialize()
     if message.size > INLINE_MESSAGE_MAX:
         return None
-    data = _compress(message)
+    data = zstd.compress(message)
     if len(data) >= max_bytes:
         return None
     return InlinePart(data=data, codec="zstd", size=message.size, **_bounds(table))
-
-
-def _compress(message: pa.Buffer) -> bytes:
-    """``message`` as one zstd frame, by this thread's compressor (a
-    ``ZstdCompressor`` is not thread-safe). Why not pyarrow's
-    ``Codec.compress``: it makes a compression context per call, 23 us for
-    a 4-row part's 552 bytes against 8 with a kept one (by hand,
-    ``thread_time``), a fifth of what a writer spent on a 4-row batch."""
-    compressor = getattr(_compressors, "zstd", None)
-    if compressor is None:
-        compressor = _compressors.zstd = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
-    return compressor.compress(message)
-
-
-def _decompress(data: bytes, size: int) -> bytes:
-    """The ``size`` bytes zstd frame ``data`` holds, by this thread's
-    decompressor; ``ValueError`` if it holds another size. Why not
-    pyarrow's ``decompress``: it makes a context per call, 10.2 us for a
-    4-row part against 2.2 with a kept one (by hand, ``thread_time``), and a
-    server's merges decode every inline part once."""
-    # a frame that says its size is decompressed into that much, whatever
-    # max_output_size says: refuse a size other than the part's first, so
-    # a damaged or hostile part never makes a large allocation
-    declared = zstandard.frame_content_size(data)
-    if declared not in (size, -1):
-        raise ValueError(f"its zstd frame holds {declared} bytes, not {size}")
-    decompressor = getattr(_compressors, "unzstd", None)
-    if decompressor is None:
-        decompressor = _compressors.unzstd = zstandard.ZstdDecompressor()
-    message = decompressor.decompress(data, max_output_size=size)
-    if len(message) != size:
-        raise ValueError(f"it decompresses to {len(message)} bytes, not {size}")
-    return message
 
 
 def blob_part(table: pa.Table, key: str) -> tuple[BlobPart, bytes]:
@@ -553,12 +514,12 @@ def decode_inline(part: InlinePart, schema: pa.Schema) -> pa.Table:
                 raise ValueError(
                     f"its decompressed size {part.size} is not in [1, {INLINE_MESSAGE_MAX}]"
                 )
-            message = pa.py_buffer(_decompress(part.data, part.size))
+            message = pa.py_buffer(zstd.decompress(part.data, part.size))
         else:
             message = pa.py_buffer(part.data)
         batch = pa.ipc.read_record_batch(pa.ipc.read_message(message), schema)
         batch.validate(full=True)
-    except (ValueError, OSError, pa.ArrowException, zstandard.ZstdError) as exc:
+    except (ValueError, OSError, pa.ArrowException, zstd.ZstdError) as exc:
         raise ValueError(f"corrupt payload: {exc}") from None
     if batch.num_rows != part.rows:
         raise ValueError(f"corrupt payload: it holds {batch.num_rows} rows")

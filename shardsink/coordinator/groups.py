@@ -242,7 +242,7 @@ class LocalGroups:
             reap(children, timeout_s)
         except TimeoutError as exc:
             log.warning("%s; killing them", exc)
-        kill_all(children)  # TimeoutError if one is stuck even past SIGKILL
+        kill_all(children)  # one stuck even past SIGKILL is named in the log, not raised
 
     def after_kill(self) -> None:
         sweep(self.sockets.cluster_id)  # the killed members' segments: their creators are dead

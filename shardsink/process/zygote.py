@@ -46,9 +46,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import math
+import logging
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -61,7 +60,7 @@ from typing import IO
 
 import msgspec
 
-from .child import Launch, Running
+from .child import Launch, Running, exited, killed_wait_s
 from .logs import log_file
 from .parent import die_with_parent
 from .spawn import child_env, entry_argv
@@ -77,6 +76,8 @@ from .zygote_messages import (
     encode,
 )
 from .zygote_server import close_fds, close_fds_from, point_stdio, serve
+
+log = logging.getLogger(__name__)
 
 
 class ZygoteError(Exception):
@@ -175,8 +176,9 @@ class Zygote:
 
     def stop(self, grace_s: float = 5.0) -> bool:
         """Close the control socket (the zygote exits on it) and reap it;
-        SIGKILL after ``grace_s``. Its children die with it; forks are refused
-        until it is started again. Idempotent."""
+        SIGKILL after ``grace_s`` (then waited for as
+        :func:`~.child.kill_all` does, never raising). Its children die with
+        it; forks are refused until it is started again. Idempotent."""
         self._stopped = True
         if self._sock is not None:
             self._sock.close()
@@ -194,8 +196,11 @@ class Zygote:
             return True
         except (TimeoutError, subprocess.TimeoutExpired):
             proc.send_signal(signal.SIGKILL)
-            proc.wait(grace_s)
-            return False
+        try:  # it can run no more code: a stop does not fail for a zygote slow to be gone
+            proc.wait(killed_wait_s())
+        except (TimeoutError, subprocess.TimeoutExpired) as exc:
+            log.warning("the zygote was SIGKILLed: %s; left to be reaped later", exc)
+        return False
 
     def kill(self) -> None:
         if self._proc is not None:
@@ -325,7 +330,7 @@ class Zygote:
         """Have the zygote reap the orphans (see :meth:`_drop`) that are dead,
         closing their pidfds. Called with the lock held."""
         for pid, pidfd in list(self._orphans.items()):
-            if not _exited(pidfd, 0):
+            if not exited(pidfd, 0):
                 continue
             reply, got = self._exchange(Reap(pid, id=next(self._ids)), (), deadline)
             close_fds(got)
@@ -349,13 +354,13 @@ class ForkedProcess:
 
     def poll(self) -> int | None:
         pidfd = self._pidfd
-        if self.returncode is None and pidfd is not None and _exited(pidfd, 0):
+        if self.returncode is None and pidfd is not None and exited(pidfd, 0):
             self._reap()
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None and self._pidfd is not None:
-            if not _exited(self._pidfd, timeout):
+            if not exited(self._pidfd, timeout):
                 raise TimeoutError(f"pid {self.pid} still runs after {timeout}s")
             self._reap()
         assert self.returncode is not None
@@ -383,17 +388,6 @@ class ForkedProcess:
         if self._pidfd is not None:
             with contextlib.suppress(OSError):
                 os.close(self._pidfd)
-
-
-def _exited(pidfd: int, timeout_s: float | None) -> bool:
-    """Whether the process of ``pidfd`` has exited (its pidfd is readable),
-    waiting up to ``timeout_s`` for it (``None``: for as long as it takes).
-    ``poll``, not ``select``: a pidfd may be numbered 1024 or more."""
-    poller = select.poll()
-    poller.register(pidfd, select.POLLIN)
-    # rounded up, so a short wait is not a busy one
-    ms = None if timeout_s is None else max(0, math.ceil(timeout_s * 1000))
-    return bool(poller.poll(ms))
 
 
 class _ForkedZygote:

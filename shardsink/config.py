@@ -294,6 +294,16 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         return self.consensus or datadir.consensus_uri(self.data_path)
 
     @property
+    def serves_data_dir(self) -> bool:
+        """Whether the cluster serves a store of its data dir (then it holds
+        the data dir's lock): not when ``consensus`` names a running server,
+        which serves the state, nor when both stores are elsewhere."""
+        return not self.external_server and (
+            self.consensus_uri == datadir.consensus_uri(self.data_path)
+            or self.blob_uri == datadir.blob_uri(self.data_path)
+        )
+
+    @property
     def external_server(self) -> bool:
         """Whether ``consensus`` names a running server (not a store to serve)."""
         return urlsplit(self.consensus_uri).scheme.lower() in REMOTE_SCHEMES

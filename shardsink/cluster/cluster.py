@@ -52,7 +52,7 @@ from .. import datadir, faults, protocol, workloads
 from .._curve import key_dir, keys_for
 from ..config import ClusterConfig
 from ..connect import open_shard
-from ..coordinator.coordinator import Coordinator, interval_of
+from ..coordinator.coordinator import Coordinator, consensus_call, interval_of
 from ..coordinator.errors import ClusterError
 from ..coordinator.groups import HostInfo
 from ..coordinator.ray_groups import close_agents, place_hosts
@@ -159,7 +159,7 @@ class Cluster:
             self.fault_dir = self._fault_budgets.enter_context(
                 faults.run_budgets(self.run_dir / "faults")
             )
-            if _serves_data_dir(config):
+            if config.serves_data_dir:
                 data_dir = datadir.create(config.data_path)
                 self._lock = datadir.acquire(data_dir, datadir.COORDINATOR)
             if not config.external_server:
@@ -189,15 +189,23 @@ class Cluster:
                 assert address is not None
                 if self._lock is not None:
                     self._lock.update(address=address)
-            self.shard = open_shard(
-                config.shard,
-                blob=config.blob_uri,
-                consensus=address,
-                schema=self.schema,
-                config=self._shard_config(retry_for_s=0.0),
-                keys=keys_for(address, config.data_path),
+            self.shard = consensus_call(
+                config,
+                lambda: open_shard(
+                    config.shard,
+                    blob=config.blob_uri,
+                    consensus=address,
+                    schema=self.schema,
+                    config=self._shard_config(retry_for_s=0.0),
+                    keys=keys_for(address, config.data_path),
+                ),
+                "opening the shard",
+                consensus=self.consensus,
             )
-            interval_of(self.shard.upper, config.interval_ms, config.shard)
+            upper = consensus_call(
+                config, lambda: self.shard.upper, "reading the upper", consensus=self.consensus
+            )
+            interval_of(upper, config.interval_ms, config.shard)
             self.config, agents = place_hosts(self.config, self.cluster_id)
             config = self.config
             args = (config, self.cluster_id, self.run_dir, self.shard, self.consensus, starter)
@@ -297,13 +305,19 @@ class Cluster:
     def verify(self) -> Verification:
         """Read the shard back and check it against its batches' digests and,
         if the workload has one, its expected collection at its upper (also
-        recorded in :meth:`stats`)."""
+        recorded in :meth:`stats`); through restarts of the consensus process."""
         coordinator = self._running()
         assert self.shard is not None
         # The read-back's memory is measured apart from the coordinator's run.
         coordinator.supervisor.sample_rss(force=True)
         isolated = reset_own_peak_rss()
-        self._verification = verify(self.shard, self.workload, self.config.interval_ms)
+        shard, workload, interval_ms = self.shard, self.workload, self.config.interval_ms
+        self._verification = consensus_call(
+            self.config,
+            lambda: verify(shard, workload, interval_ms),
+            "reading the shard back",
+            consensus=self.consensus,
+        )
         if isolated:
             peak = peak_rss(os.getpid()) or 0
             peaks = coordinator.supervisor.counters.peak_rss
@@ -354,9 +368,6 @@ class Cluster:
         last = coordinator.counters.records[-1] if totals.appends else None
         appends = totals.appends
 
-        def per_append(total: float) -> float:
-            return total / appends if appends else 0.0
-
         supervision = self.supervision()
         config = self.config
         data_parts = totals.data_parts
@@ -385,9 +396,9 @@ class Cluster:
             append_latency_ms_p99=float(np.percentile(latencies, 99)),
             data_parts=data_parts,
             blob_puts=blob_puts,
-            data_parts_per_append=per_append(data_parts),
-            blob_puts_per_append=per_append(blob_puts),
-            diff_bytes_per_append=per_append(totals.diff_bytes),
+            data_parts_per_append=_per(data_parts, appends),
+            blob_puts_per_append=_per(blob_puts, appends),
+            diff_bytes_per_append=_per(totals.diff_bytes, appends),
             restarts=supervision.restarts,
             consensus_restarts=supervision.consensus_restarts,
             abandoned_attempts=supervision.abandoned_attempts,
@@ -460,9 +471,6 @@ class Cluster:
         appends = totals.appends
         config = self.config
 
-        def per_append(total: float) -> float:
-            return total / appends if appends else 0.0
-
         latencies = [r.latency_ms for r in counters.records] or [0.0]
         rows = totals.rows
         wall = counters.wall_s
@@ -480,16 +488,16 @@ class Cluster:
             intervals=appends,
             upper=self.shard.state(refresh=False).upper,
             appends=appends,
-            cas_per_append=per_append(totals.cas_calls),
+            cas_per_append=_per(totals.cas_calls, appends),
             blob_puts=totals.blob_puts,
             blob_put_bytes=totals.blob_put_bytes,
-            data_parts_per_append=per_append(totals.data_parts),
-            inline_parts_per_append=per_append(totals.inline_parts),
-            inline_bytes_per_append=per_append(totals.inline_bytes),
-            diff_bytes_per_append=per_append(totals.diff_bytes),
-            own_batches_per_append=per_append(totals.own_batches),
-            shared_batches_per_append=per_append(totals.shared_batches),
-            parts_per_append_by_host={h: per_append(n) for h, n in totals.parts_by_host.items()},
+            data_parts_per_append=_per(totals.data_parts, appends),
+            inline_parts_per_append=_per(totals.inline_parts, appends),
+            inline_bytes_per_append=_per(totals.inline_bytes, appends),
+            diff_bytes_per_append=_per(totals.diff_bytes, appends),
+            own_batches_per_append=_per(totals.own_batches, appends),
+            shared_batches_per_append=_per(totals.shared_batches, appends),
+            parts_per_append_by_host={h: _per(n, appends) for h, n in totals.parts_by_host.items()},
             rows=rows,
             wall_s=wall,
             startup_s=self.startup_s,
@@ -573,14 +581,9 @@ class Cluster:
             pass
 
 
-def _serves_data_dir(config: ClusterConfig) -> bool:
-    """Whether the cluster serves a store of its data dir (then it holds the
-    data dir's lock): not when ``consensus`` names a running server, which
-    serves the state, nor when both stores are elsewhere."""
-    return not config.external_server and (
-        config.consensus_uri == datadir.consensus_uri(config.data_path)
-        or config.blob_uri == datadir.blob_uri(config.data_path)
-    )
+def _per(total: float, appends: int) -> float:
+    """``total`` per append (0 before the first)."""
+    return total / appends if appends else 0.0
 
 
 @contextlib.contextmanager

@@ -50,7 +50,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import msgspec
 import zmq
@@ -63,7 +63,7 @@ from ..hosts.ray import RemoteAgent
 from ..persist.errors import PartsNotFound, PersistError, UpperMismatch, WriterExpired
 from ..persist.shard import Shard
 from ..persist.writer import Writer
-from ..process import Child, ConsensusProcess, Starter
+from ..process import Child, ConsensusProcess, ConsensusStartError, Starter, through_restarts
 from ..process.logs import log_dir
 from ..storage.errors import StorageError
 from .accounting import Accepted, AccountingError, batches_of, check, parts_by_host
@@ -78,6 +78,7 @@ from .threshold import of as threshold_of
 log = logging.getLogger(__name__)
 
 POLL_MS = 50
+T = TypeVar("T")
 
 
 def interval_of(upper: int, interval_ms: int, shard: str) -> int:
@@ -89,6 +90,39 @@ def interval_of(upper: int, interval_ms: int, shard: str) -> int:
             "was it written with another interval_ms?"
         )
     return upper // interval_ms
+
+
+def consensus_call(
+    config: ClusterConfig,
+    call: Callable[[], T],
+    what: str,
+    *,
+    consensus: ConsensusProcess | None = None,
+    revive: Callable[[], object] | None = None,
+    wait: Callable[[], None] | None = None,
+) -> T:
+    """``call()`` through restarts of the cluster's consensus process
+    (:func:`~shardsink.process.through_restarts`, for the run's
+    ``append_retry_s``): before each try ``revive()`` (default: ``consensus``'s
+    :meth:`~shardsink.process.ConsensusProcess.revive`) restarts it if it
+    died, as often as it dies; ``wait()`` (default: a sleep of ``POLL_MS``)
+    passes between tries. Past that, the last ``StorageError``, or
+    :class:`ClusterError` if the last restart failed. With neither ``revive``
+    nor ``consensus`` (a running server, not the cluster's): called once."""
+    if revive is None:
+        if consensus is None:
+            return call()
+        revive = consensus.revive
+    try:
+        return through_restarts(
+            call,
+            revive=revive,
+            wait=wait or (lambda: time.sleep(POLL_MS / 1000)),
+            for_s=config.append_retry_s,
+            what=what,
+        )
+    except ConsensusStartError as exc:
+        raise ClusterError(f"{what}: {exc}") from None
 
 
 class GroupFailed(Exception):
@@ -142,7 +176,10 @@ class Coordinator:
             check_lease(lease_ms, config.append_retry_s)
         except ValueError as exc:
             raise ClusterError(f"the consensus server's writer lease: {exc}") from None
-        self.writer: Writer = shard.writer(f"cluster-{cluster_id}")
+        name = f"cluster-{cluster_id}"  # nothing to poll yet: a sleep between its tries
+        self.writer: Writer = consensus_call(
+            config, lambda: shard.writer(name), f"registering writer {name}", consensus=consensus
+        )
         self._heartbeat_s = lease_ms / 3000
         self._last_heartbeat = time.monotonic()
         self.counters = Counters()
@@ -236,8 +273,10 @@ class Coordinator:
     def _renew_writer(self, why: str) -> None:
         """Register a new writer in place of the expired one (see the module
         doc); attempts minted as the old one are refused at their append."""
-        old = self.writer.writer_id
-        self.writer = self.shard.writer(self.writer.name)
+        old, name = self.writer.writer_id, self.writer.name
+        self.writer = self._through_restarts(
+            lambda: self.shard.writer(name), "registering a writer"
+        )
         log.warning("%s; writing as %s from the next attempt on", why, self.writer.writer_id)
         self.counters.writers_renewed += 1
         assert old != self.writer.writer_id
@@ -274,7 +313,9 @@ class Coordinator:
         batches = batches_of(reports)
         if any(b.blob_keys() for b in batches):
             log.info("deleting the blobs of %s", why)
-            self.writer.discard(batches, tried=tried)
+            self._through_restarts(
+                lambda: self.writer.discard(batches, tried=tried), f"deleting the blobs of {why}"
+            )
 
     # --- intervals --------------------------------------------------------------------
 
@@ -489,15 +530,18 @@ class Coordinator:
         return AppendCost(*(getattr(after, f) - getattr(before, f) for f in AppendCost._fields))
 
     def _upper(self) -> int:
-        deadline = time.monotonic() + self.config.append_retry_s
-        self.supervisor.check_consensus()
-        while True:
-            try:
-                return self.shard.upper
-            except StorageError:
-                if time.monotonic() > deadline:
-                    raise
-                self._poll(POLL_MS)
+        return self._through_restarts(lambda: self.shard.upper, "reading the shard's upper")
+
+    def _through_restarts(self, call: Callable[[], T], what: str) -> T:
+        """:func:`consensus_call` from the poll loop: children are heard and
+        a dead consensus process restarted while it waits."""
+        return consensus_call(
+            self.config,
+            call,
+            what,
+            revive=self.supervisor.revive_consensus,
+            wait=lambda: self._poll(POLL_MS),
+        )
 
     # --- shutdown -----------------------------------------------------------------------
 

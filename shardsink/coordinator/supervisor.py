@@ -37,7 +37,7 @@ import msgspec
 
 from .. import protocol
 from ..config import ClusterConfig
-from ..process import ConsensusProcess, peak_rss
+from ..process import ConsensusProcess, ConsensusStartError, peak_rss
 from .errors import ClusterError
 from .groups import Group, GroupHost, HostInfo, Member
 
@@ -260,10 +260,20 @@ class Supervisor:
         self.check_consensus()
 
     def check_consensus(self) -> None:
+        """:meth:`revive_consensus`; a restart that fails is logged and tried
+        again at the next check (a call that needs the process fails only past
+        the run's ``append_retry_s``: :func:`~.coordinator.consensus_call`)."""
+        try:
+            self.revive_consensus()
+        except ConsensusStartError as exc:
+            log.warning("the consensus process did not come back (tried again next): %s", exc)
+
+    def revive_consensus(self) -> None:
+        """Restart the consensus process if it died, as often as it dies;
+        :class:`~shardsink.process.ConsensusStartError` if it does not come up."""
         if self.consensus is not None and not self.consensus.alive():
-            log.warning("the consensus process died; restarting it on %s", self.consensus.store)
             self.sample_rss(force=True, own=False)
-            self.consensus.restart()
+            self.consensus.revive()
 
     def members(self) -> list[Member]:
         """Every builder and worker: the host builders and the groups' members."""

@@ -17,7 +17,7 @@ from .child import (
     reap,
     reset_own_peak_rss,
 )
-from .consensus import ConsensusProcess, ConsensusStartError, Ready
+from .consensus import ConsensusProcess, ConsensusStartError, Ready, through_restarts
 from .parent import die_with_parent, dies_with_this_process
 from .ready import NotReady, ParentChannel, wait_ready
 from .roles import MODULE, enter_member, module_payload, resolve, run_module, run_role
@@ -58,5 +58,6 @@ __all__ = [
     "resolve",
     "run_module",
     "run_role",
+    "through_restarts",
     "wait_ready",
 ]

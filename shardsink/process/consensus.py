@@ -20,16 +20,20 @@ fork skips (``shardsink bench allocators``).
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import msgspec
 
 from .._address import check_address
 from .._allocator import missing_server_env
 from .._wire import Message
+from ..storage.errors import StorageError
 from ..storage.uri import BLOB_ENV, STORE_ENV, redact
 from .child import Child, Launch, Starter
 from .ready import NotReady, wait_ready
@@ -38,6 +42,9 @@ from .spawn import SpawnStarter
 #: The consensus child's main, :func:`shardsink.server.serve.main` (a floor
 #: above this one: named, not imported).
 ROLE = "shardsink.server.serve:main"
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class Ready(Message, kw_only=True):
@@ -162,6 +169,16 @@ class ConsensusProcess:
         assert self.address is not None
         return self.address
 
+    def revive(self) -> bool:
+        """:meth:`restart` it if it died (a crash, a kill); whether it had.
+        :class:`ConsensusStartError` if the new one does not come up (it is
+        then dead, and the next call tries again)."""
+        if self.child.proc is None or self.alive():
+            return False
+        log.warning("the consensus process died; restarting it on %s", self.store)
+        self.restart()
+        return True
+
     def kill(self) -> None:
         """SIGKILL the server, as a crash would, and reap it."""
         self.child.kill()
@@ -180,3 +197,29 @@ class ConsensusProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def through_restarts(
+    call: Callable[[], T],
+    *,
+    revive: Callable[[], object],
+    wait: Callable[[], None],
+    for_s: float,
+    what: str,
+) -> T:
+    """``call()``, tried again while it raises a storage error, for ``for_s``
+    seconds (a run's ``append_retry_s``): before each try ``revive()``
+    restarts a consensus process that died (:meth:`ConsensusProcess.revive`),
+    as often as it dies, and ``wait()`` passes between tries. Past ``for_s``,
+    the last error: a ``StorageError``, or :class:`ConsensusStartError` if
+    the last restart failed. ``what`` names the call in the log."""
+    deadline = time.monotonic() + for_s
+    while True:
+        try:
+            revive()
+            return call()
+        except (StorageError, ConsensusStartError) as exc:
+            if time.monotonic() > deadline:
+                raise
+            log.warning("%s failed, trying again: %s", what, exc)
+            wait()

@@ -17,12 +17,13 @@ import msgspec
 
 from . import datadir
 from ._address import REMOTE_SCHEMES, check_address
-from ._bounds import at_least, port, positive
+from ._bounds import Machine, at_least, port, positive
 from ._http import parse_listen
 from ._units import MIB
 from .options import BYTES, Size
 from .persist.config import ShardConfig
 from .persist.state import check_shard_name
+from .shm.arena import DEFAULT_CAPACITY
 from .shm.link import MESSAGE_PART_MAX_BYTES
 from .storage.uri import redact
 
@@ -307,6 +308,108 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     def external_server(self) -> bool:
         """Whether ``consensus`` names a running server (not a store to serve)."""
         return urlsplit(self.consensus_uri).scheme.lower() in REMOTE_SCHEMES
+
+
+#: What one child of a cluster takes, measured on 2x4, 4x8, 16x8 and 32x8
+#: trickle clusters (``shardsink up --pace realtime``, read once all were up):
+#: 7 tasks a builder or worker (2 Python, 4 ZeroMQ I/O and reaper, the main
+#: one); 7.1-8.7 MiB of private memory (USS) a forked worker, and 0.47 MiB of
+#: page tables, while the kernel's MemAvailable fell by 8.1-11.4 MiB a child
+#: as 16x8 and 32x8 clusters started (two runs each; their 120-140 MiB of RSS
+#: is mostly the zygote's pages, shared); 90 MiB of USS a worker started with
+#: ``--start spawn``. A 1x3000 cluster, which 6 MiB a child let through, was
+#: killed by the kernel's OOM killer here (24 GiB).
+TASKS_PER_CHILD = 7
+FORKED_CHILD_BYTES = 10 * MIB
+SPAWNED_CHILD_BYTES = 92 * MIB
+#: The coordinator's descriptors: 49 with 10 children, 101 with 36 (a pidfd
+#: and a socket each), measured as above.
+COORDINATOR_FDS, FDS_PER_CHILD = 29, 2
+#: A worker's CPU an interval, at least: 0.74 ms at 100 rows and 1.12 ms at
+#: 1,000 (2x4 trickle, 400 intervals at --pace max, psutil's CPU times).
+WORKER_INTERVAL_CPU_S = 0.0005
+
+
+def check_machine(config: ClusterConfig, row_bytes: float, here: Machine) -> None:
+    """``ValueError``, one line naming the flags and the limit, if a cluster
+    of ``config`` on this machine (``here``: :func:`shardsink._bounds.this_machine`)
+    cannot run: its processes need more tasks than ``ulimit -u`` (or the
+    kernel's or cgroup's limit) leaves, more descriptors in the coordinator
+    than ``ulimit -n``, more memory than is available together with an
+    interval's rows (``row_bytes`` a row at least), more ``/dev/shm`` than is
+    free for what its workers stage at once, or more CPU an interval than
+    ``interval_timeout_s`` gives them. Each figure is what a child was
+    measured to take (see :data:`TASKS_PER_CHILD`) or the least an interval
+    takes, against what this machine has, never a fixed cap. Groups placed on
+    the nodes of a Ray cluster (``hosts`` not local) are not checked here."""
+    if config.hosts != "local":
+        return
+    shape = f"--groups {config.groups} --workers {config.workers}"
+    children = config.groups * (config.workers + 1) + config.host_builder
+    children += (config.start == "fork") + (not config.external_server)
+    tasks = children * TASKS_PER_CHILD
+    if tasks > here.tasks_free:
+        raise ValueError(
+            f"{shape}: {children:,} processes of {TASKS_PER_CHILD} threads each need "
+            f"{tasks:,} tasks, but {here.tasks_limit} leaves room for {here.tasks_free:,} more"
+        )
+    fds = COORDINATOR_FDS + FDS_PER_CHILD * children
+    if fds > here.fds:
+        raise ValueError(
+            f"{shape}: the coordinator holds {FDS_PER_CHILD} descriptors a process, {fds:,} "
+            f"in all, past ulimit -n {here.fds:,}"
+        )
+    _check_memory(config, shape, children, row_bytes, here)
+    cpu_s = config.n_workers * WORKER_INTERVAL_CPU_S / here.cpus
+    if cpu_s > config.interval_timeout_s:
+        raise ValueError(
+            f"{shape}: {config.n_workers:,} workers take at least {cpu_s:,.0f} s an interval "
+            f"on {here.cpus} CPUs, past --interval-timeout-s {config.interval_timeout_s:g}"
+        )
+
+
+def _check_memory(
+    config: ClusterConfig, shape: str, children: int, row_bytes: float, here: Machine
+) -> None:
+    """:func:`check_machine`'s memory and ``/dev/shm``."""
+    rows = max(config.rows_per_interval, config.snapshot_rows)
+    flag = "--snapshot-rows" if config.snapshot_rows > config.rows_per_interval else ""
+    flag = f"{flag or '--rows-per-interval'} {rows}"
+    interval = rows * row_bytes
+    each = FORKED_CHILD_BYTES if config.start == "fork" else SPAWNED_CHILD_BYTES
+    processes = children * each
+    if processes + interval > here.memory_bytes:
+        what = (
+            f"{shape}: {children:,} processes take about {_words(processes)} ({_words(each)} each)"
+            if processes >= interval
+            else f"{flag}: an interval takes at least {_words(interval)} ({row_bytes:g} bytes "
+            "a row)"
+        )
+        raise ValueError(f"{what}, but {_words(here.memory_bytes)} of memory is available")
+    # A worker shares its slice (at least ``share``) unless it is past the
+    # threshold; it stages in its arena at most the arena's capacity at once,
+    # and a slice no larger than a message part travels inside the message.
+    share = interval / config.n_workers
+    most = DEFAULT_CAPACITY if config.shared_max_bytes == AUTO else config.shared_max_bytes
+    if config.mode == "off" or not config.message_part_max_bytes < share <= most:
+        return
+    staged = config.n_workers * min(DEFAULT_CAPACITY, share)
+    if config.host_builder:  # each group builder stages its group's rows for the host builder
+        staged += config.groups * min(DEFAULT_CAPACITY, share * config.workers)
+    if staged > here.shm_bytes:
+        raise ValueError(
+            f"{shape} --shared-max-bytes {config.shared_max_bytes} {flag}: the workers stage "
+            f"up to {_words(staged)} in /dev/shm at once, but it has "
+            f"{_words(here.shm_bytes)} free"
+        )
+
+
+def _words(n: float) -> str:
+    """``n`` bytes in words: ``21.6 GiB``."""
+    for unit, size in (("PiB", 1 << 50), ("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", MIB)):
+        if n >= size:
+            return f"{n / size:,.1f} {unit}"
+    return f"{n:,.0f} bytes"
 
 
 def check_lease(writer_lease_ms: int, append_retry_s: float) -> None:

@@ -233,55 +233,16 @@ def _up(args: argparse.Namespace) -> int:
     from rich.console import Console
     from setproctitle import setproctitle
 
-    from .cluster import Cluster, ClusterError
-    from .control import StopRequested
-
     config = config_of(args)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(message)s",
     )
     setproctitle("shardsink coordinator")
-    console = Console(stderr=True)
-    interrupted = False
-    term = _TermHandler()
-    cluster = Cluster(config)
-    try:
-        with term, cluster:
-            console.print(
-                f"cluster {cluster.cluster_id}: {config.groups}x{config.workers} {config.mode}"
-                f"{host_words(config)}, "
-                f"{config.workload}, shard {config.shard!r} from upper {cluster.shard.upper}, "
-                f"started in {cluster.startup_s:.2f}s ({config.start})",
-                soft_wrap=True,
-            )
-            console.print(
-                f"coordinator pid {os.getpid()}, data dir {config.data_path}, consensus at "
-                f"{cluster.shard_address}"
-                + (f", metrics at {cluster.metrics.url}" if cluster.metrics else "")
-                + (f", dashboard at {cluster.dashboard.url}" if cluster.dashboard else "")
-                + "; "
-                + (
-                    f"status: shardsink status --data-dir {config.data_path}; stop: Ctrl-C "
-                    f"or shardsink stop --data-dir {config.data_path}"
-                    if cluster.holds_data_dir
-                    else "stop: Ctrl-C"
-                ),
-                soft_wrap=True,
-            )
-            try:
-                with term.raising():
-                    _run(cluster, config.intervals, console, args.events)
-            except (KeyboardInterrupt, StopRequested) as exc:
-                interrupted = isinstance(exc, KeyboardInterrupt)  # a requested stop exits 0
-                console.print(f"{'interrupted' if interrupted else exc}: stopping cleanly")
-                if config.verify:  # what was appended before the interrupt
-                    cluster.verify()
-            stats = cluster.stats()
-    except ClusterError as exc:
-        print(f"shardsink up: error: {exc}", file=sys.stderr)
-        _name_logs(cluster, config.data_path)
-        return 1
+    ran = _run_cluster(args, config)
+    if isinstance(ran, int):
+        return ran
+    cluster, stats, interrupted = ran
     if args.json:
         print(msgspec.json.encode(stats).decode())
     else:
@@ -291,6 +252,76 @@ def _up(args: argparse.Namespace) -> int:
     if interrupted:
         return 130
     return 0 if stats.verified in (True, None) else 1
+
+
+def _run_cluster(args: argparse.Namespace, config):
+    """Start, run and close the cluster of ``config``: ``(cluster, stats,
+    interrupted)``, or the exit status if it failed (1) or was stopped while
+    it started (130 for Ctrl-C, 143 for SIGTERM: nothing ran). Ctrl-C and
+    SIGTERM stop it at any moment of its start, which then kills what it
+    started; later they stop it cleanly (:class:`_TermHandler`)."""
+    from rich.console import Console
+
+    from .cluster import Cluster, ClusterError
+    from .control import StopRequested
+
+    console = Console(stderr=True)
+    interrupted = False
+    term = _TermHandler()
+    cluster = Cluster(config)
+    try:
+        with term:
+            try:
+                with term.raising():
+                    cluster.start()
+            except (KeyboardInterrupt, StopRequested) as exc:
+                stopped = isinstance(exc, KeyboardInterrupt)
+                console.print(f"{'interrupted' if stopped else exc} while starting: stopped")
+                return 130 if stopped else 128 + signal.SIGTERM
+            try:
+                _announce(cluster, config, console)
+                try:
+                    with term.raising():
+                        _run(cluster, config.intervals, console, args.events)
+                except (KeyboardInterrupt, StopRequested) as exc:
+                    interrupted = isinstance(exc, KeyboardInterrupt)  # a requested stop exits 0
+                    console.print(f"{'interrupted' if interrupted else exc}: stopping cleanly")
+                    if config.verify:  # what was appended before the interrupt
+                        cluster.verify()
+                stats = cluster.stats()
+            finally:
+                cluster.close()
+    except ClusterError as exc:
+        print(f"shardsink up: error: {exc}", file=sys.stderr)
+        _name_logs(cluster, config.data_path)
+        return 1
+    return cluster, stats, interrupted
+
+
+def _announce(cluster, config, console) -> None:
+    """``up``'s first two lines: the cluster, then its pid, addresses and
+    how to stop it."""
+    upper = cluster.shard.state(refresh=False).upper  # as the start read it
+    console.print(
+        f"cluster {cluster.cluster_id}: {config.groups}x{config.workers} {config.mode}"
+        f"{host_words(config)}, {config.workload}, shard {config.shard!r} from upper {upper}, "
+        f"started in {cluster.startup_s:.2f}s ({config.start})",
+        soft_wrap=True,
+    )
+    console.print(
+        f"coordinator pid {os.getpid()}, data dir {config.data_path}, consensus at "
+        f"{cluster.shard_address}"
+        + (f", metrics at {cluster.metrics.url}" if cluster.metrics else "")
+        + (f", dashboard at {cluster.dashboard.url}" if cluster.dashboard else "")
+        + "; "
+        + (
+            f"status: shardsink status --data-dir {config.data_path}; stop: Ctrl-C "
+            f"or shardsink stop --data-dir {config.data_path}"
+            if cluster.holds_data_dir
+            else "stop: Ctrl-C"
+        ),
+        soft_wrap=True,
+    )
 
 
 def _name_logs(cluster, data_dir: str) -> None:
@@ -304,10 +335,10 @@ def _name_logs(cluster, data_dir: str) -> None:
 
 
 class _TermHandler:
-    """SIGTERM stops ``up`` as Ctrl-C does: inside :meth:`raising` it raises
-    :class:`~shardsink.cluster.control.StopRequested`; outside (starting,
-    closing, reading back) it is held and raised on entering ``raising``, so
-    cleanup is never cut short."""
+    """SIGTERM stops ``up`` as Ctrl-C does: inside :meth:`raising` (the start,
+    the run) it raises :class:`~shardsink.cluster.control.StopRequested` at
+    once; outside (closing, reading back) and after the first it is held and
+    raised on entering ``raising``, so cleanup is never cut short."""
 
     def __init__(self) -> None:
         self._pending = False

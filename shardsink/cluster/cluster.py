@@ -37,22 +37,22 @@ import contextlib
 import logging
 import os
 import shutil
-import signal
-import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import psutil
 
 from .. import datadir, faults, protocol, workloads
+from .._bounds import min_row_bytes, this_machine
 from .._curve import key_dir, keys_for
-from ..config import ClusterConfig
+from ..config import ClusterConfig, check_machine
 from ..connect import open_shard
-from ..coordinator.coordinator import Coordinator, consensus_call, interval_of
+from ..coordinator.coordinator import STOP_S, Coordinator, consensus_call, interval_of
 from ..coordinator.errors import ClusterError
 from ..coordinator.groups import HostInfo
 from ..coordinator.ray_groups import close_agents, place_hosts
@@ -70,6 +70,7 @@ from ..process import (
     make_run_dir,
     peak_rss,
     reset_own_peak_rss,
+    sigint_ignored,
 )
 from ..server.config import ServeConfig
 from ..shm import sweep, unlink_cluster
@@ -84,6 +85,7 @@ log = logging.getLogger(__name__)
 
 #: :meth:`Cluster.status` gives rates and latencies over this many seconds.
 STATUS_WINDOW_S = 60.0
+T = TypeVar("T")
 
 __all__ = [
     "Cluster",
@@ -99,6 +101,10 @@ class Cluster:
     """A running cluster (see the module doc). Use as a context manager, or
     call :meth:`start` and :meth:`close` (idempotent).
 
+    Constructing it refuses a shape this machine has no room for, before
+    any process starts (``ValueError`` naming the flags and the limit:
+    :func:`~shardsink.config.check_machine`).
+
     Errors of :meth:`start`: ``ValueError`` for bad input (a shard with another
     schema, an upper that is not a multiple of ``interval_ms``, a data dir
     whose lock another process holds: :class:`~shardsink.datadir.DataDirBusy`
@@ -108,7 +114,11 @@ class Cluster:
     """
 
     def __init__(self, config: ClusterConfig | None = None) -> None:
-        self.config, self.workload, self.schema = workloads.prepare(config or ClusterConfig())
+        config = config or ClusterConfig()
+        # before the workload is tried (prepare makes worker 0's first interval)
+        schema = workloads.shard_schema(workloads.of(config), config.workload)
+        check_machine(config, min_row_bytes(schema), this_machine())
+        self.config, self.workload, self.schema = workloads.prepare(config)
         self.cluster_id = f"c{uuid.uuid4().hex[:12]}"
         self.shard: Shard | None = None
         self.consensus: ConsensusProcess | None = None
@@ -165,47 +175,7 @@ class Cluster:
             if not config.external_server:
                 self._check_store()
             starter = self._starter(self.run_dir)
-            address = config.consensus_uri
-            if not config.external_server:
-                serving = ServeConfig(
-                    bind=config.consensus_bind or f"ipc://{self.run_dir / 'consensus'}",
-                    keys=str(key_dir(config.data_path)),
-                    retain=config.retain,
-                    writer_lease_ms=config.writer_lease_ms,
-                )
-                self.consensus = ConsensusProcess(
-                    config.consensus_uri,
-                    config.blob_uri,
-                    serving,
-                    # a fresh interpreter, never the zygote: only that takes the
-                    # server's allocator environment (see ConsensusProcess)
-                    run_dir=self.run_dir,
-                    timeout_s=config.start_timeout_s,
-                )
-                try:
-                    address = self.consensus.start().address
-                except ConsensusStartError as exc:
-                    raise ClusterError(str(exc)) from None
-                assert address is not None
-                if self._lock is not None:
-                    self._lock.update(address=address)
-            self.shard = consensus_call(
-                config,
-                lambda: open_shard(
-                    config.shard,
-                    blob=config.blob_uri,
-                    consensus=address,
-                    schema=self.schema,
-                    config=self._shard_config(retry_for_s=0.0),
-                    keys=keys_for(address, config.data_path),
-                ),
-                "opening the shard",
-                consensus=self.consensus,
-            )
-            upper = consensus_call(
-                config, lambda: self.shard.upper, "reading the upper", consensus=self.consensus
-            )
-            interval_of(upper, config.interval_ms, config.shard)
+            self._open_shard(self._start_consensus())
             self.config, agents = place_hosts(self.config, self.cluster_id)
             config = self.config
             args = (config, self.cluster_id, self.run_dir, self.shard, self.consensus, starter)
@@ -236,13 +206,13 @@ class Cluster:
         if self._closed:
             return
         self._closed = True
-        with _sigint_ignored():
+        with sigint_ignored():
             try:
                 if self.dashboard is not None:  # first: its samples ask the coordinator
                     self.dashboard.close()
                 if self.coordinator is not None:
-                    try:
-                        self.coordinator.close()
+                    try:  # a start given up on (Ctrl-C, SIGTERM, a failure) is killed at once
+                        self.coordinator.close(STOP_S if self.startup_s else 0.0)
                     finally:
                         self._final = self._stats()
             finally:
@@ -306,17 +276,13 @@ class Cluster:
         """Read the shard back and check it against its batches' digests and,
         if the workload has one, its expected collection at its upper (also
         recorded in :meth:`stats`); through restarts of the consensus process."""
-        coordinator = self._running()
-        assert self.shard is not None
+        coordinator, shard = self._running(), self.shard
+        assert shard is not None
         # The read-back's memory is measured apart from the coordinator's run.
         coordinator.supervisor.sample_rss(force=True)
         isolated = reset_own_peak_rss()
-        shard, workload, interval_ms = self.shard, self.workload, self.config.interval_ms
-        self._verification = consensus_call(
-            self.config,
-            lambda: verify(shard, workload, interval_ms),
-            "reading the shard back",
-            consensus=self.consensus,
+        self._verification = self._through_restarts(
+            lambda: verify(shard, self.workload, self.config.interval_ms), "reading the shard back"
         )
         if isolated:
             peak = peak_rss(os.getpid()) or 0
@@ -366,12 +332,7 @@ class Cluster:
         span = min(STATUS_WINDOW_S, now - (self._run_started or now))
         totals = coordinator.counters.totals
         last = coordinator.counters.records[-1] if totals.appends else None
-        appends = totals.appends
-
-        supervision = self.supervision()
-        config = self.config
-        data_parts = totals.data_parts
-        blob_puts = totals.blob_puts
+        appends, supervision, config = totals.appends, self.supervision(), self.config
         return Status(
             cluster_id=self.cluster_id,
             coordinator_pid=os.getpid(),
@@ -394,10 +355,10 @@ class Cluster:
             intervals_per_s=len(recent) / span if span > 0 else 0.0,
             append_latency_ms_p50=float(np.percentile(latencies, 50)),
             append_latency_ms_p99=float(np.percentile(latencies, 99)),
-            data_parts=data_parts,
-            blob_puts=blob_puts,
-            data_parts_per_append=_per(data_parts, appends),
-            blob_puts_per_append=_per(blob_puts, appends),
+            data_parts=totals.data_parts,
+            blob_puts=totals.blob_puts,
+            data_parts_per_append=_per(totals.data_parts, appends),
+            blob_puts_per_append=_per(totals.blob_puts, appends),
             diff_bytes_per_append=_per(totals.diff_bytes, appends),
             restarts=supervision.restarts,
             consensus_restarts=supervision.consensus_restarts,
@@ -470,11 +431,8 @@ class Cluster:
         totals = counters.totals
         appends = totals.appends
         config = self.config
-
         latencies = [r.latency_ms for r in counters.records] or [0.0]
-        rows = totals.rows
-        wall = counters.wall_s
-        v = self._verification
+        rows, wall, v = totals.rows, counters.wall_s, self._verification
         return ClusterStats(
             mode=config.mode,
             coalesce=config.coalesce,
@@ -548,6 +506,60 @@ class Cluster:
             raise ValueError(f"cluster {self.cluster_id} is not started")
         return self.coordinator
 
+    def _start_consensus(self) -> str:
+        """Start the consensus process (none for a running server) and give
+        the address where it answers."""
+        config = self.config
+        if config.external_server:
+            return config.consensus_uri
+        assert self.run_dir is not None
+        serving = ServeConfig(
+            bind=config.consensus_bind or f"ipc://{self.run_dir / 'consensus'}",
+            keys=str(key_dir(config.data_path)),
+            retain=config.retain,
+            writer_lease_ms=config.writer_lease_ms,
+        )
+        self.consensus = ConsensusProcess(
+            config.consensus_uri,
+            config.blob_uri,
+            serving,
+            # a fresh interpreter, never the zygote: only that takes the
+            # server's allocator environment (see ConsensusProcess)
+            run_dir=self.run_dir,
+            timeout_s=config.start_timeout_s,
+        )
+        try:
+            address = self.consensus.start().address
+        except ConsensusStartError as exc:
+            raise ClusterError(str(exc)) from None
+        assert address is not None
+        if self._lock is not None:
+            self._lock.update(address=address)
+        return address
+
+    def _open_shard(self, address: str) -> None:
+        """Open the shard at ``address`` and check its upper, through
+        restarts of the consensus process."""
+        config = self.config
+        self.shard = shard = self._through_restarts(
+            lambda: open_shard(
+                config.shard,
+                blob=config.blob_uri,
+                consensus=address,
+                schema=self.schema,
+                config=self._shard_config(retry_for_s=0.0),
+                keys=keys_for(address, config.data_path),
+            ),
+            "opening the shard",
+        )
+        upper = self._through_restarts(lambda: shard.upper, "reading the upper")
+        interval_of(upper, config.interval_ms, config.shard)
+
+    def _through_restarts(self, call: Callable[[], T], what: str) -> T:
+        """``call()`` through restarts of the cluster's consensus process
+        (:func:`~shardsink.coordinator.coordinator.consensus_call`)."""
+        return consensus_call(self.config, call, what, consensus=self.consensus)
+
     def _starter(self, run_dir: Path) -> Starter:
         """How children start (``config.start``); the zygote is started here,
         before this process opens any ZeroMQ context."""
@@ -584,15 +596,3 @@ class Cluster:
 def _per(total: float, appends: int) -> float:
     """``total`` per append (0 before the first)."""
     return total / appends if appends else 0.0
-
-
-@contextlib.contextmanager
-def _sigint_ignored():
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)

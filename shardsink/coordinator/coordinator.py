@@ -78,6 +78,8 @@ from .threshold import of as threshold_of
 log = logging.getLogger(__name__)
 
 POLL_MS = 50
+#: How long a closing coordinator waits for its children to exit when asked.
+STOP_S = 10.0
 T = TypeVar("T")
 
 
@@ -545,8 +547,9 @@ class Coordinator:
 
     # --- shutdown -----------------------------------------------------------------------
 
-    def close(self, timeout_s: float = 10.0) -> None:
-        """Ask every child to exit, kill what does not, reap all; idempotent."""
+    def close(self, timeout_s: float = STOP_S) -> None:
+        """Ask every child to exit, kill what does not within ``timeout_s`` (0:
+        kill them at once), reap all; idempotent."""
         if self._closed:
             return
         self._closed = True

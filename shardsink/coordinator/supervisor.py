@@ -309,13 +309,18 @@ class Supervisor:
     # --- shutdown -----------------------------------------------------------------------
 
     def stop(self, timeout_s: float) -> None:
-        """Ask every member to exit, kill what does not, reap all."""
+        """Ask every member to exit, kill what does not within ``timeout_s``,
+        reap all; with ``timeout_s`` 0 (a start given up on, whose members may
+        not even have connected to hear it) kill them at once."""
         self.sample_rss(force=True, own=False)
         members = self.members()
-        for child in members:
-            if child.alive():
-                self.send(child, protocol.Shutdown())
-        self.host.stop(members, timeout_s)
+        if timeout_s > 0:
+            for child in members:
+                if child.alive():
+                    self.send(child, protocol.Shutdown())
+            self.host.stop(members, timeout_s)
+        else:
+            self.host.kill(members)
         self.host.close()
 
 

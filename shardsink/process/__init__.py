@@ -16,6 +16,7 @@ from .child import (
     peak_rss,
     reap,
     reset_own_peak_rss,
+    sigint_ignored,
 )
 from .consensus import ConsensusProcess, ConsensusStartError, Ready, through_restarts
 from .parent import die_with_parent, dies_with_this_process
@@ -58,6 +59,7 @@ __all__ = [
     "resolve",
     "run_module",
     "run_role",
+    "sigint_ignored",
     "through_restarts",
     "wait_ready",
 ]

@@ -20,7 +20,9 @@ import os
 import select
 import signal
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Protocol
 
@@ -294,6 +296,21 @@ def exited(pidfd: int, timeout_s: float | None) -> bool:
     # rounded up, so a short wait is not a busy one
     ms = None if timeout_s is None else max(0, math.ceil(timeout_s * 1000))
     return bool(poller.poll(ms))
+
+
+@contextlib.contextmanager
+def sigint_ignored() -> Iterator[None]:
+    """Ctrl-C ignored in the block, when it runs in the main thread (the only
+    one Python delivers it to): a stop that kills and reaps children is never
+    cut short."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def peak_rss(pid: int) -> int | None:

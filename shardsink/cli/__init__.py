@@ -22,8 +22,11 @@ from ..cluster import _cli as cluster_cli
 from ..options import Parser
 from ..server import _cli as server_cli
 from ..shm import _cli as shm_cli
-from . import shard, shard_commands
+from . import _output, shard, shard_commands
 
+#: Commands whose stdout is a document whatever their flags (as any with
+#: ``--json``): it holds that alone (:func:`._output.document_stdout`).
+DOCUMENTS = ("read", "export")
 #: One module per area, in the order of ``--help``; each defines ``register(commands, bench)``.
 AREAS = (shard, shard_commands, shm_cli, server_cli, cluster_cli, chaos_cli, bench_cli)
 
@@ -81,22 +84,21 @@ def main(argv: list[str] | None = None) -> int:
     elif args.fault_seed is not None or args.fault_dir is not None:
         parser.error("--fault-seed and --fault-dir go with --fault")
     faults.arm_from_env(role=args.command)
-    try:
-        return int(args.func(args) or 0)
-    except (ValueError, PersistError, StorageError) as exc:
-        print(f"shardsink {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        if not _stdout_gone():
-            raise  # another pipe (a child's, say): a real failure
-        # the reader of our output went away (`shardsink read | head`): not an error;
-        # point stdout at /dev/null so the interpreter's final flush does not complain
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-        return 0
+    with _output.document_stdout(bool(getattr(args, "json", False)) or args.command in DOCUMENTS):
+        try:
+            return int(args.func(args) or 0)
+        except (ValueError, PersistError, StorageError) as exc:
+            print(f"shardsink {args.command}: error: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            return 130
+        except BrokenPipeError:
+            if not _stdout_gone():
+                raise  # another pipe (a child's, say): a real failure
+            # the reader of our output went away (`shardsink read | head`): not an error;
+            # point stdout at /dev/null so the final flush does not complain
+            _output.point_at_devnull(sys.stdout.fileno())
+            return 0
 
 
 def _stdout_gone() -> bool:

@@ -1,5 +1,6 @@
 """Where ``shardsink read --output F`` and ``shardsink export --output DIR``
-write.
+write, and what a command's stdout holds when it is a document
+(:func:`document_stdout`).
 
 Symlinks are followed: a link stays a link and what it points to gets the
 data (a dangling link gets the file or directory it names). A regular file,
@@ -84,6 +85,57 @@ def file_output(path: Path) -> Iterator[io.BufferedIOBase]:
         temp.unlink(missing_ok=True)
         raise
     _sync_directory(target.parent)
+
+
+@contextlib.contextmanager
+def document_stdout(active: bool) -> Iterator[None]:
+    """While ``active``, stdout holds the command's document alone (JSON, a
+    ``read``'s rows): the real stdout is kept on a descriptor of its own,
+    which ``sys.stdout`` writes to, and descriptor 1 points at stderr, so
+    what children and native libraries write to their stdout (a Ray node's
+    death notice, a workload's print) lands on stderr. A command that runs
+    Python code of others meanwhile also points ``sys.stdout`` at stderr and
+    writes its document to the stream it found there (``up --json``).
+    After the block ``sys.stdout`` is what it was, and it and descriptor 1
+    still go to stderr: a thread that prints later (Ray's) cannot reach the
+    document either. Inactive, or when ``sys.stdout`` is not descriptor 1 (a
+    test capturing it), the block runs as it is. A reader of the document
+    that left before the last flush is not an error (``read | head``)."""
+    try:
+        active = active and sys.stdout.fileno() == 1
+    except (AttributeError, ValueError, io.UnsupportedOperation):
+        active = False
+    if not active:
+        yield
+        return
+    previous = sys.stdout
+    previous.flush()
+    real = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = io.TextIOWrapper(
+        io.FileIO(real, "w", closefd=False),
+        encoding=previous.encoding,
+        errors=previous.errors,
+        line_buffering=previous.line_buffering,
+    )
+    try:
+        yield
+    finally:
+        document, sys.stdout = sys.stdout, previous
+        try:
+            document.flush()
+        except BrokenPipeError:  # its reader had enough: what is left goes nowhere
+            point_at_devnull(real)
+        finally:
+            document.close()
+            os.close(real)  # fd 1 stays on stderr: a thread still printing misses the document
+
+
+def point_at_devnull(fd: int) -> None:
+    """Point ``fd`` at ``/dev/null``: what is written there later goes nowhere."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def export_target(path: Path) -> Path:

@@ -239,16 +239,23 @@ def _up(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(message)s",
     )
     setproctitle("shardsink coordinator")
-    ran = _run_cluster(args, config)
-    if isinstance(ran, int):
-        return ran
-    cluster, stats, interrupted = ran
-    if args.json:
-        print(msgspec.json.encode(stats).decode())
-    else:
-        Console().print(summary_table(stats))
-    if stats.restarts or stats.consensus_restarts or stats.verified is False:
-        _name_logs(cluster, config.data_path)
+    # With --json the summary is alone on stdout whatever a child or library
+    # prints meanwhile (Ray's driver prints a dead raylet's words to
+    # sys.stdout): the command line pointed fd 1 at stderr and gave
+    # sys.stdout the real one (cli._output.document_stdout); Python's prints
+    # go to stderr too until the summary is written.
+    document = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        ran = _run_cluster(args, config)
+        if isinstance(ran, int):
+            return ran
+        cluster, stats, interrupted = ran
+        if args.json:
+            print(msgspec.json.encode(stats).decode(), file=document, flush=True)
+        else:
+            Console().print(summary_table(stats))
+        if stats.restarts or stats.consensus_restarts or stats.verified is False:
+            _name_logs(cluster, config.data_path)
     if interrupted:
         return 130
     return 0 if stats.verified in (True, None) else 1

@@ -11,9 +11,11 @@ nearest valid flags when one is unknown.
 
 from __future__ import annotations
 
+import argparse
 import os
 import select
 import sys
+from pathlib import Path
 
 from .. import __version__
 from ..bench import _cli as bench_cli
@@ -24,6 +26,11 @@ from ..server import _cli as server_cli
 from ..shm import _cli as shm_cli
 from . import _output, shard, shard_commands
 
+#: The destinations of every flag that names a file or directory, of any
+#: command: made absolute where they enter (:func:`_absolute`), so that no
+#: later step sees a relative one (``bench cluster --out bq`` made the URI
+#: ``file://bq/...``, which names host ``bq``), nor a child that runs elsewhere.
+PATHS = ("config", "data_dir", "fault_dir", "json", "keys", "out", "output")
 #: Commands whose stdout is a document whatever their flags (as any with
 #: ``--json``): it holds that alone (:func:`._output.document_stdout`).
 DOCUMENTS = ("read", "export")
@@ -74,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    _absolute(args)
     if args.fault:
         try:  # through the environment, so that the processes it starts inherit them
             os.environ.update(
@@ -99,6 +107,16 @@ def main(argv: list[str] | None = None) -> int:
             # point stdout at /dev/null so the final flush does not complain
             _output.point_at_devnull(sys.stdout.fileno())
             return 0
+
+
+def _absolute(args: argparse.Namespace) -> None:
+    """Make every path flag given (:data:`PATHS`) absolute, from the working
+    directory, without resolving links or ``..`` (the system resolves them
+    when the path is used, as it would have)."""
+    for dest in PATHS:
+        value = getattr(args, dest, None)
+        if isinstance(value, str | Path) and str(value):
+            setattr(args, dest, type(value)(Path(value).absolute()))
 
 
 def _stdout_gone() -> bool:

@@ -10,7 +10,6 @@ write next, until the run has ended (or Ctrl-C).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -61,7 +60,7 @@ def register(commands):
 
 
 def _logs(args: argparse.Namespace) -> int:
-    keep = Path(os.path.abspath(args.data_dir)) / logs.LOGS
+    keep = Path(args.data_dir) / logs.LOGS  # absolute: the command line made it so
     runs = logs.runs(keep)
     if not runs:
         return _fail(f"no logs kept in {keep}: no cluster ran on data dir {args.data_dir}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 import statistics
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import msgspec
@@ -81,7 +82,9 @@ class BenchClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unkno
 
 def bench_config(fields: dict, source: str) -> BenchClusterConfig:
     """A :class:`BenchClusterConfig` of ``fields`` (:func:`~shardsink.config.build`),
-    refusing a ``cluster`` key of :data:`RUN_FIELDS` by name."""
+    refusing a ``cluster`` key of :data:`RUN_FIELDS` by name; its ``out``
+    made absolute (from a file too: the runs' ``file://`` URIs are built from
+    it, and ``file://bq/...`` names host ``bq``)."""
     from ...options import build
 
     taken = sorted(set(fields.get("cluster") or {}) & set(RUN_FIELDS))
@@ -90,7 +93,10 @@ def bench_config(fields: dict, source: str) -> BenchClusterConfig:
             f"{source}: cluster.{taken[0]} is set by each run of the matrix; the cluster "
             f"table may set any ClusterConfig field but {', '.join(RUN_FIELDS)}"
         )
-    return build(BenchClusterConfig, fields, source=source)
+    config = build(BenchClusterConfig, fields, source=source)
+    if config.out is None:
+        return config
+    return msgspec.structs.replace(config, out=str(Path(config.out).absolute()))
 
 
 SECTIONS = (

@@ -79,8 +79,9 @@ def runs(keep: Path) -> list[Path]:
 
 
 def end(run_logs: Path) -> None:
-    """Mark a kept run's logs as complete: its cluster has closed."""
-    (run_logs / ENDED).touch()
+    """Mark a kept run's logs as complete: its cluster has closed. The mark
+    is 0600, as every log beside it."""
+    os.close(os.open(run_logs / ENDED, os.O_WRONLY | os.O_CREAT, 0o600))
 
 
 def ended(run_logs: Path) -> bool:

@@ -39,6 +39,7 @@ def test_only_the_newest_runs_are_kept(tmp_path):
     assert logs.runs(tmp_path) == made[3:]
     logs.end(made[-1])
     assert logs.ended(made[-1]) and not logs.ended(made[-2])
+    assert (made[-1] / logs.ENDED).stat().st_mode & 0o777 == 0o600  # as the logs beside it
 
 
 def test_a_log_past_its_bound_is_rotated_and_appended_to_from_the_start(tmp_path):

@@ -44,7 +44,9 @@ def test_every_engine_reads_the_export_directory_as_it_is(capsys, tmp_path):
 
     same(ds.dataset(out).to_table())
     same(polars.scan_parquet(out).collect().to_arrow())
-    same(duckdb.sql(f"select * from read_parquet('{out}')").to_arrow_table())
+    # DuckDB by a glob: it reads a directory as it is only from 2.0 (1.1.3: "No files
+    # found that match the pattern"), and `from 'DIR'` in none
+    same(duckdb.sql(f"select * from read_parquet('{out}/*.parquet')").to_arrow_table())
 
     manifest = json.loads(
         pq.read_schema(out / shard_cli.MANIFEST_NAME).metadata[b"shardsink.manifest"]

@@ -1,0 +1,30 @@
+"""Emulated hosts on one machine, and the network faults between them.
+
+Hosts are Linux network namespaces on one bridge (:mod:`.network`); faults
+are Jepsen-style partitions, loss, delay and clock skew (:mod:`.nemesis`);
+a run removes everything it made when it closes, and :func:`sweep` removes
+what a dead run left (:mod:`.sweep`). Root only; docs/chaos.md, "Emulated
+hosts", has the design and its limits.
+
+This package sits on the bottom floor: it imports only the standard
+library, msgspec and the modules beside the floors (``_pids``).
+"""
+
+from .names import Host
+from .nemesis import Fault, Hosts, Nemesis
+from .network import Network
+from .sweep import Swept, sweep
+from .tools import CommandFailed, MissingCapability, NetnsError
+
+__all__ = [
+    "CommandFailed",
+    "Fault",
+    "Host",
+    "Hosts",
+    "MissingCapability",
+    "Nemesis",
+    "NetnsError",
+    "Network",
+    "Swept",
+    "sweep",
+]

@@ -14,14 +14,16 @@ from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
 import msgspec
+import pyarrow as pa
 
 from . import datadir
 from ._address import REMOTE_SCHEMES, check_address
-from ._bounds import Machine, at_least, port, positive
+from ._bounds import Machine, at_least, min_row_bytes, port, positive
 from ._http import parse_listen
 from ._units import MIB
 from .options import BYTES, Size
 from .persist.config import ShardConfig
+from .persist.parts import full_schema
 from .persist.state import check_shard_name
 from .shm.arena import DEFAULT_CAPACITY
 from .shm.link import MESSAGE_PART_MAX_BYTES
@@ -330,13 +332,13 @@ COORDINATOR_FDS, FDS_PER_CHILD = 29, 2
 WORKER_INTERVAL_CPU_S = 0.0005
 
 
-def check_machine(config: ClusterConfig, row_bytes: float, here: Machine) -> None:
+def check_machine(config: ClusterConfig, here: Machine) -> None:
     """``ValueError``, one line naming the flags and the limit, if a cluster
     of ``config`` on this machine (``here``: :func:`shardsink._bounds.this_machine`)
     cannot run: its processes need more tasks than ``ulimit -u`` (or the
     kernel's or cgroup's limit) leaves, more descriptors in the coordinator
     than ``ulimit -n``, more memory than is available together with an
-    interval's rows (``row_bytes`` a row at least), more ``/dev/shm`` than is
+    interval's rows (at least :func:`least_row_bytes` a row), more ``/dev/shm`` than is
     free for what its workers stage at once, or more CPU an interval than
     ``interval_timeout_s`` gives them. Each figure is what a child was
     measured to take (see :data:`TASKS_PER_CHILD`) or the least an interval
@@ -359,13 +361,24 @@ def check_machine(config: ClusterConfig, row_bytes: float, here: Machine) -> Non
             f"{shape}: the coordinator holds {FDS_PER_CHILD} descriptors a process, {fds:,} "
             f"in all, past ulimit -n {here.fds:,}"
         )
-    _check_memory(config, shape, children, row_bytes, here)
+    _check_memory(config, shape, children, least_row_bytes(config), here)
     cpu_s = config.n_workers * WORKER_INTERVAL_CPU_S / here.cpus
     if cpu_s > config.interval_timeout_s:
         raise ValueError(
             f"{shape}: {config.n_workers:,} workers take at least {cpu_s:,.0f} s an interval "
             f"on {here.cpus} CPUs, past --interval-timeout-s {config.interval_timeout_s:g}"
         )
+
+
+def least_row_bytes(config: ClusterConfig) -> float:
+    """The fewest bytes a row of ``config``'s workload takes in memory: by
+    the built-ins' schema, else by the ``ts`` and ``diff`` every row has (a
+    workload of one's own is not loaded for it: its rows are only known by
+    making them, which is what a too large interval must not be made for)."""
+    schema = full_schema()
+    if config.workload not in WORKLOADS:
+        schema = pa.schema([schema.field("ts"), schema.field("diff")])
+    return min_row_bytes(schema)
 
 
 def _check_memory(

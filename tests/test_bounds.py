@@ -9,7 +9,7 @@ import pytest
 
 from shardsink._bounds import Machine, min_row_bytes, this_machine
 from shardsink._units import MIB
-from shardsink.config import ClusterConfig, check_machine
+from shardsink.config import ClusterConfig, check_machine, least_row_bytes
 from shardsink.workloads import SCHEMA
 
 GIB = 1 << 30
@@ -22,18 +22,18 @@ SMALL = Machine(
     fds=1024,
     shm_bytes=64 * MIB,  # a container's default /dev/shm
 )
-ROW = min_row_bytes(SCHEMA)
 
 
-def test_the_least_row_of_the_default_schema():
-    assert ROW == 8 + 4 + 8 + 8  # key, val's offset, ts, diff
+def test_the_least_row_of_the_default_schema_and_of_any():
+    assert least_row_bytes(ClusterConfig()) == min_row_bytes(SCHEMA) == 8 + 4 + 8 + 8
+    assert least_row_bytes(ClusterConfig(workload="mine.py:Mine")) == 8 + 8  # ts, diff
     nested = pa.schema([("key", pa.large_string()), ("val", pa.struct([("a", pa.int32())]))])
     assert min_row_bytes(nested) == 8 + 4
 
 
 def test_a_cluster_that_fits_passes():
-    check_machine(ClusterConfig(groups=16, workers=8), ROW, SMALL)
-    check_machine(ClusterConfig(groups=8, workers=8, start="spawn"), ROW, SMALL)
+    check_machine(ClusterConfig(groups=16, workers=8), SMALL)
+    check_machine(ClusterConfig(groups=8, workers=8, start="spawn"), SMALL)
 
 
 @pytest.mark.parametrize(
@@ -72,7 +72,7 @@ def test_a_cluster_that_fits_passes():
 )
 def test_each_limit_refuses_naming_the_flags(fields, message):
     with pytest.raises(ValueError) as refused:
-        check_machine(ClusterConfig(**fields), ROW, SMALL)
+        check_machine(ClusterConfig(**fields), SMALL)
     assert str(refused.value).startswith(message) and "\n" not in str(refused.value)
 
 
@@ -82,18 +82,18 @@ def test_the_cpu_an_interval_needs_against_its_timeout():
     with pytest.raises(
         ValueError, match=r"300,000 workers take at least 75 s an interval on 2 CPUs"
     ):
-        check_machine(config, ROW, big)
-    check_machine(ClusterConfig(groups=10_000, workers=30, interval_timeout_s=80), ROW, big)
+        check_machine(config, big)
+    check_machine(ClusterConfig(groups=10_000, workers=30, interval_timeout_s=80), big)
 
 
 def test_nothing_shared_stages_nothing():
     # every worker's slice is past the threshold, or nothing is shared: no /dev/shm asked for
-    check_machine(ClusterConfig(rows_per_interval=40_000_000, mode="off"), ROW, SMALL)
-    check_machine(ClusterConfig(rows_per_interval=40_000_000), ROW, SMALL)  # 1 MiB threshold
+    check_machine(ClusterConfig(rows_per_interval=40_000_000, mode="off"), SMALL)
+    check_machine(ClusterConfig(rows_per_interval=40_000_000), SMALL)  # 1 MiB threshold
 
 
 def test_groups_on_ray_nodes_are_not_checked_against_this_machine():
-    check_machine(ClusterConfig(groups=100_000, hosts="ray:auto"), ROW, SMALL)
+    check_machine(ClusterConfig(groups=100_000, hosts="ray:auto"), SMALL)
 
 
 def test_this_machine_reads_plausible_figures():

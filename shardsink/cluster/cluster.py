@@ -48,7 +48,7 @@ import numpy as np
 import psutil
 
 from .. import datadir, faults, protocol, workloads
-from .._bounds import min_row_bytes, this_machine
+from .._bounds import this_machine
 from .._curve import key_dir, keys_for
 from ..config import ClusterConfig, check_machine
 from ..connect import open_shard
@@ -115,9 +115,7 @@ class Cluster:
 
     def __init__(self, config: ClusterConfig | None = None) -> None:
         config = config or ClusterConfig()
-        # before the workload is tried (prepare makes worker 0's first interval)
-        schema = workloads.shard_schema(workloads.of(config), config.workload)
-        check_machine(config, min_row_bytes(schema), this_machine())
+        check_machine(config, this_machine())  # before prepare makes worker 0's first interval
         self.config, self.workload, self.schema = workloads.prepare(config)
         self.cluster_id = f"c{uuid.uuid4().hex[:12]}"
         self.shard: Shard | None = None

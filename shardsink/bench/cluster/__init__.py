@@ -12,8 +12,9 @@ its ``error``, never dropped. Output, in ``--out DIR``:
   :func:`shardsink.bench.scale.cpu_use`) and the peer's ``commits`` /
   ``files_per_interval`` / ``commit_bytes_per_interval``;
 - ``report.md``: the exact command, the machine, one table per section, the
-  checks the design promises (pass or fail) and side-by-side ratios, and for
-  the scale sweeps where scaling stops and why;
+  checks the design promises (pass, fail, or inconclusive where a timing is
+  past its bound by less than its repeats' noise: :mod:`.checks`) and
+  side-by-side ratios, and for the scale sweeps where scaling stops and why;
 - PNG plots: parts, blob PUTs and diff bytes per append by mode and shape;
   hydration wall time by threshold; append latency; the scale curves.
 

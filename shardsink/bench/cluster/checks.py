@@ -1,23 +1,39 @@
 """The checks ``report.md`` applies to a matrix's rows: the design's promises
 (parts per append, diff bytes, latency added, hydration wall time), each
-``(claim, passed or None if not measured, figures)``.
+``(claim, verdict, figures)``: passed, failed, :data:`INCONCLUSIVE` or
+``None`` (not measured).
 
 Every check reads verified rows only and is skipped (left out) when the runs it
 compares are not in the rows, so a matrix that does not measure a claim does
 not fail it; "every run verified" is always there.
+
+Counts (parts, diff bytes) are exact. Timings (latency added, hydration wall
+time) vary from run to run, so the checks that compare them compare the
+medians of interleaved repeats, within the noise those repeats show: past
+the bound by more than the sum of the two variants' median absolute
+deviations it fails, past it by less it is inconclusive, never a failure (a
+bench on a busy machine failed its own "auto wall time <= 1.00x off" at
+1.06x). With one run of a variant its noise is unknown: past the bound is
+inconclusive.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Literal
 
 from ...config import AUTO
 from .. import scale
 from .matrices import LATENCY_BOUNDS_MS, MIB, VARIANTS, bytes_label
 
-#: ``(claim, passed, figures)``: ``passed`` is None when not measured.
-Check = tuple[str, bool | None, str]
+#: A check's verdict when its figures pass the bound by less than their noise.
+INCONCLUSIVE = "inconclusive"
+#: Passed, failed, :data:`INCONCLUSIVE`, or ``None`` when not measured.
+Verdict = bool | Literal["inconclusive"] | None
+#: ``(claim, verdict, figures)``.
+Check = tuple[str, Verdict, str]
 #: Verified rows whose fields equal the keyword arguments.
 Find = Callable[..., list[dict]]
 #: Where the promised trickle shape of the default matrix is.
@@ -121,7 +137,8 @@ def _host_checks(find: Find) -> list[Check]:
 
 def _latency_checks(find: Find) -> list[Check]:
     """Per shape of :data:`LATENCY_BOUNDS_MS`: the median p50 each sharing
-    variant adds to off's median p50 (section ``latency``), within the bound."""
+    variant adds to off's median p50 (section ``latency``), within the bound
+    and the repeats' noise (see the module doc)."""
     out: list[Check] = []
     for (g, w), most in LATENCY_BOUNDS_MS.items():
         shape = {"section": "latency", "groups": g, "workers": w}
@@ -130,14 +147,16 @@ def _latency_checks(find: Find) -> list[Check]:
             rows = find(mode=mode, coalesce=coalesce, **shape)
             if not off or not rows:
                 continue
-            added = statistics.median(r["append_latency_ms_p50"] for r in rows)
-            added -= statistics.median(off)
-            name = scale.variant(rows[0])
+            p50s = [r["append_latency_ms_p50"] for r in rows]
+            added = statistics.median(p50s) - statistics.median(off)
+            noise = _noise(p50s, off)
             out.append(
                 (
-                    f"{g}x{w} R=128: {name} adds <= {most:g} ms to off's p50 append latency",
-                    added <= most,
-                    f"{added:+.1f} ms (medians of {len(rows)} and {len(off)} runs)",
+                    f"{g}x{w} R=128: {scale.variant(rows[0])} adds <= {most:g} ms to off's p50 "
+                    "append latency",
+                    _within(added, most, noise),
+                    f"{added:+.1f} ms (medians of {len(rows)} and {len(off)} runs"
+                    f"{_noise_words(noise, ' ms')})",
                 )
             )
     return out
@@ -145,7 +164,8 @@ def _latency_checks(find: Find) -> list[Check]:
 
 def _hydrate_checks(find: Find) -> list[Check]:
     """Hydration: best-effort's median wall time at 1 MiB and ``auto`` against
-    ``off``'s (the runs are interleaved, so medians compare like with like)."""
+    ``off``'s (the runs are interleaved, so medians compare like with like),
+    within the bound and the repeats' noise (see the module doc)."""
     out: list[Check] = []
     hyd_off = [r["wall_s"] for r in find(section="hydrate", mode="off")]
     for threshold, most in ((MIB, 1.10), (AUTO, 1.0)):
@@ -155,10 +175,48 @@ def _hydrate_checks(find: Find) -> list[Check]:
         ]
         if hyd_off and walls:
             ratio = statistics.median(walls) / statistics.median(hyd_off)
-            figures = f"{ratio:.3f}x ({len(walls)} vs {len(hyd_off)} runs)"
+            noise = ratio * _noise(walls, hyd_off, relative=True)
             claim = (
                 f"hydrate: {bytes_label(threshold)} threshold wall time <= {most:.2f}x off "
                 "(medians, interleaved)"
             )
-            out.append((claim, ratio <= most, figures))
+            figures = (
+                f"{ratio:.3f}x ({len(walls)} vs {len(hyd_off)} runs{_noise_words(noise, 'x')})"
+            )
+            out.append((claim, _within(ratio, most, noise), figures))
     return out
+
+
+def _within(value: float, most: float, noise: float) -> Verdict:
+    """Whether a median ``value`` keeps to ``most``: passed at or below it,
+    failed past ``most + noise``, :data:`INCONCLUSIVE` in between."""
+    if value <= most:
+        return True
+    return False if value - noise > most else INCONCLUSIVE
+
+
+def _noise(*samples: Sequence[float], relative: bool = False) -> float:
+    """The noise of a comparison of the medians of ``samples``: the sum of
+    their median absolute deviations (``relative``: each over its median);
+    unknown (infinite) if one has a single run."""
+    if any(len(s) < 2 for s in samples):
+        return math.inf
+    total = 0.0
+    for sample in samples:
+        middle = statistics.median(sample)
+        deviation = statistics.median(abs(v - middle) for v in sample)
+        total += deviation / middle if relative else deviation
+    return total
+
+
+def _noise_words(noise: float, unit: str) -> str:
+    return ", noise unknown: one run" if math.isinf(noise) else f", noise {noise:.3g}{unit}"
+
+
+def verdict_word(verdict: Verdict) -> str:
+    """How a verdict is said: pass, FAIL, inconclusive, not measured."""
+    if verdict is None:
+        return "not measured"
+    if verdict == INCONCLUSIVE:
+        return INCONCLUSIVE
+    return "pass" if verdict else "FAIL"

@@ -1,7 +1,7 @@
 """``report.md`` of a ``bench cluster`` run, and the rows of its tables.
 
-The report holds the exact command, the machine, the checks (pass, fail or
-not measured), one table per section (with the compaction and Delta peer
+The report holds the exact command, the machine, the checks (pass, fail,
+inconclusive or not measured), one table per section (with the compaction and Delta peer
 side tables), where ``auto`` took the threshold, the scale-out analysis
 (:func:`shardsink.bench.scale.report_lines`) and links to the PNG plots
 already in the output directory.
@@ -16,7 +16,7 @@ from ..._figures import report_head
 from ...config import AUTO
 from .. import scale
 from . import hosts
-from .checks import checks
+from .checks import checks, verdict_word
 from .matrices import SECTIONS, bytes_label, describe, shape_of, workload_lines
 
 #: The columns of every section's table (and of the console table):
@@ -73,8 +73,8 @@ def write_report(rows: list[dict], out: Path, command: str, elapsed_s: float) ->
         "|---|---|---|",
     ]
     for claim, passed, figures in checks(rows):
-        verdict = "not measured" if passed is None else ("pass" if passed else "**FAIL**")
-        lines.append(f"| {claim} | {verdict} | {figures} |")
+        verdict = verdict_word(passed)
+        lines.append(f"| {claim} | {'**FAIL**' if verdict == 'FAIL' else verdict} | {figures} |")
     sections = sorted({r["section"] for r in rows}, key=SECTIONS.index)
     for section in sections:
         lines += _section_lines(section, rows)

@@ -27,7 +27,7 @@ from ...persist.digest import NO_DIGEST_ENV
 from ...workloads import Workload
 from .. import scale
 from . import hosts
-from .checks import checks
+from .checks import checks, verdict_word
 from .matrices import RunSpec
 from .plots import plot
 from .report import COLUMNS, table_rows, write_report
@@ -300,8 +300,7 @@ def _print_summary(rows: list[dict], out: Path, title: str, quiet: bool) -> None
     console = Console(quiet=quiet, width=None if sys.stdout.isatty() else 200)
     console.print(table)
     for claim, passed, figures in checks(rows):
-        verdict = "not measured" if passed is None else ("pass" if passed else "FAIL")
-        console.print(f"{verdict:>12}  {claim}: {figures}")
+        console.print(f"{verdict_word(passed):>12}  {claim}: {figures}")
 
 
 def _write_results(out: Path, rows: list[dict]) -> None:

@@ -7,7 +7,6 @@ columns, then ``ts: uint64`` and ``diff: int64``.
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections.abc import Iterable
 
@@ -16,7 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import _zstd as zstd
-from .digest import leaves
+from . import values as V
 from .errors import CorruptState
 from .state import BlobPart, InlinePart, KeyBound, Part
 
@@ -100,35 +99,41 @@ def concat(tables: Iterable[pa.Table], schema: pa.Schema) -> pa.Table:
 
 
 def consolidate(table: pa.Table) -> pa.Table:
-    """Sum the diffs of equal ``(key, val, ts)``, drop zero sums, sort by key,
-    val, ts; ``table`` itself if it is consolidated already. Structs group
-    and sort by their fields in order (Arrow groups no struct, so the sums
-    are grouped by the leaf columns and the first row of each group taken).
-    ``ValueError`` naming a field Arrow cannot group or sort
-    (:func:`check_sortable`)."""
+    """Sum the diffs of equal ``(key, val, ts)``, drop zero sums, sort in
+    update order; ``table`` itself if it is consolidated already. Equality
+    and order are :mod:`.values`': any type, nulls and nested values
+    included (each group keeps its first row's value)."""
     if table.num_rows == 0 or _consolidated_already(table):
         return table
     return _grouped(table)
 
 
 def _grouped(table: pa.Table) -> pa.Table:
-    """:func:`consolidate` by Arrow's grouping and sort."""
+    """:func:`consolidate` by Arrow's grouping and sort: of the columns
+    themselves when key and val are plain, else of their
+    :func:`~.values.order_columns`, taking each group's first row."""
     schema = table.schema
-    try:
-        if not _nested(schema):
-            summed = table.group_by(["key", "val", "ts"], use_threads=False).aggregate(
-                [("diff", "sum")]
-            )
-            summed = summed.filter(pc.not_equal(summed["diff_sum"], 0))
-            out = pa.Table.from_arrays(
-                [summed["key"], summed["val"], summed["ts"], summed["diff_sum"]], schema=schema
-            )
-        else:
-            out = _consolidate_leaves(table)
+    if not V.encoded(schema):
+        summed = table.group_by(["key", "val", "ts"], use_threads=False).aggregate(
+            [("diff", "sum")]
+        )
+        summed = summed.filter(pc.not_equal(summed["diff_sum"], 0))
+        out = pa.Table.from_arrays(
+            [summed["key"], summed["val"], summed["ts"], summed["diff_sum"]], schema=schema
+        )
         return out.sort_by(UPDATE_ORDER)
-    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        check_sortable(schema)
-        raise
+    names = ["k", "v", "t"]
+    flat = pa.table(
+        [*V.order_columns(table), table["diff"], pa.array(range(table.num_rows), pa.int64())],
+        names=[*names, "diff", "row"],
+    )
+    summed = flat.group_by(names, use_threads=False).aggregate([("diff", "sum"), ("row", "min")])
+    summed = summed.filter(pc.not_equal(summed["diff_sum"], 0))
+    order = pc.sort_indices(summed, sort_keys=[(n, "ascending") for n in names])
+    out = table.take(pc.take(summed["row_min"], order))
+    return out.set_column(
+        schema.get_field_index("diff"), "diff", pc.take(summed["diff_sum"], order)
+    )
 
 
 def _consolidated_already(table: pa.Table) -> bool:
@@ -146,31 +151,25 @@ def _consolidated_already(table: pa.Table) -> bool:
     if table.num_rows <= SMALL_ROWS and all(
         _python_ordered(table.schema.field(name).type) for name in ("key", "val")
     ):
-        return _small_consolidated_already(table)
-    _check_sortable_once(table.schema)  # neighbours compared may stop short of a field
+        small = _small_consolidated_already(table)
+        if small is not None:
+            return small
     diff = table["diff"]
     if diff.null_count or pc.any(pc.equal(diff, 0)).as_py():
         return False
-    try:
-        return in_update_order(table, strict=True)
-    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        return False  # the grouping names the field
+    return in_update_order(table, strict=True)
 
 
-@functools.lru_cache(maxsize=64)
-def _check_sortable_once(schema: pa.Schema) -> None:
-    """:func:`check_sortable`, remembered for a schema that passes."""
-    check_sortable(schema)
-
-
-def _small_consolidated_already(table: pa.Table) -> bool:
+def _small_consolidated_already(table: pa.Table) -> bool | None:
+    """:func:`_consolidated_already` in Python; ``None`` for a table with a
+    null key, val or ts, which Python does not order."""
     diffs = table["diff"].to_pylist()
     if 0 in diffs or None in diffs:
         return False
     columns = (table[name].to_pylist() for name in ("key", "val", "ts"))
     rows = list(zip(*columns, strict=True))
     if any(value is None for row in rows for value in row):
-        return False
+        return None
     return all(a < b for a, b in itertools.pairwise(rows))
 
 
@@ -186,98 +185,76 @@ def _python_ordered(kind: pa.DataType) -> bool:
     )
 
 
-def _consolidate_leaves(table: pa.Table) -> pa.Table:
-    columns = _order_leaves(table)
-    names = [f"c{i}" for i in range(len(columns))]
-    flat = pa.table(
-        [*columns, table["diff"], pa.array(range(table.num_rows), pa.int64())],
-        names=[*names, "diff", "row"],
-    )
-    summed = flat.group_by(names, use_threads=False).aggregate([("diff", "sum"), ("row", "min")])
-    summed = summed.filter(pc.not_equal(summed["diff_sum"], 0))
-    out = table.take(summed["row_min"])
-    return out.set_column(out.schema.get_field_index("diff"), "diff", summed["diff_sum"])
-
-
-def _nested(schema: pa.Schema) -> bool:
-    return any(pa.types.is_struct(schema.field(n).type) for n in ("key", "val"))
-
-
-def _order_leaves(table: pa.Table) -> list[pa.Array]:
-    """The columns :data:`UPDATE_ORDER` compares, structs walked into their
-    fields (in order: Arrow sorts a struct by its fields)."""
-    return [leaf for name, _ in UPDATE_ORDER for _, leaf in leaves(name, table[name])]
-
-
-def check_sortable(schema: pa.Schema) -> None:
-    """``ValueError`` naming the first field of ``key`` or ``val`` (a struct's
-    by its path, ``val.tags``) that Arrow cannot group, sort or compare:
-    updates are consolidated by (key, val, ts), so such a schema cannot be a
-    cluster's."""
-    for name in ("key", "val"):
-        for path, leaf in leaves(name, pa.chunked_array([], schema.field(name).type)):
-            probe = pa.table({"x": leaf})
-            try:
-                probe.sort_by("x")
-                probe.group_by(["x"]).aggregate([])
-                pc.less(leaf, leaf)
-            except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
-                raise ValueError(
-                    f"field {path} of type {leaf.type} cannot be sorted or grouped by Arrow: "
-                    "shardsink consolidates updates by (key, val, ts); use numbers, strings, "
-                    "binary, temporal types or structs of them"
-                ) from None
-
-
 def sort_updates(table: pa.Table) -> pa.Table:
-    """``table``'s rows in :data:`UPDATE_ORDER`: ``table`` itself if they
-    already are (a consolidated table's are), else a sorted copy.
-    ``pyarrow.ArrowNotImplementedError`` for columns Arrow cannot sort (such
-    a shard cannot consolidate either)."""
-    return table if in_update_order(table) else table.sort_by(UPDATE_ORDER)
+    """``table``'s rows in update order: ``table`` itself if they already
+    are (a consolidated table's are), else a sorted copy."""
+    if in_update_order(table):
+        return table
+    if not V.encoded(table.schema):
+        # Arrow sorts each chunk and merges them: one copy of the table, where
+        # combining the chunks first would make two
+        return table.sort_by(UPDATE_ORDER)
+    columns = V.order_columns(table)
+    names = ["k", "v", "t"]
+    order = pc.sort_indices(
+        pa.table(columns, names=names), sort_keys=[(n, "ascending") for n in names]
+    )
+    return table.take(order)
 
 
 def in_update_order(table: pa.Table, *, strict: bool = False) -> bool:
-    """Whether ``table``'s rows are in :data:`UPDATE_ORDER` (``strict``: and
-    no two alike in it): vectorized comparisons of neighbouring rows,
-    cheaper than a sort, which stop at the first column (key) in which every
-    row is below the next. A null or NaN in a column compared reads as out
-    of order, so such a table is sorted rather than trusted."""
+    """Whether ``table``'s rows are in update order (``strict``: and no two
+    alike in it): vectorized comparisons of neighbouring rows of its
+    :func:`~.values.order_columns`, cheaper than a sort, which stop at the
+    first column (key) in which every row is below the next. A null is
+    above every value and equal to a null."""
     if table.num_rows < 2:
         return True
-    columns = _order_leaves(table)
-    if _unordered_at_a_seam(table["key"], columns[0]):
+    columns = V.order_columns(table)
+    if _unordered_at_a_seam(columns[0]):
         return False  # a builder's table: its workers' runs one after another
     before = after = None  # rows ordered so far by the columns compared / equal in them
     for i, column in enumerate(columns):
         last = i == len(columns) - 1
         a, b = column[:-1], column[1:]
-        less = pc.fill_null(pc.less_equal(a, b) if last and not strict else pc.less(a, b), False)
+        less = _less(a, b)
+        if last and not strict:
+            less = pc.or_(less, _equal(a, b))
         before = less if before is None else pc.or_(before, pc.and_(after, less))
         if last or pc.all(before).as_py():
             break
-        equal = pc.fill_null(pc.equal(a, b), False)
+        equal = _equal(a, b)
         after = equal if after is None else pc.and_(after, equal)
     return pc.all(before).as_py()
 
 
-def _unordered_at_a_seam(keys: pa.ChunkedArray, first: pa.Array) -> bool:
-    """Whether a chunk of ``keys`` starts below the key the chunk before it
-    ends with, by ``first``, the leaf column they sort by first (``keys`` for
-    a plain key): a few scalar comparisons, where the whole check is a pass."""
-    seams = list(itertools.accumulate(len(c) for c in keys.chunks))[:-1]
-    return any(0 < at < len(first) and pc.less(first[at], first[at - 1]).as_py() for at in seams)
+def _less(a: pa.ChunkedArray, b: pa.ChunkedArray) -> pa.ChunkedArray:
+    """``a < b`` row by row, a null above every value (never null itself)."""
+    less = pc.fill_null(pc.less(a, b), False)
+    if a.null_count or b.null_count:
+        less = pc.or_(less, pc.and_(pc.is_valid(a), pc.is_null(b)))
+    return less
 
 
-def _claimable(table: pa.Table) -> bool:
-    """Whether a table Arrow sorted is in :data:`UPDATE_ORDER` as
-    :func:`in_update_order` reads it: no null among key, val, ts and no NaN."""
-    for column in _order_leaves(table):
-        if column.null_count or (
-            pa.types.is_floating(column.type) and pc.any(pc.is_nan(column)).as_py()
-        ):
-            return False
-    return True
+def _equal(a: pa.ChunkedArray, b: pa.ChunkedArray) -> pa.ChunkedArray:
+    """``a == b`` row by row, nulls equal to each other (never null itself)."""
+    equal = pc.fill_null(pc.equal(a, b), False)
+    if a.null_count or b.null_count:
+        equal = pc.or_(equal, pc.and_(pc.is_null(a), pc.is_null(b)))
+    return equal
+
+
+def _unordered_at_a_seam(first: pa.ChunkedArray | pa.Array) -> bool:
+    """Whether a chunk of ``first`` (the column update order compares
+    first) starts below the value the chunk before it ends with: a few
+    scalar comparisons, where the whole check is a pass."""
+    if not isinstance(first, pa.ChunkedArray):
+        return False
+    seams = list(itertools.accumulate(len(c) for c in first.chunks))[:-1]
+    return any(
+        0 < at < len(first) and _less(first[at : at + 1], first[at - 1 : at])[0].as_py()
+        for at in seams
+    )
 
 
 def with_ts(table: pa.Table, ts_values: pa.Array | pa.ChunkedArray) -> pa.Table:
@@ -350,9 +327,16 @@ def _bounds(table: pa.Table) -> dict:
 
 
 def _arrow_bounds(table: pa.Table) -> tuple:
+    """The bounds of ``table``'s ts and keys; no key bounds (``None``) for
+    keys with a null or a NaN, which key ranges cannot place (a null or a NaN
+    sorts after every value and compares to none), or of a type
+    ``min_max`` does not take."""
     ts_lo, ts_hi = (s.as_py() for s in pc.min_max(table["ts"]).values())
+    keys = table["key"]
+    if keys.null_count or (pa.types.is_floating(keys.type) and pc.any(pc.is_nan(keys)).as_py()):
+        return ts_lo, ts_hi, None, None
     try:
-        key_lo, key_hi = (s.as_py() for s in pc.min_max(table["key"]).values())
+        key_lo, key_hi = (s.as_py() for s in pc.min_max(keys).values())
     except pa.ArrowNotImplementedError:
         key_lo = key_hi = None
     return ts_lo, ts_hi, key_lo, key_hi
@@ -397,7 +381,7 @@ def inline_part(table: pa.Table, max_bytes: int, *, ordered: bool = False) -> In
     if max_bytes <= 0 or too_big:
         return None
     if not ordered:
-        table, _ = _sorted_if_possible(table)
+        table = sort_updates(table)
     message = table.combine_chunks().to_batches()[0].serialize()
     if message.size > INLINE_MESSAGE_MAX:
         return None
@@ -413,35 +397,27 @@ def blob_part(table: pa.Table, key: str) -> tuple[BlobPart, bytes]:
     description under ``key``. The file says so (Parquet's
     ``sorting_columns``: key, val, ts), so a reader streams it a chunk at a
     time instead of loading and sorting it whole (see
-    :func:`~.read.part_chunks`). Only a table whose columns Arrow cannot sort
-    is written as it is, without ``sorting_columns``."""
+    :func:`~.windows.part_chunks`)."""
     sink = pa.BufferOutputStream()
-    table, ordered = _sorted_if_possible(table)
-    sorting = _in_order(table.schema) if ordered else None
-    pq.write_table(table, sink, sorting_columns=sorting, **WRITE_OPTIONS)
+    table = sort_updates(table)
+    pq.write_table(table, sink, sorting_columns=_in_order(table.schema), **WRITE_OPTIONS)
     data = sink.getvalue().to_pybytes()
     return BlobPart(key=key, encoded_bytes=len(data), **_bounds(table)), data
 
 
-def _sorted_if_possible(table: pa.Table) -> tuple[pa.Table, bool]:
-    """``table`` in :data:`UPDATE_ORDER` and ``True``; ``table`` as it is and
-    ``False`` if Arrow cannot sort its columns or they hold nulls or NaNs
-    (see :func:`in_update_order`)."""
-    try:
-        if in_update_order(table):
-            return table, True
-        # Arrow sorts each chunk and merges them: one copy of the table, where
-        # combining the chunks first would make two
-        table = table.sort_by(UPDATE_ORDER)
-    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        return table, False
-    return table, _claimable(table)
-
-
-def _in_order(schema: pa.Schema) -> list[pq.SortingColumn]:
-    """:data:`UPDATE_ORDER` as Parquet's ``sorting_columns`` (readers need
-    only the first, key: :func:`sorted_by_key`)."""
-    return [pq.SortingColumn(schema.get_field_index(name)) for name, _ in UPDATE_ORDER]
+def _in_order(schema: pa.Schema) -> list[pq.SortingColumn] | None:
+    """Update order as Parquet's ``sorting_columns``, as far as Parquet can
+    say it: its columns are leaves, and it orders numbers, strings and
+    binary, so the columns up to the first nested one (a struct's or list's
+    leaves are not its order); ``None`` for a nested key. Readers need only
+    the first, key (:func:`sorted_by_key`)."""
+    declared = []
+    for leaf, (name, _) in enumerate(UPDATE_ORDER):
+        kind = schema.field(name).type
+        if not (V.plain(kind) or pa.types.is_floating(kind)):
+            break
+        declared.append(pq.SortingColumn(leaf))
+    return declared or None
 
 
 class SortedPartWriter:

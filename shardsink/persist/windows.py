@@ -259,7 +259,7 @@ def part_chunks(
             table = P.decode_inline(part, schema)
         except ValueError as exc:
             raise P.corrupt(shard, part, exc) from None
-        return _slices(table if P.in_update_order(table) else table.sort_by("key"), rows)
+        return _slices(P.sort_updates(table), rows)
     whole = part.encoded_bytes <= WHOLE_GET_BYTES
     if whole:
         data = blob.get(part.key)
@@ -283,7 +283,7 @@ def part_chunks(
         source.close()
         raise _failed(blob, shard, part, exc) from None
     source.close()
-    return _slices(table.sort_by("key"), rows)
+    return _slices(P.sort_updates(table), rows)
 
 
 def _slices(table: pa.Table, rows: int) -> Iterator[pa.Table]:

@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from ..config import WORKLOADS, ClusterConfig
 from ..persist import parts as P
-from ..persist.digest import check_hashable
+from ..persist import values
 
 #: Built-in names besides ``WORKLOADS`` (the key-range ones), as specs.
 BUILTIN_SPECS = {
@@ -142,8 +142,7 @@ def shard_schema(workload: AnyWorkload, spec: str = "") -> pa.Schema:
             f"(a struct for several columns), not {', '.join(schema.names)}"
         )
     try:
-        P.check_sortable(schema)
-        check_hashable(schema)
+        values.check(schema)
     except ValueError as exc:
         raise ValueError(f"workload {spec!r}: {exc}") from None
     return P.full_schema(schema)

@@ -75,28 +75,44 @@ def test_a_table_consolidated_already_is_kept_as_it_is(rows, kept, pad):
     assert rows_of(quick) == rows_of(P._grouped(table))
 
 
-def test_a_large_table_with_a_null_or_a_nan_key_is_grouped():
-    """A null or NaN key reads as out of order; a null val under keys that
-    ascend strictly does not matter (the keys order the rows alone)."""
+def test_a_large_table_with_a_null_or_a_nan_key_sorts_them_last():
+    """A NaN sorts after every number and a null after every value, so a
+    table ending in one is consolidated already; one that starts with it,
+    or holds two of them, is grouped (two nulls, two NaNs are one value)."""
     table = updates([(k, "v", 3, 1) for k in range(100)])
-    floats = table.set_column(0, "key", pa.array([*map(float, range(99)), float("nan")]))
-    nulls = table.set_column(0, "key", pa.array([*range(99), None], pa.int64()))
-    for grouped in (floats, nulls):
-        assert not P._consolidated_already(grouped)
-        assert P.consolidate(grouped) is not grouped
+    nan, keys = float("nan"), list(map(float, range(99)))
+    cases = {
+        "nan last": ([*keys, nan], pa.float64(), True),
+        "null last": ([*range(99), None], pa.int64(), True),
+        "nan first": ([nan, *keys], pa.float64(), False),
+        "two nulls": ([*range(98), None, None], pa.int64(), False),
+        "two nans": ([*keys[:98], nan, nan], pa.float64(), False),
+    }
+    for name, (values, kind, already) in cases.items():
+        case = table.set_column(0, "key", pa.array(values, kind))
+        assert P._consolidated_already(case) is already, name
+        out = P.consolidate(case)
+        assert (out is case) is already, name
+        assert P.in_update_order(out, strict=True), name
     null_val = table.set_column(1, "val", pa.array(["v"] * 99 + [None], pa.string()))
     assert P.consolidate(null_val) is null_val
     assert rows_of(P._grouped(null_val)) == rows_of(null_val)
 
 
-def test_only_types_python_orders_as_arrow_are_looked_at():
+def test_only_types_python_orders_as_arrow_are_looked_at_in_python():
+    """Floats (NaN, -0.0) and nulls are not Python's to order: Arrow's way
+    (:mod:`~shardsink.persist.values`) decides, and orders them last."""
     ts, diff = pa.array([3, 3], pa.uint64()), pa.array([1, 1], pa.int64())
     floats = pa.table({"key": [1.0, float("nan")], "val": ["a", "a"], "ts": ts, "diff": diff})
-    assert not P._consolidated_already(floats)
+    assert P._consolidated_already(floats)
+    assert not P._consolidated_already(floats.take([1, 0]))
+    zeros = pa.table({"key": [-0.0, 0.0], "val": ["a", "a"], "ts": ts, "diff": diff})
+    assert not P._consolidated_already(zeros)
+    assert P.consolidate(zeros)["diff"].to_pylist() == [2]
     nulls = updates([(1, "a", 3, 1), (2, "b", 3, 1)]).set_column(
         1, "val", pa.array(["a", None], pa.string())
     )
-    assert not P._consolidated_already(nulls)
+    assert P._consolidated_already(nulls)
 
 
 def test_a_small_parts_bounds_in_python_are_arrows():

@@ -175,16 +175,23 @@ def test_build_batch_flush_inline_and_inline_parts_are_sorted():
         assert P.sorted_by_key(file) and P.in_update_order(file.read())
 
 
-def test_a_table_arrow_cannot_sort_is_written_as_it_is_and_says_nothing():
+def test_a_list_key_is_sorted_by_value_and_the_file_claims_no_order_parquet_cannot_say():
+    """Arrow sorts no lists: a part of list keys is sorted by their
+    canonical encoding (element by element, a prefix first), and its file
+    declares no ``sorting_columns`` (Parquet's are leaves, which a list's
+    order is not), so readers load it whole."""
     schema = pa.schema([("key", pa.list_(pa.int64())), ("val", pa.string())])
     table = P.conform(
-        pa.table({"key": [[2], [1]], "val": ["b", "a"], "ts": [0, 0], "diff": [1, 1]}),
+        pa.table(
+            {"key": [[2], [1, 5], [1]], "val": ["b", "a", "c"], "ts": [0] * 3, "diff": [1] * 3}
+        ),
         P.full_schema(schema),
     )
     part, data = P.blob_part(table, "k")
     file = pq.ParquetFile(pa.BufferReader(data))
-    assert not P.sorted_by_key(file) and file.read()["key"].to_pylist() == [[2], [1]]
-    assert part.rows == 2
+    assert not P.sorted_by_key(file)
+    assert file.read()["key"].to_pylist() == [[1], [1, 5], [2]]
+    assert part.rows == 3 and part.key_lo is None
 
 
 @pytest.fixture

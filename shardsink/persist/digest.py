@@ -9,45 +9,64 @@ of a union is the sum of the parts' digests in any order: the digests the
 workers report for an interval add up to the one of the interval's batches,
 and the batches of a shard add up to the one of its consolidated content.
 
-``h`` is computed in compiled passes over the rows (:mod:`._hash_kernels`),
-one per leaf but for leaves of one word per row, each folded into the pass
-after it; the last pass also mixes and sums the rows. Every 8-byte word of
-a row's leaves (a struct is walked into its fields; a fixed-width value is
-its bits, a string or binary its little-endian words and its length) is
-multiplied by an odd constant of its own leaf and place, the products are
-summed, and the splitmix64 finalizer mixes the sum into
-``h``. Odd constants make a change of any one word change the sum, and the
-finalizer (a bijection) then ``h``; one finalizer per row, not per word,
-keeps the digest a small share of a worker's CPU (``bench cluster``'s
-``digest`` section measures it). A null counts as a constant. Types with
-no such layout (lists, maps, unions) raise ``ValueError`` naming the
-field; shardsink cannot consolidate them either.
+``h`` hashes values as :mod:`.values` defines them: two values it calls
+equal (a ``-0.0`` and a ``0.0``, two NaNs) hash alike, and two it tells
+apart (a null struct and a struct of nulls, ``[1, 2]`` and ``[2, 1]``)
+almost surely do not. Column ``c`` (``key`` is 1, ``val`` 2) adds its
+share to the row's sum, and the splitmix64 finalizer mixes the sum into
+``h``:
+
+- a value of one word (an integer, a temporal value, a boolean as 0 or 1,
+  a float's canonical bits): ``K_c · w``;
+- a string or binary value, a decimal, a fixed-size binary: ``Σ_j K_cj ·
+  w_j + length · L_c`` over its little-endian 8-byte words (the last
+  zero-padded);
+- any other value (a struct, a list, a map, ...): the same over the bytes
+  of its canonical encoding (:func:`.values.encode`);
+- a null: ``NULL · K_c``.
+
+The constants ``K`` are odd (a change of any one word changes the sum) and
+the finalizer a bijection, so a changed value changes ``h``. One finalizer
+per row, not per word, keeps the digest a small share of a worker's CPU
+(``bench cluster``'s ``digest`` section measures it).
+
+Every step is a numpy pass over whole arrays (no compiler, nothing to load
+or warm): the numba loops this replaced took 5.7-6.0 ns a trickle row
+against numpy's (see docs/workloads.md, "What a digest costs"), but every
+process paid 0.3 s to load them and a new machine 2.4 s to compile them.
+
+Schemes: a digest records the hash it was made with. Scheme 1 is this hash
+on tables whose ``key`` and ``val`` are plain and not floats (for those,
+scheme 1 and this module agree bit for bit: the digests of shards written
+before are still checked); scheme 2 is this hash on any other table
+(:func:`scheme`). A digest of another scheme than its shard's is not
+compared (:func:`comparable`).
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import os
-import threading
 
 import msgspec
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from . import values as V
 
 #: Set to 1, no digest is computed (:func:`written` is ``None``): only
 #: ``bench cluster``'s digest-cost section sets it, to measure their cost.
 NO_DIGEST_ENV = "SHARDSINK_NO_DIGEST"
 _MASK = (1 << 64) - 1
-_STEP = np.uint64(0xA0761D6478BD642F)
-_NULL = np.uint64(0x9E3779B97F4A7C15)
-_LENGTH = np.uint64(0xD6E8FEB86659FD93)
-
-
-#: The hash this module computes. Digests stored with another (``0``, the
-#: first one, which mixed every word) are not compared: their sums mean
-#: nothing to this one (:func:`comparable`).
-SCHEME = 1
+_STEP = 0xA0761D6478BD642F
+_NULL = 0x9E3779B97F4A7C15
+_LENGTH = 0xD6E8FEB86659FD93
+_MIX_1, _MIX_2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+#: The hash of tables of plain, non-float keys and values (see the module doc).
+PLAIN_SCHEME = 1
+#: The hash of every other table.
+SCHEME = 2
 
 
 class Digest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, array_like=True):
@@ -106,55 +125,34 @@ def total_known(digests) -> Digest | None:
     return total(digests)
 
 
-def comparable(stored: Digest) -> bool:
-    """Whether ``stored`` can be checked against a digest computed now:
-    empty, or of :data:`SCHEME`."""
-    return stored.empty() or stored.scheme == SCHEME
+def scheme(schema: pa.Schema) -> int:
+    """The scheme this module hashes tables of ``schema`` with (see the
+    module doc)."""
+    return SCHEME if V.encoded(schema) else PLAIN_SCHEME
+
+
+def comparable(stored: Digest, schema: pa.Schema) -> bool:
+    """Whether ``stored`` can be checked against a digest computed now of a
+    table of ``schema``: empty, or of its :func:`scheme`."""
+    return stored.empty() or stored.scheme == scheme(schema)
 
 
 def digest(table: pa.Table | pa.RecordBatch) -> Digest:
     """The digest of ``table`` (columns ``key``, ``val``, ``diff``; ``ts`` and
-    others ignored). ``ValueError`` naming a field whose type cannot be hashed."""
+    others ignored). ``ValueError`` naming a field whose type has no
+    equality (:func:`.values.check`)."""
     n = table.num_rows
     if n == 0:
         return Digest()
-    diffs = _numpy(table.column("diff")).astype(np.int64, copy=False)
-    hashed, diff_total = _passes(table, ("key", "val"), _scratch(n), diffs)
-    return Digest(n, int(diff_total), int(hashed), SCHEME)
-
-
-def prepare() -> None:
-    """Load the compiled loops (see :mod:`._hash_kernels`) now, in this
-    process: a process that forks children calls it first, so that no child
-    loads them again (0.3 s each)."""
-    table = pa.table(
-        {"key": pa.array([1, 2]), "val": pa.array(["v", "vw"]), "diff": pa.array([1, 1])}
-    )
-    digest(table)
-    # values of one length: in words, each count below RECORD_WORDS is a
-    # loop of its own (12-15 ms to load all of them), then the matrix loop,
-    # aligned (a multiple of 8 bytes) and not
-    for length in [8 * count for count in range(1, _kernels().RECORD_WORDS + 1)] + [13]:
-        digest(table.set_column(1, "val", pa.array(["a" * length] * 2)))
-
-
-@functools.cache
-def _kernels():
-    """:mod:`._hash_kernels`, imported on first use: numba takes 0.2 s to
-    import, which a command that hashes nothing should not pay.
-    ``RuntimeError`` saying where to cache them if numba has nowhere to."""
-    try:
-        from . import _hash_kernels
-    except RuntimeError as exc:
-        if "cannot cache" not in str(exc):
-            raise
-        raise RuntimeError(
-            "shardsink's digests compile their loops with numba and cache them on disk, "
-            f"and numba has nowhere to ({exc}): make {os.path.dirname(__file__)}/__pycache__ "
-            "or the user's cache directory writable, or set NUMBA_CACHE_DIR to a directory "
-            "that is"
-        ) from exc
-    return _hash_kernels
+    if n <= SMALL_ROWS and _small(table.schema):
+        diffs = table.column("diff").to_pylist()
+        hashes = _small_hashes(table, ("key", "val"))
+        total_hash = sum(d * h for d, h in zip(diffs, hashes, strict=True))
+        return Digest(n, sum(diffs), total_hash & _MASK, scheme(table.schema))
+    diffs = _plain(table.column("diff")).to_numpy(zero_copy_only=False).astype(np.int64)
+    # array operations wrap mod 2^64 without a warning (numpy warns for scalars only)
+    total_hash = int(np.sum(row_hashes(table) * diffs.view(np.uint64)))
+    return Digest(n, int(diffs.sum()), total_hash & _MASK, scheme(table.schema))
 
 
 def written(table: pa.Table | pa.RecordBatch) -> Digest | None:
@@ -167,191 +165,96 @@ def row_hashes(
     table: pa.Table | pa.RecordBatch, columns: tuple[str, ...] = ("key", "val")
 ) -> np.ndarray:
     """``h(key, val)`` of every row of ``table`` (or the hash of other
-    ``columns``), as ``uint64``."""
-    sums = np.empty(table.num_rows, dtype=np.uint64)
-    _passes(table, columns, sums, None)
-    _kernels().mix(sums)
-    return sums
+    ``columns``), as ``uint64``, :data:`BLOCK_ROWS` at a time."""
+    n = table.num_rows
+    if n <= BLOCK_ROWS:
+        return _hashes(table, columns)
+    return np.concatenate(
+        [_hashes(table.slice(start, BLOCK_ROWS), columns) for start in range(0, n, BLOCK_ROWS)]
+    )
+
+
+#: Rows hashed at a time: each step is a pass over arrays of this many
+#: words, which stay in the CPU's caches (a 1M-row trickle table: 28 ms
+#: in blocks of 16Ki-64Ki rows against 47 whole; 4Ki: 48; by hand,
+#: ``process_time``).
+BLOCK_ROWS = 1 << 15
 
 
 def mix(z: np.ndarray) -> np.ndarray:
     """The splitmix64 finalizer of each of ``z``, as a new ``uint64`` array."""
-    mixed = np.array(z, dtype=np.uint64)
-    _kernels().mix(mixed)
-    return mixed
+    z = np.array(z, dtype=np.uint64)
+    z ^= z >> _30
+    z *= np.uint64(_MIX_1)
+    z ^= z >> _27
+    z *= np.uint64(_MIX_2)
+    z ^= z >> _31
+    return z
 
 
-_NO_FOLD = np.empty(0, dtype=np.uint64)
-#: No word leaf folded into the next pass: ``(words, constant)`` of none.
-_NOTHING_FOLDED = (_NO_FOLD, np.uint64(0))
-_NO_DIFFS = np.empty(0, dtype=np.int64)
+_30, _27, _31 = np.uint64(30), np.uint64(27), np.uint64(31)
 
 
-def _passes(
-    table: pa.Table | pa.RecordBatch,
-    columns: tuple[str, ...],
-    sums: np.ndarray,
-    diffs: np.ndarray | None,
-) -> tuple[int, int]:
-    """Hash the leaves of ``columns`` (see the module doc and
-    :mod:`._hash_kernels`): a pass per leaf, a leaf of one word per row
-    folded into the pass after it. With ``diffs``, the last pass finishes:
-    ``(Σ diff · h, Σ diff)``. Without, ``sums`` holds every row's sum before
-    the finalizer, and ``(0, 0)`` is returned."""
-    kernels = _kernels()
-    plain = [
-        (path, _plain(leaf)) for name in columns for path, leaf in leaves(name, table.column(name))
-    ]
-    fold = _NOTHING_FOLDED
-    read = False
-    for index, (path, array) in enumerate(plain, 1):
-        kind = _kind(path, array.type)
-        if len(fold[0]) and (kind in ("bool", "word") or array.null_count):
-            kernels.add_fold((*fold, sums, _NO_DIFFS, read, False))
-            fold, read = _NOTHING_FOLDED, True
-        if array.null_count:
-            _add_with_nulls(path, array, kind, index, sums, read)
-            read = True
-        elif kind in ("bool", "word"):
-            fold = (_words(array, kind), _constants(index, 1)[0])
-        else:
-            last = diffs is not None and index == len(plain)
-            rows = (*fold, sums, diffs if last else _NO_DIFFS, read, last)
-            hashed, diff_total = _share(path, array, kind, index, rows)
-            if last:
-                return hashed, diff_total
-            fold, read = _NOTHING_FOLDED, True
-    last = diffs is not None
-    return kernels.add_fold((*fold, sums, diffs if last else _NO_DIFFS, read, last))
+def _hashes(table: pa.Table | pa.RecordBatch, columns: tuple[str, ...]) -> np.ndarray:
+    sums = None
+    for index, name in enumerate(columns, 1):
+        share = _share(_plain(table.column(name)), index)
+        sums = share if sums is None else np.add(sums, share, out=share)
+    return mix(sums)
 
 
-#: Rows up to which a thread keeps its :func:`_scratch` array (8 MiB).
-SCRATCH_ROWS = 1 << 20
-_scratches = threading.local()
-
-
-def _scratch(rows: int) -> np.ndarray:
-    """A ``uint64`` array of ``rows`` for this thread's intermediate sums,
-    reused by the next digest. Why: a fresh 400 kB array page-faults; with
-    fresh ones for each step, a digest of 50,000 trickle rows cost 0.84 ms
-    of CPU, against 0.60 ms reusing one (``process_time``, by hand). Beyond
-    :data:`SCRATCH_ROWS`, a fresh one (not kept)."""
-    if rows > SCRATCH_ROWS:
-        return np.empty(rows, dtype=np.uint64)
-    kept = getattr(_scratches, "array", None)
-    if kept is None or len(kept) < rows:
-        kept = _scratches.array = np.empty(max(rows, 1024), dtype=np.uint64)
-    return kept[:rows]
-
-
-def check_hashable(schema: pa.Schema) -> None:
-    """``ValueError`` naming the first field of ``key`` or ``val`` that
-    :func:`digest` cannot hash."""
-    for name in ("key", "val"):
-        for path, leaf in leaves(name, pa.chunked_array([], schema.field(name).type)):
-            kind = leaf.type
-            _kind(path, kind.value_type if pa.types.is_dictionary(kind) else kind)
-
-
-def leaves(path: str, column: pa.ChunkedArray | pa.Array):
-    """``(path, column)`` of every non-struct leaf under ``column``, in field
-    order (``val.price``); a struct's nulls are its fields' (``flatten``)."""
-    if pa.types.is_struct(column.type):
-        for i, child in enumerate(column.flatten()):
-            yield from leaves(f"{path}.{column.type.field(i).name}", child)
-    else:
-        yield path, column
-
-
-def _kind(path: str, kind: pa.DataType) -> str:
-    if pa.types.is_boolean(kind):
-        return "bool"
-    if pa.types.is_string(kind) or pa.types.is_binary(kind):
-        return "var"
-    if pa.types.is_large_string(kind) or pa.types.is_large_binary(kind):
-        return "var"
+def _share(array: pa.Array, index: int) -> np.ndarray:
+    """Column ``index``'s share of each row's sum (see the module doc)."""
+    kind = array.type
     if pa.types.is_string_view(kind) or pa.types.is_binary_view(kind):
-        return "view"
-    width = _width(kind)
-    if width in (8, 16, 32, 64) and not pa.types.is_decimal(kind):
-        return "word"
-    if width and width % 8 == 0:
-        return "fixed"
-    raise ValueError(
-        f"field {path} of type {kind} cannot be hashed or sorted: shardsink consolidates "
-        "updates by (key, val, ts); use numbers, strings, binary, temporal types or structs "
-        "of them"
-    )
-
-
-def _width(kind: pa.DataType) -> int:
-    """``kind``'s bits per value, 0 if it has no fixed width."""
-    try:
-        return kind.bit_width
-    except ValueError:
-        return 0
-
-
-def _plain(array: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """``array`` as one chunk, not dictionary-encoded."""
-    if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
-    return array.dictionary_decode() if pa.types.is_dictionary(array.type) else array
-
-
-def _words(array: pa.Array, kind: str) -> np.ndarray:
-    """The unsigned words of a ``bool`` or ``word`` leaf (a null's word is
-    left as it is)."""
-    if kind == "bool":
-        return _numpy(pc.fill_null(pc.cast(array, pa.uint8()), 0))
-    width = array.type.bit_width // 8
-    data = np.frombuffer(array.buffers()[1], dtype=f"<u{width}")
-    return data[array.offset : array.offset + len(array)]
-
-
-def _add_with_nulls(
-    path: str, array: pa.Array, kind: str, index: int, sums: np.ndarray, read: bool
-) -> None:
-    """Write into ``sums`` (``read``: add to it) the ``index``-th leaf's
-    share of each row's sum, a null's share a constant of its own."""
-    share = np.empty(len(array), dtype=np.uint64)
-    _share(path, array, kind, index, (*_NOTHING_FOLDED, share, _NO_DIFFS, False, False))
-    null = (int(_NULL) * int(_constants(index, 1)[0])) & _MASK
-    np.putmask(share, ~_numpy(array.is_valid()), np.uint64(null))
-    if read:
-        with np.errstate(over="ignore"):
-            sums += share
-    else:
-        sums[:] = share
-
-
-def _share(path: str, array: pa.Array, kind: str, index: int, rows: tuple) -> tuple[int, int]:
-    """The pass of the ``index``-th leaf (``array``, of ``kind``) with
-    ``rows`` as :func:`._hash_kernels.add_records` takes them."""
-    kernels = _kernels()
-    if kind == "view":
-        array = array.cast(pa.large_binary())
-        kind = "var"
-    if kind in ("bool", "word"):
-        return kernels.add_fold((_words(array, kind), _constants(index, 1)[0], *rows[2:]))
-    if kind == "fixed":
-        width = _width(array.type) // 8
+        array, kind = array.cast(pa.large_binary()), pa.large_binary()
+    if pa.types.is_floating(kind):
+        share = V.float_bits(array) * _constants(index, 1)[0]
+    elif not V.plain(kind) and not pa.types.is_large_binary(kind):
+        offsets, data = V.var_parts(V.encode(array))  # a null is a value of its own in it
+        return _bytes(data, offsets, index)
+    elif pa.types.is_decimal(kind) or pa.types.is_fixed_size_binary(kind):
+        width = kind.byte_width
         data = np.frombuffer(array.buffers()[1], dtype=np.uint8)
-        offsets = np.arange(array.offset, array.offset + len(array) + 1, dtype=np.int64) * width
-        return _bytes(data, offsets, index, rows)
-    large = pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type)
-    offsets = np.frombuffer(array.buffers()[1], dtype=np.int64 if large else np.int32)
-    offsets = offsets[array.offset : array.offset + len(array) + 1]
-    data = np.frombuffer(array.buffers()[2] or b"", dtype=np.uint8)
-    return _bytes(data, offsets, index, rows)
+        share = _equal_lengths(data, array.offset * width, len(array), width, index)
+    elif _word(kind):
+        share = _words(array) * _constants(index, 1)[0]
+    else:
+        offsets, data = V.var_parts(array)
+        share = _bytes(data, offsets, index)
+    if array.null_count:
+        null = np.uint64((_NULL * int(_constants(index, 1)[0])) & _MASK)
+        share = np.where(array.is_valid().to_numpy(zero_copy_only=False), share, null)
+    return share
+
+
+def _word(kind: pa.DataType) -> bool:
+    """Whether a value of ``kind`` is one word: at most 64 bits, not a decimal."""
+    try:
+        return kind.bit_width <= 64 and not pa.types.is_decimal(kind)
+    except ValueError:
+        return False
+
+
+def _words(array: pa.Array) -> np.ndarray:
+    """The unsigned words of a one-word ``array`` (a boolean's 0 or 1; a
+    null's word is whatever its slot holds)."""
+    start, end = array.offset, array.offset + len(array)
+    bits = np.frombuffer(array.buffers()[1], dtype=np.uint8)
+    if pa.types.is_boolean(array.type):
+        return np.unpackbits(bits, bitorder="little")[start:end].astype(np.uint64)
+    return bits.view(f"<u{array.type.bit_width // 8}")[start:end].astype(np.uint64)
 
 
 @functools.lru_cache(maxsize=256)
 def _constants(index: int, count: int) -> np.ndarray:
-    """``count`` odd 64-bit constants of leaf ``index`` (one per word place):
-    odd, so a change of any one word changes the row's sum. Cached: a
-    digest of a few rows must not pay for making them again."""
-    places = np.arange(count, dtype=np.uint64) + np.uint64((index * int(_STEP)) & _MASK)
+    """``count`` odd 64-bit constants of column ``index`` (one per word
+    place): odd, so a change of any one word changes the row's sum. Cached:
+    a digest of a few rows must not pay for making them again."""
+    start = (index * _STEP) & _MASK
+    places = (
+        (np.arange(count, dtype=np.uint64) + np.uint64(start)) if count else np.empty(0, np.uint64)
+    )
     constants = mix(places) | np.uint64(1)
     constants.flags.writeable = False
     return constants
@@ -359,44 +262,139 @@ def _constants(index: int, count: int) -> np.ndarray:
 
 @functools.lru_cache(maxsize=256)
 def _length_constant(index: int) -> np.uint64:
-    """What leaf ``index`` multiplies a value's length by."""
-    return np.uint64((int(_constants(index, 1)[0]) * int(_LENGTH)) & _MASK)
+    """What column ``index`` multiplies a value's length by."""
+    return np.uint64((int(_constants(index, 1)[0]) * _LENGTH) & _MASK)
 
 
-def _bytes(data: np.ndarray, offsets: np.ndarray, index: int, rows: tuple) -> tuple[int, int]:
-    """The pass of leaf ``index``'s values ``data[offsets[r]:offsets[r+1]]``
-    with ``rows`` (see :func:`._hash_kernels.add_records`): each value's
-    share is ``Σ_j K_j · w_j`` over its little-endian 8-byte words ``w_j``
-    (the last one zero-padded), ``K`` leaf ``index``'s constants, plus the
-    value's length times another: the same for a value wherever it lies in
-    its buffer."""
-    kernels = _kernels()
-    length_constant = _length_constant(index)
-    shortest, longest = (int(n) for n in kernels.length_range(offsets))
+#: A word's bytes kept when ``r`` of them are the value's (``r`` in 0..8).
+_TAIL_MASKS = np.array([(1 << (8 * r)) - 1 for r in range(9)], dtype=np.uint64)
+
+
+def _bytes(data: np.ndarray, offsets: np.ndarray, index: int) -> np.ndarray:
+    """Each value's share ``Σ_j K_j · w_j + length · L`` of the values
+    ``data[offsets[r]:offsets[r + 1]]`` (see the module doc)."""
+    n = len(offsets) - 1
+    lengths = offsets[1:] - offsets[:-1]
+    if n == 0:
+        return np.zeros(0, dtype=np.uint64)
+    shortest, longest = int(lengths.min()), int(lengths.max())
     if shortest == longest:  # values of one length (uuids, hashes, padded codes)
-        start, rows_count = int(offsets[0]), len(offsets) - 1
-        whole, tail = divmod(longest, 8)
-        plus = np.uint64((longest * int(length_constant)) & _MASK)
-        constants = _constants(index, max(whole + (tail > 0), 1))
-        if tail == 0 and 0 < whole < kernels.RECORD_WORDS:
-            values = data[start : start + longest * rows_count]
-            return kernels.add_records(values.view(_record(whole)), constants, plus, rows)
-        stride = max(longest, 1)  # a row's stride; empty values have no bytes to stride over
-        words = np.ndarray((rows_count, whole), "<u8", data, start, (stride, 8))
-        tails = np.ndarray((rows_count, tail), np.uint8, data, start + whole * 8, (stride, 1))
-        return kernels.add_matrix(words, tails, constants, plus, rows)
-    words = data[: len(data) // 8 * 8].view("<u8")  # a value's word is cut from two of these
-    constants = _constants(index, max((longest + 7) // 8, 1))
-    return kernels.add_ragged(data, words, offsets, constants, length_constant, rows)
+        return _equal_lengths(data, int(offsets[0]), n, longest, index)
+    counts = (lengths + 7) // 8
+    padded = np.concatenate([data[: int(offsets[-1])], np.zeros(8, dtype=np.uint8)])
+    # every word of every value: a view with a word at each byte, read where the words start
+    at_each_byte = np.ndarray((len(padded) - 7,), "<u8", padded, 0, (1,))
+    firsts = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=firsts[1:])
+    place = np.arange(int(firsts[-1]), dtype=np.int64) - np.repeat(firsts[:-1], counts)
+    words = at_each_byte[np.repeat(offsets[:-1], counts) + 8 * place]
+    # the last word of a value keeps only its own bytes
+    last = firsts[1:][counts > 0] - 1
+    words[last] &= _TAIL_MASKS[(lengths - 8 * (counts - 1))[counts > 0]]
+    sums = np.zeros(len(words) + 1, dtype=np.uint64)
+    np.cumsum(words * _constants(index, longest // 8 + 1)[place], out=sums[1:])
+    return (
+        sums[firsts[1:]] - sums[firsts[:-1]] + lengths.astype(np.uint64) * _length_constant(index)
+    )
 
 
-@functools.cache
-def _record(count: int) -> np.dtype:
-    """A value of ``count`` words, as :func:`._hash_kernels.add_records` takes it."""
-    return np.dtype([("w", "<u8", (count,))])
+def _equal_lengths(data: np.ndarray, start: int, n: int, length: int, index: int) -> np.ndarray:
+    """:func:`_bytes` of ``n`` values of ``length`` bytes each, one after
+    another from ``data[start]``: a view of their words, no copy, summed a
+    word place at a time (numpy's sum across a row's few words cost 35 ns a
+    32-byte value against 6, by hand, ``process_time``)."""
+    whole, tail = divmod(length, 8)
+    constants = _constants(index, whole + (tail > 0))
+    plus = np.uint64((length * int(_length_constant(index))) & _MASK)
+    sums = np.full(n, plus, dtype=np.uint64)
+    if whole:
+        words = np.ndarray((n, whole), "<u8", data, start, (max(length, 1), 8))
+        for place in range(whole):
+            sums += words[:, place] * constants[place]
+    if tail:
+        tails = np.zeros((n, 8), dtype=np.uint8)
+        tails[:, :tail] = np.ndarray((n, tail), np.uint8, data, start + whole * 8, (length, 1))
+        sums += tails.view("<u8").reshape(n) * constants[whole]
+    return sums
 
 
-def _numpy(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    return column.to_numpy(zero_copy_only=False)
+#: Up to this many rows (of plain or float columns), a table is hashed in
+#: Python: numpy's calls cost more than the rows. A 4-row trickle table:
+#: XX us against XX in numpy (``bench_digest`` by hand, ``process_time``).
+SMALL_ROWS = 16
+
+
+def _small(schema: pa.Schema) -> bool:
+    """Whether :func:`_small_hashes` takes tables of ``schema``."""
+    kinds = (schema.field(0).type, schema.field(1).type)  # key and val
+    return all(V.plain(k) or pa.types.is_floating(k) for k in kinds)
+
+
+def _small_hashes(table: pa.Table | pa.RecordBatch, columns: tuple[str, ...]) -> list[int]:
+    """:func:`_hashes` in Python integers, for a few rows of plain or float columns."""
+    sums = [0] * table.num_rows
+    for index, name in enumerate(columns, 1):
+        array = _plain(table.column(name))
+        for row, share in enumerate(_small_share(array, index)):
+            sums[row] += share
+    return [_mix_int(total & _MASK) for total in sums]
+
+
+def _small_share(array: pa.Array, index: int) -> list[int]:
+    """:func:`_share` in Python integers."""
+    kind = array.type
+    first = int(_constants(index, 1)[0])
+    if pa.types.is_floating(kind):
+        shares = [w * first for w in V.float_bits(array).tolist()]
+    elif pa.types.is_decimal(kind) or pa.types.is_fixed_size_binary(kind):
+        width = kind.byte_width
+        data = np.frombuffer(array.buffers()[1], dtype=np.uint8)
+        raw = data[array.offset * width : (array.offset + len(array)) * width].tobytes()
+        shares = [_small_bytes(raw[r * width : (r + 1) * width], index) for r in range(len(array))]
+    elif _word(kind):
+        shares = [w * first for w in _words(array).tolist()]
+    else:
+        offsets, data = V.var_parts(array)
+        start = int(offsets[0])
+        raw = data[start : int(offsets[-1])].tobytes()
+        bounds = (offsets - start).tolist()
+        shares = [_small_bytes(raw[a:b], index) for a, b in itertools.pairwise(bounds)]
+    if array.null_count:
+        null = (_NULL * first) & _MASK
+        shares = [
+            s if ok else null for s, ok in zip(shares, array.is_valid().to_pylist(), strict=True)
+        ]
+    return shares
+
+
+def _small_bytes(value: bytes, index: int) -> int:
+    """:func:`_bytes`' share of one value, in Python integers."""
+    constants = _int_constants(index, (len(value) + 7) // 8)
+    total = len(value) * int(_length_constant(index))
+    for place in range(0, len(value), 8):
+        total += constants[place // 8] * int.from_bytes(value[place : place + 8], "little")
+    return total
+
+
+@functools.lru_cache(maxsize=256)
+def _int_constants(index: int, count: int) -> tuple[int, ...]:
+    return tuple(int(c) for c in _constants(index, count))
+
+
+def _mix_int(z: int) -> int:
+    """:func:`mix` of one Python integer."""
+    z ^= z >> 30
+    z = (z * _MIX_1) & _MASK
+    z ^= z >> 27
+    z = (z * _MIX_2) & _MASK
+    return z ^ (z >> 31)
+
+
+def _plain(array: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """``array`` as one chunk, not dictionary-encoded."""
+    if isinstance(array, pa.ChunkedArray):
+        if array.num_chunks == 0:
+            array = pa.array([], array.type)
+        else:
+            array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
+    return array.dictionary_decode() if pa.types.is_dictionary(array.type) else array

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 
 import msgspec
 
-from ..persist import digest
 from .parent import die_with_parent
 from .roles import resolve, run_role
 from .zygote_messages import (
@@ -47,8 +46,6 @@ def serve(roles: Sequence[str], control: socket.socket) -> None:
             # it exits: its parent's next request finds it gone, and its log says why
             print(f"zygote: no role {role!r}: {exc}", file=sys.stderr, flush=True)
             return
-    # children inherit the compiled hash loops rather than each loading them (0.3 s)
-    digest.prepare()
     gc.freeze()
     while True:
         try:

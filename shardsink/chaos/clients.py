@@ -101,7 +101,7 @@ def digest_difference(table, state: ShardState, as_of: int) -> str | None:
     written; else what differs, or ``""`` if one of those digests is not
     known (or of another scheme) and nothing can be said."""
     written = total_known(b.digest for b in state.batches.values() if b.upper <= as_of + 1)
-    if written is None or not comparable(written):
+    if written is None or not comparable(written, table.schema):
         return ""
     read = digest(table)
     if read.same_content(written):

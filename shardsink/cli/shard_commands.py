@@ -72,8 +72,10 @@ def _register_state(sub: argparse._SubParsersAction) -> None:
         help="check every live part and rollup against the state that describes it",
         description="Reads every part of the latest state (blob parts a row group at a time) "
         "and every rollup it keeps: each must exist, with its recorded length, row count and "
-        "key and time bounds, and decode. Exit 0 with a one-line summary, 1 with a line per "
-        "problem. Changes nothing but the reader lease it holds while it reads.",
+        "key and time bounds, and decode, and each batch's rows must match the digest it was "
+        "written with. Exit 0 with a one-line summary when everything was checked and matches; "
+        "1 with a line per problem, or when some batch has no digest to check (its count in "
+        "the summary). Changes nothing but the reader lease it holds while it reads.",
     )
     store_args(verify)
     verify.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -291,12 +293,13 @@ def human_bytes(n: int) -> str:
 def _verify(args: argparse.Namespace, shard: Shard) -> int:
     report = shard.verify()
     if args.json:
-        print(msgspec.json.encode({**msgspec.structs.asdict(report), "ok": report.ok}).decode())
+        document = {**msgspec.structs.asdict(report), "ok": report.ok, "verified": report.verified}
+        print(msgspec.json.encode(document).decode())
     else:
         for problem in report.problems:
             print(problem)
         print(report.summary())
-    return 0 if report.ok else 1
+    return 0 if report.verified else 1
 
 
 @with_shard

@@ -21,7 +21,8 @@ from . import parts as P
 from . import windows
 from .batches import SortedBatchBuilder, discard, flush_inline
 from .commands import ApplyCompaction, Command, Done, InlineCapExceeded, Result
-from .digest import total_known
+from .digest import Digest, comparable, digest, total_known
+from .errors import CorruptState
 from .machine import ShardMachine
 from .state import Batch, InlinePart, Part, ShardState
 from .stats import ShardStats
@@ -165,6 +166,8 @@ def _merge(
         digests=False,
     )
     parts = [part for batch in run for part in batch.parts]
+    written = total_known(b.digest for b in run)
+    held = Digest()
     # every input row: its ts is below its batch's upper, or was forwarded to
     # an earlier since
     every = max(builder.upper - 1, state.since)
@@ -184,6 +187,7 @@ def _merge(
             # given into the output part, and a run of 4-row inline parts
             # made a row group (and a Parquet write) of each
             merged = P.consolidate(P.forward(table, state.since)).combine_chunks()
+            held = held + digest(merged)
             for batch in merged.to_batches():
                 builder.add(batch)
             del table, merged
@@ -193,9 +197,17 @@ def _merge(
     except BaseException:
         builder.abort()
         raise
+    if written is not None and comparable(written, schema) and not held.same_content(written):
+        # a compaction retires its inputs: what it wrote must hold what they held
+        builder.abort()
+        raise CorruptState(
+            f"shard {shard!r}: the merge of batches {', '.join(b.id for b in run)} "
+            f"[{run[0].lower}, {builder.upper}) holds {held.describe()}, its inputs were "
+            f"written with {written.describe()}: not committed"
+        )
     # what the run was written with, not what it holds now: a part damaged
     # since is found by verify, not given a digest that agrees with it
-    return msgspec.structs.replace(builder.finish(), digest=total_known(b.digest for b in run))
+    return msgspec.structs.replace(builder.finish(), digest=written)
 
 
 def _all_inline(parts: list[Part]) -> bool:

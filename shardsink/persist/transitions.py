@@ -335,6 +335,9 @@ def _apply_compaction(state: ShardState, cmd: ApplyCompaction, now_ms: int) -> O
         return None, Rejected(
             f"compaction output covers [{out.lower}, {out.upper}), its inputs [{lower}, {upper})"
         )
+    refusal = _check_digest(inputs, out)
+    if refusal is not None:
+        return None, refusal
     freed = sum(b.inline_bytes for b in inputs)
     refusal = _check_inline(state, [out], freed=freed)
     if refusal is not None:
@@ -347,6 +350,28 @@ def _apply_compaction(state: ShardState, cmd: ApplyCompaction, now_ms: int) -> O
         retired_put=_retire(state, (k for b in inputs for k in b.blob_keys())),
     )
     return made, Done(made.new.seqno)
+
+
+def _check_digest(inputs: list[Batch], out: Batch) -> Rejected | None:
+    """A compaction's output must carry what its inputs were written with:
+    the sum of their digests (``None`` exactly when one of them has none or
+    they are of two schemes), the same content in the same scheme. So no
+    compaction drops a digest, and verify checks the merged rows against
+    what the writers wrote."""
+    written = total_known(b.digest for b in inputs)
+    if written is None and out.digest is None:
+        return None
+    if (
+        written is None
+        or out.digest is None
+        or not out.digest.same_content(written)
+        or (out.digest.scheme != written.scheme and not written.empty())
+    ):
+        return Rejected(
+            f"compaction output {out.id} carries digest {out.digest}; its inputs were "
+            f"written with {written}"
+        )
+    return None
 
 
 def _add_rollup(state: ShardState, cmd: AddRollup, now_ms: int) -> Outcome:

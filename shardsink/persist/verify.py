@@ -11,7 +11,10 @@ A batch with a digest (:mod:`~.digest`: what its interval's writers wrote)
 is checked against what its parts hold: a changed value, a missing row or a
 doubled one changes the sum of diffs or the hash, and the problem names the
 batch's interval and its parts. Consolidation, compaction and ``since``
-leave the digest as it was, so a compacted batch is checked too.
+leave the digest as it was, so a compacted batch is checked too. A batch
+without a digest (written with digests off, or compacted from one), or
+with one of another hash scheme than its shard's, cannot be checked: it is
+counted ``unverified``, never as verified.
 """
 
 from __future__ import annotations
@@ -41,15 +44,32 @@ class VerifyReport(msgspec.Struct, kw_only=True):
     rows: int = 0
     blob_bytes: int = 0
     digested: int = 0
+    #: batches whose content could not be checked: no digest, or one of
+    #: another hash scheme
+    unverified: int = 0
     problems: list[str] = []
 
     @property
     def ok(self) -> bool:
+        """No problem found (in what could be checked: see :attr:`verified`)."""
         return not self.problems
+
+    @property
+    def verified(self) -> bool:
+        """No problem found, and every batch's content checked."""
+        return self.ok and not self.unverified
 
     def summary(self) -> str:
         """One line: what was verified, and how many problems there are."""
-        found = "all verified" if self.ok else f"{len(self.problems)} problems"
+        if not self.ok:
+            found = f"{len(self.problems)} problems"
+        elif self.unverified:
+            found = (
+                f"no problems, but {self.unverified} batches have no digest to check their "
+                "content against: not verified"
+            )
+        else:
+            found = "all verified"
         return (
             f"shard {self.shard!r} at seqno {self.seqno}, upper {self.upper}: {self.batches} "
             f"batches, {self.blob_parts} blob parts ({self.blob_bytes} bytes), "
@@ -72,10 +92,7 @@ class _Seen(msgspec.Struct):
         if table.num_rows == 0:
             return
         if self.digest is not None:
-            try:
-                self.digest = self.digest + digest(table)
-            except ValueError:
-                self.digest = None  # a type digests cannot hash: nothing to compare
+            self.digest = self.digest + digest(table)
         self.rows += table.num_rows
         ts_lo, ts_hi = (s.as_py() for s in pc.min_max(table["ts"]).values())
         self.ts_lo = ts_lo if self.ts_lo is None else min(self.ts_lo, ts_lo)
@@ -118,9 +135,11 @@ def verify(state: ShardState, blob: Blob) -> VerifyReport:
             if problem is not None:
                 report.problems.append(f"{P.describe(part)} of batch {batch.id}: {problem}")
             held = None if held is None or seen.digest is None else held + seen.digest
-        if batch.digest is not None and comparable(batch.digest):
+        if batch.digest is None or not comparable(batch.digest, schema):
+            report.unverified += 1
+        elif held is not None:  # an unreadable part is a problem of its own
             report.digested += 1
-            if held is not None and not held.same_content(batch.digest):
+            if not held.same_content(batch.digest):
                 report.problems.append(_digest_problem(batch, held))
     for seqno, rollup in sorted(state.rollups.items()):
         report.rollups += 1

@@ -36,9 +36,14 @@ from shardsink.persist.commands import (
     WriterGone,
     WrongUpper,
 )
+from shardsink.persist.digest import Digest
 from shardsink.persist.state import Batch, WriterState, check_shard_name
 from shardsink.persist.transitions import _HANDLERS, retention_since
 from tests.helpers.persist import W1, apply, blob_batch, inline_batch, s0
+
+
+def with_digest(batch: Batch, digest: Digest | None) -> Batch:
+    return msgspec.structs.replace(batch, digest=digest)
 
 
 def caa(batches, lo, hi, token="t1", writer=W1):
@@ -339,6 +344,36 @@ class TestCompaction:
     def test_rejections(self, inputs, out, match):
         new, res = apply(self.three(), ApplyCompaction(inputs, out, self.C), 0)
         assert new is None and isinstance(res, Rejected) and match in res.reason
+
+    def test_an_output_must_carry_the_sum_of_its_inputs_digests(self):
+        """A compaction that drops its inputs' digests, or carries another
+        content than theirs, is refused: verify could not tell rows it
+        dropped from rows never written. Rows differ (consolidation) and are
+        not compared; with an input without a digest, none is carried."""
+        a, b = Digest(2, 2, 11, 1), Digest(3, 1, 5, 1)
+        state, _ = run(
+            s1(),
+            caa([with_digest(blob_batch("a", 0, 1), a)], 0, 1, token="1"),
+            caa([with_digest(blob_batch("b", 1, 2), b)], 1, 2, token="2"),
+            caa([blob_batch("c", 2, 3)], 2, 3, token="3"),
+            RegisterWriter("c"),
+        )
+        out = blob_batch("ab", 0, 2, writer=self.C)
+        for carried in (None, a, Digest(5, 3, 17, 1), Digest(4, 3, 16, 2)):
+            new, res = apply(
+                state, ApplyCompaction(("a", "b"), with_digest(out, carried), self.C), 0
+            )
+            assert new is None and isinstance(res, Rejected) and "digest" in res.reason, carried
+        new, res = apply(
+            state, ApplyCompaction(("a", "b"), with_digest(out, Digest(4, 3, 16, 1)), self.C), 0
+        )
+        assert res == Done(new.seqno)
+        bc = blob_batch("bc", 1, 3, writer=self.C)
+        assert isinstance(
+            apply(state, ApplyCompaction(("b", "c"), with_digest(bc, b), self.C), 0)[1], Rejected
+        )
+        new, res = apply(state, ApplyCompaction(("b", "c"), bc, self.C), 0)
+        assert res == Done(new.seqno)
 
     def test_inline_output_respects_cap_net_of_freed_inputs(self):
         state = self.three()  # inline 40 of cap 250

@@ -189,10 +189,20 @@ def _stats(args: argparse.Namespace) -> int:
         "writers expired": lambda s: s.writers_expired,
         "compactions": lambda s: s.compactions,
         "abandoned": lambda s: s.compactions_abandoned,
+        "failures": lambda s: sum(s.failures.values()),
     }
     for name in columns:
         table.add_column(name, justify="left" if name == "shard" else "right")
     for shard in reply.shards:
         table.add_row(*(str(get(shard)) for get in columns.values()))
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    for shard in reply.shards:
+        if shard.last_failure:
+            failed = ", ".join(f"{kind} {n}" for kind, n in shard.failures.items() if n)
+            console.print(
+                f"shard {shard.shard!r}: maintenance failed ({failed}), last: {shard.last_failure}",
+                markup=False,
+                highlight=False,
+            )
     return 0

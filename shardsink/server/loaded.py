@@ -17,6 +17,10 @@ from ..persist.machine import LocalMachine
 from ..persist.maintenance import register_writer
 from ..persist.stats import ShardStats
 
+#: The kinds of maintenance a server runs for a shard, as its failures are
+#: counted (``ShardCounters.failures``).
+MAINTENANCE_KINDS = ("expiry", "retention", "gc", "sweep", "compaction")
+
 
 class LoadedShard:
     """A loaded shard, the writer its compactions write as, and what the
@@ -41,6 +45,10 @@ class LoadedShard:
         #: passes of the spine's merges running, by lane, with their inputs' ids
         self.merging: dict[int, tuple[Future, frozenset[str]]] = {}
         self.counts_lock = threading.Lock()  # merge lanes count concurrently
+        #: maintenance that raised, by kind (it is retried on schedule), and
+        #: the last such error, one line
+        self.failures = dict.fromkeys(MAINTENANCE_KINDS, 0)
+        self.last_failure = ""
 
     def register(self) -> str:
         """Register a writer of this server's for the shard's compactions (a
@@ -52,6 +60,11 @@ class LoadedShard:
         server paused past its lease), register a new one."""
         if isinstance(self.machine.run(HeartbeatWriter(self.writer)), WriterGone):
             self.writer = self.register()
+
+    def count_failure(self, kind: str, exc: BaseException) -> None:
+        with self.counts_lock:
+            self.failures[kind] += 1
+            self.last_failure = f"{kind}: {type(exc).__name__}: {exc}"
 
     def count_gc(self, report: GcReport) -> None:
         self.gc_runs += 1

@@ -118,7 +118,14 @@ class _Scraped(Collector):
             name: GaugeMetricFamily(f"shardsink_shard_{name}", f"The shard's {name}", labels=labels)
             for name in ("upper", "seqno", "batches", "parts", "inline_bytes", "readers")
         }
+        failures = CounterMetricFamily(
+            "shardsink_maintenance_failures",
+            "Runs of a shard's maintenance that failed (each is retried on schedule), by kind",
+            labels=["shard", "kind"],
+        )
         for shard in stats.shards:
+            for kind, count in shard.failures.items():
+                failures.add_metric([shard.shard, kind], count)
             for name in SHARD_COUNTED:
                 families[name].add_metric([shard.shard], getattr(shard, name))
             for name in MACHINE_COUNTED:
@@ -126,6 +133,7 @@ class _Scraped(Collector):
             for name, gauge in gauges.items():
                 gauge.add_metric([shard.shard], getattr(shard, name))
         yield from families.values()
+        yield failures
         yield from gauges.values()
         yield CounterMetricFamily(
             "shardsink_requests", "Requests the server answered", value=stats.requests

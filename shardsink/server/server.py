@@ -15,13 +15,11 @@ SQLite), at most ``batch_max`` shards a batch and one command per shard.
 Each command keeps its own answer: a version that does not commit sends
 only its machine back to its own retrying run.
 
-GC and the leaked-blob sweep run on a schedule in a background thread: their
-blob deletes never block the request loop, and their state changes go through
-the same thread-safe machine. So does expiry: every tenth of the writer lease
-(``writer_lease_ms``, a served setting) readers whose lease ran out and
-writers not seen for the writer lease leave state, so a writer whose process
-died is gone at most 1.1 leases after it was last seen; then ``since`` is
-advanced by the retention policy (``retain``, a served setting).
+Maintenance (expiry, retention, GC, the leaked-blob sweep, the spine's
+merges, and the jobs clients ask for) runs beside the loop on threads of
+its own (:mod:`.maintenance`): no blob delete or merge blocks the request
+loop, and a writer whose process died is gone at most 1.1 writer leases
+after it was last seen.
 """
 
 from __future__ import annotations
@@ -31,50 +29,41 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from functools import partial
 
 import msgspec
 import zmq
 
 from .. import faults
-from .._allocator import release_freed_pages
 from .._curve import ServerKeys
-from ..persist import spine
 from ..persist.commands import (
     CLIENT_COMMANDS,
     Command,
     ExpireWriter,
     Result,
-    Retain,
 )
-from ..persist.compaction import compact, merge_runs
 from ..persist.config import (
     COMPACT_INTERVAL_S,
-    COMPACT_PART_BYTES,
     COMPACT_SLACK,
     SERVED_FIELDS,
     ShardConfig,
     check_served,
 )
 from ..persist.errors import PersistError
-from ..persist.gc import check_grace, collect_garbage, expire, sweep_leaked_blobs
+from ..persist.gc import check_grace
 from ..persist.machine import LocalMachine, Prepared, wall_clock_ms
-from ..persist.parts import schema_from_bytes
-from ..persist.state import Batch, ShardState
-from ..persist.stats import MachineStats, ShardStats
+from ..persist.stats import MachineStats
 from ..storage.contracts import Blob, CasRequest, Consensus
 from ..storage.errors import StorageError
 from .config import BATCH_MAX, BATCH_WINDOW_MAX_S
 from .group_commit import OWN, BatchWindow, CommandQueue, OwnCommands, Queued
 from .loaded import LoadedShard
+from .maintenance import ServerMaintenance
 from .rpc import RpcServer
 from .wire import (
     ErrorReply,
     FetchState,
     GetStats,
     Maintain,
-    MaintainedReply,
     OpenedReply,
     OpenShard,
     Ping,
@@ -97,10 +86,6 @@ from .wire import (
 
 log = logging.getLogger(__name__)
 
-#: How often the loop looks at most for maintenance that is due (its
-#: intervals are a tenth of a second and more).
-LOOK_S = 0.01
-
 #: Longest a long poll is parked; clients re-poll, so this only bounds how long
 #: a vanished client's entry lingers.
 MAX_PARK_MS = 30_000
@@ -109,13 +94,6 @@ MAX_PARK_MS = 30_000
 MAX_REQUEST_BYTES = 64 << 20
 #: Most versions one :class:`ScanVersions` answer carries (diffs are kilobytes).
 MAX_SCAN_VERSIONS = 1000
-#: The most encoded bytes a pass merges in each of the spine's lanes (see
-#: ``spine.next_pass``), one thread each. A pass that took in a large old
-#: batch ran for seconds in a 20,000-interval soak while appends added
-#: hundreds of small batches; a 4 MiB lane takes well under a second on a busy
-#: machine, and a 64 MiB one keeps the 4 MiB outputs of the appends during a
-#: long merge within the spine's rule.
-LANE_CAPS = (4 << 20, 64 << 20, None)
 
 
 class _Parked(msgspec.Struct):
@@ -132,12 +110,9 @@ class ConsensusServer:
 
     ``gc_interval_s`` / ``sweep_interval_s`` schedule GC and the leaked-blob
     sweep per loaded shard (``0`` disables each). Every ``compact_interval_s``
-    (``0``: never) the loop looks at the spine's merges
-    (:mod:`~shardsink.persist.spine`) and, once they remove ``compact_slack``
-    batches, starts a pass in one of the spine's lanes
-    (:func:`~shardsink.persist.spine.next_pass`), each a thread apart from
-    the maintenance thread, so neither a long merge nor GC holds up the
-    other.
+    (``0``: never) the spine's merges are looked at and, once they remove
+    ``compact_slack`` batches, a pass starts in one of the spine's lanes
+    (:mod:`.maintenance`).
     ``config`` holds the settings every shard runs with here, whoever opened
     it first and after a restart alike (its
     :data:`~shardsink.persist.config.SERVED_FIELDS`: rollup threshold,
@@ -181,30 +156,23 @@ class ConsensusServer:
         self._rpc = RpcServer(bind, keys=keys)
         self._rpc.socket.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES)
         self.address = self._rpc.address
-        self._gc_interval_s = gc_interval_s
-        self._compact_interval_s = compact_interval_s
-        self._compact_slack = compact_slack
-        self._sweep_interval_s = sweep_interval_s
         self.config = config
         self._clock = clock
         self._check_parts = check_parts
         self._shards: dict[str, LoadedShard] = {}
         self._queue = CommandQueue()
         self._own = OwnCommands()
-        self._looked = 0.0  # when maintenance last looked at the shards
+        self._maintenance = ServerMaintenance(
+            blob, config, clock, self._own,
+            gc_interval_s=gc_interval_s, sweep_interval_s=sweep_interval_s,
+            compact_interval_s=compact_interval_s, compact_slack=compact_slack,
+        )  # fmt: skip
         if batch_max < 1:
             raise ValueError(f"batch_max must be at least 1, got {batch_max}")
         self._batch_max = batch_max
         self.window = BatchWindow(batch_window_max_s)
         self.batches = 0
         self._parked: list[_Parked] = []
-        self._maintenance = ThreadPoolExecutor(1, thread_name_prefix="shardsink-gc")
-        self._lanes = [
-            ThreadPoolExecutor(1, thread_name_prefix=f"shardsink-merge-{lane}")
-            for lane in range(len(LANE_CAPS))
-        ]
-        #: :class:`Maintain` jobs running, answered when done
-        self._jobs: list[tuple[bytes, bytes, Future]] = []
         self.requests = 0
         self.errors = 0
         self.on_command: Callable[[str, Command, Result, float], None] | None = None
@@ -228,7 +196,7 @@ class ConsensusServer:
                 self._commit_batch()
             self._answer_parked(time.monotonic())
             self._answer_jobs()
-            self._schedule_maintenance()
+            self._maintenance.schedule(iter(self._shards.values()))
 
     def _receive(self, timeout_ms: int) -> int:
         """Answer or queue what arrives within ``timeout_ms``; how many came."""
@@ -305,45 +273,12 @@ class ConsensusServer:
         return ErrorReply(kind, f"{type(exc).__name__}: {exc}")
 
     def _answer_jobs(self) -> None:
-        running = []
-        for peer, request_id, job in self._jobs:
-            if not job.done():
-                running.append((peer, request_id, job))
-                continue
-            exc = job.exception()
-            if exc is None:
-                reply = job.result()
-            else:
+        for peer, request_id, done in self._maintenance.done_jobs():
+            if isinstance(done, BaseException):
                 self.errors += 1
-                kind = error_kind(exc)
-                log.warning("maintenance job failed: %s", exc)
-                reply = ErrorReply(kind, f"{type(exc).__name__}: {exc}")
-            self._rpc.reply(peer, request_id, encode(reply))
-        self._jobs = running
-
-    def _run_job(self, shard: LoadedShard, request: Maintain) -> MaintainedReply:
-        """Runs on the maintenance thread: one job a client asked for."""
-        machine = shard.machine
-        if request.job == "compact":
-            stats = ShardStats()
-            report = compact(
-                machine,
-                self._blob,
-                schema_from_bytes(machine.state().schema),
-                target_bytes=min(self.config.blob_target_bytes, COMPACT_PART_BYTES),
-                stats=stats,
-                writer_id=shard.writer,
-            )
-            shard.count_pass(report, stats)
-            return MaintainedReply(compaction=report)
-        if request.job == "gc":
-            report = collect_garbage(machine, self._blob)
-            shard.count_gc(report)
-            return MaintainedReply(gc=report)
-        grace = self.config.leaked_blob_grace_ms if request.grace_ms is None else request.grace_ms
-        swept = sweep_leaked_blobs(machine, self._blob, grace, self._clock())
-        shard.leaked_swept += len(swept)
-        return MaintainedReply(swept=tuple(swept))
+                log.warning("maintenance job failed: %s", done)
+                done = ErrorReply(error_kind(done), f"{type(done).__name__}: {done}")
+            self._rpc.reply(peer, request_id, encode(done))
 
     def _handle(self, peer: bytes, request_id: bytes, payload: bytes) -> ServerReply | None:
         try:
@@ -393,8 +328,7 @@ class ConsensusServer:
             )
             return None
         if isinstance(request, Maintain):
-            job = self._maintenance.submit(self._run_job, shard, request)
-            self._jobs.append((peer, request_id, job))
+            self._maintenance.ask(peer, request_id, shard, request)
             return None
         if isinstance(request, ScanVersions):
             versions = machine.versions(request.from_seqno, min(request.limit, MAX_SCAN_VERSIONS))
@@ -448,101 +382,6 @@ class ConsensusServer:
                 keep.append(parked)
         self._parked = keep
 
-    # --- maintenance --------------------------------------------------------------
-
-    def _schedule_maintenance(self) -> None:
-        now = time.monotonic()
-        # every shard is looked at, at most every LOOK_S: at every turn of a
-        # busy loop, 64 shards' looks were 15% of the loop's samples (py-spy)
-        if now - self._looked < LOOK_S:
-            return
-        self._looked = now
-        intervals = {
-            "expiry": self.config.writer_lease_ms / 10_000,
-            "gc": self._gc_interval_s,
-            "sweep": self._sweep_interval_s,
-        }
-        for shard in self._shards.values():
-            every = self._compact_interval_s
-            if every > 0 and now - shard.last_run["compact"] >= every:
-                shard.last_run["compact"] = now
-                self._schedule_merge(shard)
-            if shard.maintenance is not None and not shard.maintenance.done():
-                continue
-            due = {
-                job
-                for job, every in intervals.items()
-                if every > 0 and now - shard.last_run[job] >= every
-            }
-            if due:
-                shard.last_run.update(dict.fromkeys(due, now))
-                shard.maintenance = self._maintenance.submit(self._maintain, shard, due)
-
-    def _maintain(self, shard: LoadedShard, due: set[str]) -> None:
-        """Runs on the maintenance thread: blob reads, writes and deletes
-        happen here, never in the request loop; state changes go through the
-        thread-safe machine."""
-        machine = shard.machine
-        try:
-            if "expiry" in due:
-                shard.heartbeat()
-            if "expiry" in due and "gc" not in due:  # GC expires first itself
-                readers, writers = expire(machine)
-                shard.readers_expired += len(readers)
-                shard.writers_expired += len(writers)
-            if "expiry" in due and self.config.retain:
-                machine.run(Retain(self.config.retain))
-            if "gc" in due:
-                shard.count_gc(collect_garbage(machine, self._blob))
-            if "sweep" in due:
-                grace = self.config.leaked_blob_grace_ms
-                shard.leaked_swept += len(
-                    sweep_leaked_blobs(machine, self._blob, grace, self._clock())
-                )
-        except Exception:
-            log.exception("maintenance of shard %r failed; retrying on schedule", machine.shard)
-
-    def _schedule_merge(self, shard: LoadedShard) -> None:
-        """Start a pass of the spine's merges in a free lane when one is due
-        (``compact_slack``) among the batches newer than those being merged
-        (:func:`~shardsink.persist.spine.next_pass`)."""
-        shard.merging = {
-            lane: (future, ids)
-            for lane, (future, ids) in shard.merging.items()
-            if not future.done()
-        }
-        if len(shard.merging) == len(LANE_CAPS):
-            return
-        # the machine's own state is current: this server is the shard's one writer
-        state = shard.machine.state()
-        running = {lane: ids for lane, (_, ids) in shard.merging.items()}
-        chosen = spine.next_pass(state, running, self._compact_slack, LANE_CAPS)
-        if chosen is not None:
-            lane, runs = chosen
-            future = self._lanes[lane].submit(self._merge, shard, state, runs)
-            shard.merging[lane] = (future, frozenset(b.id for run in runs for b in run))
-
-    def _merge(self, shard: LoadedShard, state: ShardState, runs: list[list[Batch]]) -> None:
-        """Runs in a merge lane: the pass's blob reads and writes happen here."""
-        stats = ShardStats()
-        target = min(self.config.blob_target_bytes, COMPACT_PART_BYTES)
-        try:
-            # its compactions are stored in the loop's batches, with the appends
-            run = partial(self._own.submit, state.shard)
-            report = merge_runs(
-                shard.machine, self._blob, state, runs, target, stats, shard.writer, run=run
-            )
-        except Exception:
-            if not self._closed:  # closing fails the compactions waiting on the loop
-                log.exception("compaction of shard %r failed; retrying on schedule", state.shard)
-            return
-        finally:
-            # the pools keep a pass's freed pages otherwise (its last part's
-            # Parquet encoding among them): a server that runs for days would
-            # stay at the size of its largest merge
-            release_freed_pages()
-        shard.count_pass(report, stats)
-
     # --- stats and lifecycle --------------------------------------------------------
 
     def stats(self) -> StatsReply:
@@ -572,6 +411,8 @@ class ConsensusServer:
                     compacted_batches=shard.compacted_batches,
                     compaction_puts=shard.compaction_puts,
                     compaction_put_bytes=shard.compaction_put_bytes,
+                    failures=dict(shard.failures),
+                    last_failure=shard.last_failure,
                 )
             )
         return StatsReply(os.getpid(), self.requests, self.errors, self._rpc.dropped, tuple(shards))
@@ -581,10 +422,7 @@ class ConsensusServer:
         if self._closed:
             return
         self._closed = True
-        self._own.close()  # the loop has stopped: merges waiting on it give up
-        self._maintenance.shutdown(wait=True, cancel_futures=True)
-        for lane in self._lanes:
-            lane.shutdown(wait=True, cancel_futures=True)
+        self._maintenance.close()  # the loop has stopped: merges waiting on it give up
         self._rpc.close()
         for shard in self._shards.values():
             try:  # its leftovers become sweepable now rather than a lease later

@@ -144,7 +144,10 @@ class ShardCounters(Message):
     Compaction's counts: ``compactions`` applied, replacing
     ``compacted_batches`` batches with one each, ``compactions_abandoned``
     (inputs gone or changed), and the data parts they wrote
-    (``compaction_puts``, ``compaction_put_bytes``)."""
+    (``compaction_puts``, ``compaction_put_bytes``). ``failures``: runs of
+    maintenance that raised, by kind (``expiry``, ``retention``, ``gc``,
+    ``sweep``, ``compaction``; each is retried on schedule), and the last
+    such error (``last_failure``, one line)."""
 
     shard: str
     seqno: int
@@ -165,6 +168,8 @@ class ShardCounters(Message):
     compacted_batches: int
     compaction_puts: int
     compaction_put_bytes: int
+    failures: dict[str, int] = {}
+    last_failure: str = ""
 
 
 class StatsReply(Message, tag="stats"):

@@ -125,7 +125,7 @@ def test_merge_lanes_run_at_once_and_lose_nothing(tmp_path, monkeypatch) -> None
     """A pass stuck on its inputs in one lane (a slow read) does not hold up
     the merges of the batches appended meanwhile: another lane merges them
     while it waits, and once it goes on both commit, every row exactly once."""
-    from shardsink.server import server as server_module
+    from shardsink.server import maintenance as server_module
 
     # lanes of 2 KB, 64 MiB and no cap: a run of a few small parts fills the first
     monkeypatch.setattr(server_module, "LANE_CAPS", (2_000, 64 << 20, None))
@@ -170,3 +170,40 @@ def _append(writer, first: int, end: int) -> None:
 def _counters(server):
     (counters,) = server.stats().shards
     return counters
+
+
+def test_a_failing_compaction_is_counted_in_stats_and_metrics(tmp_path) -> None:
+    """A merge that raises (the fault point after its output is written,
+    armed to fail twice) is counted by kind, shown by ``consensus stats``
+    and ``/metrics``, and retried: the shard ends merged and exact."""
+    import urllib.request
+
+    from shardsink import faults
+    from shardsink.server.metrics import ServerMetrics
+
+    blob_uri = f"file://{tmp_path}/blob"
+    faults.arm(["compaction.after_write:determinate:1.0:2"])
+    try:
+        with serving(
+            tmp_path, open_blob(blob_uri), compact_interval_s=0.02, compact_slack=2
+        ) as server:
+            metrics = ServerMetrics(server, 0)
+            try:
+                with open_shard("f", blob=blob_uri, consensus=server.address, create=True) as shard:
+                    _append(shard.writer(), 0, 12)
+                    deadline = time.monotonic() + 30
+                    while _counters(server).compactions == 0:
+                        assert time.monotonic() < deadline, "no merge ever committed"
+                        time.sleep(0.02)
+                    counters = _counters(server)
+                    assert counters.failures["compaction"] == 2
+                    assert "DeterminateError" in counters.last_failure
+                    assert shard.reader().snapshot().equals(WORKLOAD.expected(12))
+                with urllib.request.urlopen(metrics.url, timeout=10) as response:
+                    text = response.read().decode()
+                line = 'shardsink_maintenance_failures_total{kind="compaction",shard="f"} 2.0'
+                assert line in text
+            finally:
+                metrics.close()
+    finally:
+        faults.arm([])

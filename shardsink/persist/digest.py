@@ -30,10 +30,16 @@ the finalizer a bijection, so a changed value changes ``h``. One finalizer
 per row, not per word, keeps the digest a small share of a worker's CPU
 (``bench cluster``'s ``digest`` section measures it).
 
-Every step is a numpy pass over whole arrays (no compiler, nothing to load
-or warm): the numba loops this replaced took 5.7-6.0 ns a trickle row
-against numpy's (see docs/workloads.md, "What a digest costs"), but every
-process paid 0.3 s to load them and a new machine 2.4 s to compile them.
+Every step is a numpy pass over whole arrays: no compiler, nothing to load
+or warm. The numba loops this replaced were faster a row, and cost every
+process that hashed 0.3 s or more to load them (a new machine 2.4 s to
+compile them, during which a cluster's first interval timed out). Side by
+side, by hand (``process_time``, best of 5, the numba module of 1873c55
+beside this one in one process, an idle machine): a 4-row trickle table
+41 us against numba's 20; 50,000 rows 13.0 ns a row against 2.8; 1M rows
+16.3 against 2.1; 50,000 ragged strings of 0-60 bytes 77.9 against 14.3;
+and a fresh interpreter's import and first digest 0.33-0.39 s against
+0.59-0.82 s (docs/workloads.md, "What a digest costs").
 
 Schemes: a digest records the hash it was made with. Scheme 1 is this hash
 on tables whose ``key`` and ``val`` are plain and not floats (for those,
@@ -46,7 +52,6 @@ compared (:func:`comparable`).
 from __future__ import annotations
 
 import functools
-import itertools
 import os
 
 import msgspec
@@ -62,7 +67,8 @@ _MASK = (1 << 64) - 1
 _STEP = 0xA0761D6478BD642F
 _NULL = 0x9E3779B97F4A7C15
 _LENGTH = 0xD6E8FEB86659FD93
-_MIX_1, _MIX_2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+_MIX_1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX_2 = np.uint64(0x94D049BB133111EB)
 #: The hash of tables of plain, non-float keys and values (see the module doc).
 PLAIN_SCHEME = 1
 #: The hash of every other table.
@@ -144,11 +150,6 @@ def digest(table: pa.Table | pa.RecordBatch) -> Digest:
     n = table.num_rows
     if n == 0:
         return Digest()
-    if n <= SMALL_ROWS and _small(table.schema):
-        diffs = table.column("diff").to_pylist()
-        hashes = _small_hashes(table, ("key", "val"))
-        total_hash = sum(d * h for d, h in zip(diffs, hashes, strict=True))
-        return Digest(n, sum(diffs), total_hash & _MASK, scheme(table.schema))
     diffs = _plain(table.column("diff")).to_numpy(zero_copy_only=False).astype(np.int64)
     # array operations wrap mod 2^64 without a warning (numpy warns for scalars only)
     total_hash = int(np.sum(row_hashes(table) * diffs.view(np.uint64)))
@@ -185,9 +186,9 @@ def mix(z: np.ndarray) -> np.ndarray:
     """The splitmix64 finalizer of each of ``z``, as a new ``uint64`` array."""
     z = np.array(z, dtype=np.uint64)
     z ^= z >> _30
-    z *= np.uint64(_MIX_1)
+    z *= _MIX_1
     z ^= z >> _27
-    z *= np.uint64(_MIX_2)
+    z *= _MIX_2
     z ^= z >> _31
     return z
 
@@ -316,78 +317,6 @@ def _equal_lengths(data: np.ndarray, start: int, n: int, length: int, index: int
         tails[:, :tail] = np.ndarray((n, tail), np.uint8, data, start + whole * 8, (length, 1))
         sums += tails.view("<u8").reshape(n) * constants[whole]
     return sums
-
-
-#: Up to this many rows (of plain or float columns), a table is hashed in
-#: Python: numpy's calls cost more than the rows. A 4-row trickle table:
-#: XX us against XX in numpy (``bench_digest`` by hand, ``process_time``).
-SMALL_ROWS = 16
-
-
-def _small(schema: pa.Schema) -> bool:
-    """Whether :func:`_small_hashes` takes tables of ``schema``."""
-    kinds = (schema.field(0).type, schema.field(1).type)  # key and val
-    return all(V.plain(k) or pa.types.is_floating(k) for k in kinds)
-
-
-def _small_hashes(table: pa.Table | pa.RecordBatch, columns: tuple[str, ...]) -> list[int]:
-    """:func:`_hashes` in Python integers, for a few rows of plain or float columns."""
-    sums = [0] * table.num_rows
-    for index, name in enumerate(columns, 1):
-        array = _plain(table.column(name))
-        for row, share in enumerate(_small_share(array, index)):
-            sums[row] += share
-    return [_mix_int(total & _MASK) for total in sums]
-
-
-def _small_share(array: pa.Array, index: int) -> list[int]:
-    """:func:`_share` in Python integers."""
-    kind = array.type
-    first = int(_constants(index, 1)[0])
-    if pa.types.is_floating(kind):
-        shares = [w * first for w in V.float_bits(array).tolist()]
-    elif pa.types.is_decimal(kind) or pa.types.is_fixed_size_binary(kind):
-        width = kind.byte_width
-        data = np.frombuffer(array.buffers()[1], dtype=np.uint8)
-        raw = data[array.offset * width : (array.offset + len(array)) * width].tobytes()
-        shares = [_small_bytes(raw[r * width : (r + 1) * width], index) for r in range(len(array))]
-    elif _word(kind):
-        shares = [w * first for w in _words(array).tolist()]
-    else:
-        offsets, data = V.var_parts(array)
-        start = int(offsets[0])
-        raw = data[start : int(offsets[-1])].tobytes()
-        bounds = (offsets - start).tolist()
-        shares = [_small_bytes(raw[a:b], index) for a, b in itertools.pairwise(bounds)]
-    if array.null_count:
-        null = (_NULL * first) & _MASK
-        shares = [
-            s if ok else null for s, ok in zip(shares, array.is_valid().to_pylist(), strict=True)
-        ]
-    return shares
-
-
-def _small_bytes(value: bytes, index: int) -> int:
-    """:func:`_bytes`' share of one value, in Python integers."""
-    constants = _int_constants(index, (len(value) + 7) // 8)
-    total = len(value) * int(_length_constant(index))
-    for place in range(0, len(value), 8):
-        total += constants[place // 8] * int.from_bytes(value[place : place + 8], "little")
-    return total
-
-
-@functools.lru_cache(maxsize=256)
-def _int_constants(index: int, count: int) -> tuple[int, ...]:
-    return tuple(int(c) for c in _constants(index, count))
-
-
-def _mix_int(z: int) -> int:
-    """:func:`mix` of one Python integer."""
-    z ^= z >> 30
-    z = (z * _MIX_1) & _MASK
-    z ^= z >> 27
-    z = (z * _MIX_2) & _MASK
-    return z ^ (z >> 31)
 
 
 def _plain(array: pa.Array | pa.ChunkedArray) -> pa.Array:

@@ -88,21 +88,22 @@ def store_uris(args: argparse.Namespace) -> tuple[str, str]:
 
 
 @contextlib.contextmanager
-def stores(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
+def stores(args: argparse.Namespace) -> Iterator[tuple[str, str, bool]]:
     """The blob and consensus URIs the command uses: :func:`store_uris`, but
     with ``--data-dir`` and no ``--consensus``, the address of the consensus
     server serving the data dir, or else its store under its lock, held until
-    the block ends (:func:`~shardsink.datadir.acquire_or_server`)."""
+    the block ends (:func:`~shardsink.datadir.acquire_or_server`); and
+    whether this process holds that lock (it owns the shard's blobs alone)."""
     blob, consensus = store_uris(args)
     if args.data_dir is None or args.consensus is not None:
-        yield blob, consensus
+        yield blob, consensus, False
         return
     taken = datadir.acquire_or_server(args.data_dir.resolve())
     if isinstance(taken, datadir.Holder):
-        yield blob, taken.address
+        yield blob, taken.address, False
         return
     with taken:
-        yield blob, consensus
+        yield blob, consensus, True
 
 
 def with_shard(func):
@@ -110,11 +111,13 @@ def with_shard(func):
     :func:`stores`), never creating it; shard errors become ``ValueError`` so
     the command line prints them as one line, a missing shard's naming the
     shards the store holds (for a data dir a consensus server serves: those
-    of the store it serves)."""
+    of the store it serves). Under the data dir's lock the shard is its
+    :attr:`~shardsink.persist.shard.Shard.sole_owner`: its reads take no
+    lease and change no state."""
 
     @functools.wraps(func)
     def run(args: argparse.Namespace) -> int:
-        with stores(args) as (blob, consensus):
+        with stores(args) as (blob, consensus, locked):
             try:
                 with open_shard(
                     args.shard,
@@ -123,6 +126,7 @@ def with_shard(func):
                     create=False,
                     keys=keys_for(consensus, args.data_dir),
                 ) as shard:
+                    shard.sole_owner = locked
                     return func(args, shard)
             except ShardNotFound as exc:
                 store = store_uris(args)[1]

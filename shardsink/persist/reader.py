@@ -3,6 +3,12 @@
 A :class:`Reader` comes from :meth:`~.shard.Shard.reader`. Every read first
 moves its lease to the newest version, then selects what to read from exactly
 that version, so garbage collection keeps every blob it selected.
+
+A process that owns the shard's blobs alone (it holds the data dir's lock:
+nothing else collects garbage or compacts while it reads) reads without a
+lease (``leased=False``): registering, leasing and expiring a reader are
+three versions of the state, which a read-only command (``shard verify``,
+``read``, ``export``, ``manifest``) must not write.
 """
 
 from __future__ import annotations
@@ -56,11 +62,16 @@ class ListenEvent(NamedTuple):
 class Reader:
     """A leased reader. Every read first moves the lease to the newest version
     and then selects batches from exactly that version, so GC keeps every
-    blob it selects. ``close()`` releases the lease (idempotent)."""
+    blob it selects. ``close()`` releases the lease (idempotent). Not
+    ``leased`` (see the module doc): every read selects from the newest
+    version, and nothing is registered, heartbeated or expired."""
 
-    def __init__(self, shard: Shard, reader_id: str, lease_ms: int | None) -> None:
+    def __init__(
+        self, shard: Shard, reader_id: str, lease_ms: int | None, *, leased: bool = True
+    ) -> None:
         self.shard = shard
         self.reader_id = reader_id
+        self.leased = leased
         self.lease_ms = shard.config.reader_lease_ms if lease_ms is None else lease_ms
         if self.lease_ms < 1:
             raise ValueError(f"reader lease must be >= 1 ms, got {self.lease_ms}")
@@ -68,6 +79,8 @@ class Reader:
         self._register()
 
     def _register(self) -> ShardState:
+        if not self.leased:
+            return self.shard.machine.state(refresh=True)
         result = self.shard.machine.run(RegisterReader(self.reader_id, self.lease_ms))
         return _leased(self.shard, result)
 
@@ -76,6 +89,8 @@ class Reader:
         that version. An expired reader registers again: safe, because what it
         reads is selected after the lease."""
         self._check_open()
+        if not self.leased:
+            return self._register()
         result = self.shard.machine.run(LeaseSeqno(self.reader_id))
         return (
             self._register() if isinstance(result, ReaderExpired) else _leased(self.shard, result)
@@ -84,6 +99,8 @@ class Reader:
     def heartbeat(self) -> None:
         """Renew the lease without moving the hold."""
         self._check_open()
+        if not self.leased:
+            return
         if isinstance(self.shard.machine.run(HeartbeatReader(self.reader_id)), ReaderExpired):
             self._register()
 
@@ -362,7 +379,8 @@ class Reader:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self.shard.machine.run(ExpireReader(self.reader_id))
+            if self.leased:
+                self.shard.machine.run(ExpireReader(self.reader_id))
 
     def __enter__(self) -> Reader:
         return self

@@ -77,6 +77,11 @@ class Shard:
         self._handles: list[Writer | Reader] = []
         self._counters = counters
         self._closed = False
+        #: Set by a caller that owns the shard's blobs alone (it holds the
+        #: data dir's lock: no other process collects garbage or compacts):
+        #: then readers read without a lease (:class:`~.reader.Reader`), so
+        #: reads change no state.
+        self.sole_owner = False
 
     @classmethod
     def open(
@@ -229,8 +234,12 @@ class Shard:
 
     def reader(self, reader_id: str | None = None, *, lease_ms: int | None = None) -> Reader:
         """A registered, leased reader; its lease lasts ``lease_ms`` (default
-        ``config.reader_lease_ms``) past each heartbeat."""
-        reader = Reader(self, reader_id or f"r-{uuid.uuid4().hex}", lease_ms)
+        ``config.reader_lease_ms``) past each heartbeat. Of a
+        :attr:`sole_owner`'s handle: a reader without a lease, which changes
+        no state."""
+        reader = Reader(
+            self, reader_id or f"r-{uuid.uuid4().hex}", lease_ms, leased=not self.sole_owner
+        )
         self._handles.append(reader)
         return reader
 

@@ -164,3 +164,24 @@ def test_read_refuses_binary_to_a_terminal(capsys, data_dir):
         proc.stderr
     )
     assert code == 2 and f"--output {named} is a terminal" in err, err
+
+
+def test_read_only_commands_leave_the_shards_state_as_it_was(capsys, data_dir, tmp_path):
+    """Under the data dir's lock nothing else collects garbage: inspect,
+    history, manifest, verify, read and export read without a reader lease
+    and write no version (through a consensus server they lease: see
+    docs/operating.md)."""
+
+    def seqno() -> int:
+        _, out, _ = run(capsys, "shard", "inspect", "--data-dir", str(data_dir), "--json")
+        return json.loads(out)["seqno"]
+
+    before = seqno()
+    commands = [
+        ["shard", "inspect"], ["shard", "history"], ["shard", "manifest"], ["shard", "verify"],
+        ["read", "--format", "csv"], ["export", "--output", str(tmp_path / "export")],
+    ]  # fmt: skip
+    for command in commands:
+        code, _, err = run(capsys, *command, "--data-dir", str(data_dir))
+        assert code == 0, (command, err)
+        assert seqno() == before, command

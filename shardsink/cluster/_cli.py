@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 
 import msgspec
@@ -27,6 +28,8 @@ from . import _logs
 from ._tables import host_words, status_tables, summary_table
 
 #: Runs with at least this many intervals get a progress bar.
+#: How often ``--events`` looks for restarts between appends.
+SUPERVISION_POLL_S = 0.5
 PROGRESS_MIN_INTERVALS = 10
 #: How long ``shardsink stop`` waits for the coordinator to exit by default.
 STOP_TIMEOUT_S = 60.0
@@ -141,11 +144,12 @@ def register(commands, bench) -> None:
         default=None,
         metavar="FILE",
         help="append one JSON line per appended interval to FILE, flushed as it happens: "
-        "the coordinator's pid, when it was appended (time, seconds since the epoch), the "
-        "interval's figures (interval, attempt, rows, latency_ms, "
+        "kind 'append', the coordinator's pid, when it was appended (time, seconds since the "
+        "epoch), the interval's figures (interval, attempt, rows, latency_ms, "
         "...), the supervision counts so far (restarts, consensus_restarts, "
         "abandoned_attempts) and restart_s, the durations of the group restarts since the "
-        "previous line (default: none)",
+        "previous line; and a line of kind 'supervision' (pid, time, counts) whenever the "
+        "counts change between appends (default: none)",
     )
     up.add_argument("--json", action="store_true", default=False, help="print the summary as JSON")
     up.add_argument(
@@ -462,22 +466,49 @@ def _stop(args: argparse.Namespace) -> int:
 
 def _run(cluster, intervals: int, console, events=None) -> None:
     timed = 0  # restarts whose times an earlier line carried
+    lock = threading.Lock()  # the appends' lines and the supervision watch's
+    last: dict = {}  # the supervision counts the last line carried
+
+    def write(kind: str, fields: dict) -> None:
+        line = {"kind": kind, "coordinator": os.getpid(), "time": time.time(), **fields}
+        events.write(msgspec.json.encode(line).decode() + "\n")
+        events.flush()
+        last.update(msgspec.structs.asdict(cluster.supervision()))
 
     def record(rec) -> None:
         nonlocal timed
         if events is not None:
-            restart_s = cluster.restart_times(timed)
-            timed += len(restart_s)
-            line = {
-                "coordinator": os.getpid(),
-                "time": time.time(),
-                **msgspec.structs.asdict(rec),
-                **msgspec.structs.asdict(cluster.supervision()),
-                "restart_s": restart_s,
-            }
-            events.write(msgspec.json.encode(line).decode() + "\n")
-            events.flush()
+            with lock:
+                restart_s = cluster.restart_times(timed)
+                timed += len(restart_s)
+                supervision = msgspec.structs.asdict(cluster.supervision())
+                fields = {**msgspec.structs.asdict(rec), **supervision, "restart_s": restart_s}
+                write("append", fields)
 
+    def watch(stop: threading.Event) -> None:
+        # restarts between appends: a run that never appends still shows them
+        while not stop.wait(SUPERVISION_POLL_S):
+            with lock:
+                counts = msgspec.structs.asdict(cluster.supervision())
+                if counts != last:
+                    write("supervision", counts)
+
+    stop = threading.Event()
+    watcher = threading.Thread(target=watch, args=(stop,), name="supervision-events")
+    if events is not None:
+        last.update(msgspec.structs.asdict(cluster.supervision()))
+        watcher.start()
+    try:
+        _run_shown(cluster, intervals, console, record)
+    finally:
+        stop.set()
+        if watcher.is_alive():
+            watcher.join(5)
+
+
+def _run_shown(cluster, intervals: int, console, record) -> None:
+    """``cluster.run(intervals)``, calling ``record`` per append, with a
+    progress bar for a long run."""
     if intervals < PROGRESS_MIN_INTERVALS:
         cluster.run(intervals, on_append=record)
         return

@@ -36,6 +36,7 @@ def status_tables(status):
             f"{status.restarts} groups, {status.consensus_restarts} consensus, "
             f"{status.abandoned_attempts} attempts abandoned",
         ),
+        ("maintenance failures", status.maintenance_failures.describe()),
         ("consensus", status.consensus),
         ("metrics", status.metrics or "none (up --metrics-port P)"),
         ("dashboard", status.dashboard or "none (up --dashboard)"),
@@ -129,6 +130,7 @@ def summary_table(stats):
             f"{stats.consensus_restarts} consensus, "
             f"{stats.abandoned_attempts} attempts abandoned",
         ),
+        ("maintenance failures", stats.maintenance_failures.describe()),
         (
             "peak RSS",
             ", ".join(f"{kind} {mib(n)}" for kind, n in sorted(stats.peak_rss.items())),

@@ -77,6 +77,7 @@ from ..shm import sweep, unlink_cluster
 from ..storage.uri import redact
 from .control import ControlServer, ProcessStatus, Status
 from .dashboard import ControlSource, Dashboard, Plan
+from .maintenance import MaintenanceWatch
 from .metrics import Metrics, Supervised
 from .stats import ClusterStats, ProcessInfo, Supervision
 from .verify import Verification, verify
@@ -120,6 +121,9 @@ class Cluster:
         self.cluster_id = f"c{uuid.uuid4().hex[:12]}"
         self.shard: Shard | None = None
         self.consensus: ConsensusProcess | None = None
+        self._maintenance = MaintenanceWatch(
+            lambda: self.shard_address, config.shard, config.data_path
+        )
         self.zygote: Zygote | None = None
         self.coordinator: Coordinator | None = None
         self.run_dir: Path | None = None
@@ -362,6 +366,7 @@ class Cluster:
             consensus_restarts=supervision.consensus_restarts,
             abandoned_attempts=supervision.abandoned_attempts,
             consensus=self.shard_address,
+            maintenance_failures=self._maintenance.failures(),
             metrics=self.metrics.url if self.metrics is not None else None,
             dashboard=self.dashboard.url if self.dashboard is not None else None,
             processes=[self._process_status(*p) for p in self._members()],
@@ -467,6 +472,7 @@ class Cluster:
             abandoned_attempts=counters.abandoned,
             rollup_puts=self.shard.stats().rollup_puts,
             peak_rss=dict(supervision.peak_rss),
+            maintenance_failures=self._maintenance.failures(fresh=True),
             verified=None if v is None else v.ok,
             verify_detail="" if v is None else v.detail or v.how(),
         )

@@ -23,6 +23,7 @@ import zmq
 from .. import datadir
 from .._address import check_address
 from ..coordinator.groups import HostInfo
+from .maintenance import MaintenanceFailures
 
 #: How long a client waits for the coordinator's answer by default.
 TIMEOUT_S = 5.0
@@ -95,6 +96,7 @@ class Status(msgspec.Struct, tag="status", frozen=True, forbid_unknown_fields=Tr
     coalesce: str = "group"
     processes: list[ProcessStatus]
     hosts: list[HostInfo] = []
+    maintenance_failures: MaintenanceFailures = MaintenanceFailures(known=False)
 
 
 class Stopping(msgspec.Struct, tag="stopping", frozen=True, forbid_unknown_fields=True):

@@ -11,6 +11,8 @@ from typing import Any
 
 import msgspec
 
+from .maintenance import MaintenanceFailures
+
 __all__ = ["ClusterStats", "ProcessInfo", "Supervision"]
 
 
@@ -52,6 +54,8 @@ class ClusterStats(msgspec.Struct, frozen=True, kw_only=True):
     gives, per restart, the time from the kill to every member of the group
     ready again; ``consensus_restarts`` counts restarts of the consensus
     process, ``abandoned_attempts`` attempts not appended.
+    ``maintenance_failures``: the runs of the shard's maintenance (in the
+    consensus server) that failed, by kind, and the last error.
     """
 
     mode: str
@@ -91,4 +95,5 @@ class ClusterStats(msgspec.Struct, frozen=True, kw_only=True):
     peak_rss: dict[str, int]
     verified: bool | None
     verify_detail: str = ""
+    maintenance_failures: MaintenanceFailures = MaintenanceFailures(known=False)
     parts_per_append_by_host: dict[int, float] = {}

@@ -185,3 +185,32 @@ def test_store_faults_in_the_cluster_processes(tmp_path, monkeypatch, point, act
     fired = faults.fired(fault_dir)
     assert [(f["point"], f["action"]) for f in fired] == [(point, action)] * 3
     assert run.stats.verified is True and run.stats.appends == 4, run.stats.verify_detail
+
+
+def test_a_failing_compaction_is_in_the_runs_summary(tmp_path, monkeypatch):
+    """The consensus process's merges fail (the fault point after a merge's
+    output is written, armed in it only): the run still appends and
+    verifies, and its summary and status say how often maintenance failed
+    and why."""
+    import time
+
+    specs = ["compaction.after_write:determinate:1.0:3@consensus"]
+    for name, value in faults.environ(specs, seed=1, fault_dir=tmp_path / "f").items():
+        monkeypatch.setenv(name, value)
+    config = ClusterConfig(data_dir=str(tmp_path / "d"), groups=1, workers=2, pace="max")
+    with Cluster(config) as cluster:
+        pids = child_pids(cluster)
+        stats = cluster.run(16)
+        deadline = time.monotonic() + 60
+        while stats.maintenance_failures.counts.get("compaction", 0) < 3:
+            assert time.monotonic() < deadline, stats.maintenance_failures
+            stats = cluster.run(4)  # merges run beside the appends, in the consensus process
+        status = cluster.status()
+        pids += child_pids(cluster)
+    assert_nothing_left(pids, cluster.cluster_id)
+    assert stats.verified is True, stats.verify_detail
+    failures = stats.maintenance_failures
+    assert failures.known and failures.counts == {"compaction": 3}, failures
+    assert "DeterminateError" in failures.last
+    assert "compaction 3 (each retried" in failures.describe()
+    assert status.maintenance_failures.counts == {"compaction": 3}

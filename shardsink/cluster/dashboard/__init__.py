@@ -66,7 +66,8 @@ class Sample(msgspec.Struct, frozen=True, kw_only=True):
 class Event(msgspec.Struct, frozen=True):
     """Something that happened by wall-clock time ``t``: ``kind`` is
     ``coordinator`` (started, restarted, stopped answering), ``restart``,
-    ``exit`` or ``fault``."""
+    ``exit``, ``fault`` or ``maintenance`` (a run of the shard's
+    maintenance failed)."""
 
     t: float
     kind: str
@@ -189,6 +190,11 @@ def observe(watch: Watch, status: Status | None, t: float) -> tuple[Watch, list[
         n = getattr(status, name) - getattr(last, name)
         if n > 0:
             out.append(Event(t, "restart", f"{what}: +{n} (total {getattr(status, name)})"))
+    failed, was = status.maintenance_failures.counts, last.maintenance_failures.counts
+    for kind, n in sorted(failed.items()):
+        if n > was.get(kind, 0):
+            text = f"{kind} failed: +{n - was.get(kind, 0)} (total {n}); last: "
+            out.append(Event(t, "maintenance", text + status.maintenance_failures.last))
     before = {p.name: p for p in last.processes}
     for p in status.processes:
         was = before.get(p.name)

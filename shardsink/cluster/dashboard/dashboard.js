@@ -126,6 +126,12 @@ function drawProgress(s, plan) {
     (left === 0 ? ", done" : `, about ${duration(eta)} left at ${fmt(s.intervals_per_s, 2)}/s`);
 }
 
+function failures(m) {
+  if (!m.known) return "unknown";
+  const kinds = Object.entries(m.counts);
+  return kinds.length ? kinds.map(([kind, n]) => `${kind} ${n}`).join(", ") : "none";
+}
+
 function drawFigures(s, plan) {
   const rows = plan.rows_per_interval === null ? null : s.intervals_per_s * plan.rows_per_interval;
   const figures = [
@@ -138,6 +144,7 @@ function drawFigures(s, plan) {
     ["blob PUTs / append", fmt(s.blob_puts_per_append, 2)],
     ["diff bytes / append", Math.round(s.diff_bytes_per_append).toLocaleString()],
     ["restarts", `${s.restarts} groups, ${s.consensus_restarts} consensus`],
+    ["maintenance failures", failures(s.maintenance_failures)],
   ];
   document.getElementById("figures").replaceChildren(...figures.map(([name, value]) => {
     const box = el("div");

@@ -1,10 +1,10 @@
 """The code passes the project's ruff configuration (pyproject.toml) and the
-floors; no file of the repository points outside it; no function in
-shardsink/ is over 80 lines, no module over 600, the README over 200."""
+floors; no file of the repository points outside it; the README is at most
+200 lines. (What is large in shardsink/ is a report, ``scripts/sizes``, not
+a test: a module is split when it holds two concepts, not at a count.)"""
 
 from __future__ import annotations
 
-import ast
 import re
 import subprocess
 import sys
@@ -50,8 +50,6 @@ def test_floors() -> None:
 #: in pieces, so that this file does not mention them either).
 _SHARED, _DESIGN = r"\.\./" + "shared", "DESIGN"
 OUTSIDE = re.compile(rf"{_SHARED}|{_DESIGN}\.md|{_DESIGN} section")
-FUNCTION_MAX_LINES = 80
-MODULE_MAX_LINES = 600
 README_MAX_LINES = 200
 
 
@@ -75,10 +73,6 @@ def _text(path: Path) -> str | None:
         return None
 
 
-def _package_modules() -> list[Path]:
-    return sorted((ROOT / "shardsink").rglob("*.py"))
-
-
 def test_no_file_points_outside_the_repository() -> None:
     """No tracked file mentions the shared directory beside the repository or
     the design document in it: the facts are in docs/ (or stated where they
@@ -94,31 +88,6 @@ def test_no_file_points_outside_the_repository() -> None:
             if OUTSIDE.search(line):
                 offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert not offenders, "files point outside the repository:\n" + "\n".join(offenders)
-
-
-def test_no_function_over_80_lines() -> None:
-    """No function or method of shardsink/ spans more than 80 lines
-    (``def`` to its last line, decorators not counted)."""
-    offenders = []
-    for path in _package_modules():
-        tree = ast.parse(path.read_text(), filename=str(path))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                lines = node.end_lineno - node.lineno + 1
-                if lines > FUNCTION_MAX_LINES:
-                    offenders.append(
-                        f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {lines} lines"
-                    )
-    assert not offenders, f"functions over {FUNCTION_MAX_LINES} lines:\n" + "\n".join(offenders)
-
-
-def test_no_module_over_600_lines() -> None:
-    offenders = []
-    for path in _package_modules():
-        lines = len(path.read_text().splitlines())
-        if lines > MODULE_MAX_LINES:
-            offenders.append(f"{path.relative_to(ROOT)}: {lines} lines")
-    assert not offenders, f"modules over {MODULE_MAX_LINES} lines:\n" + "\n".join(offenders)
 
 
 def test_readme_at_most_200_lines() -> None:

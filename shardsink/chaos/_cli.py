@@ -36,7 +36,14 @@ FLAGS: dict[str, Flag] = {
     "maintenance_every_s": Flag("S", "run `shard gc` by hand beside the cluster every S seconds"),
     "interval_timeout_s": Flag("S", "a group that has not reported within S seconds is "
                                "restarted"),
-    "stall_s": Flag("S", "no append for S seconds is a violation (the cluster is stuck)"),
+    "stall_s": Flag(
+        "S",
+        "no append for S seconds is a violation (the cluster is stuck; default: a quarter of "
+        "the run, at least 3 interval timeouts, at most 120)",
+    ),
+    "min_intervals": Flag(
+        "N", "fewer intervals appended than N: the verdict is unknown (exit 3), never valid"
+    ),
     "dashboard": Flag("HOST:PORT", "serve the cluster's live dashboard, faults shown as they are "
                       f"injected, at http://HOST:PORT/; loopback only; without HOST:PORT "
                       f"{FREE_PORT}, a free port", const=FREE_PORT),
@@ -129,13 +136,17 @@ def _chaos(args: argparse.Namespace) -> int:
         Console().print(report_table(report))
         for violation in report.violations:
             print(f"VIOLATION: {violation}", file=sys.stderr)
+        for reason in report.reasons:
+            print(f"verdict {report.verdict}: {reason}", file=sys.stderr)
     if args.out:
         print(
             f"the report in words and its timeline: {Path(args.out) / 'report.md'}", file=sys.stderr
         )
-    if not report.ok:
+    if report.verdict == "invalid":
         return 1
-    return 130 if report.interrupted else 0
+    if report.interrupted:
+        return 130
+    return 3 if report.verdict == "unknown" else 0
 
 
 def report_table(report):
@@ -183,6 +194,7 @@ def report_table(report):
         ("leaked blobs swept", str(report.leaked_blobs_swept)),
         ("segments left", str(report.segments_swept)),
         ("violations", str(len(report.violations)) if report.violations else "none"),
+        ("verdict", report.verdict + "".join(f"; {r}" for r in report.reasons)),
         ("data dir", report.data_dir or "(temporary, removed)"),
     ):
         summary.add_row(name, value)

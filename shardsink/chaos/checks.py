@@ -21,11 +21,11 @@ from .nemesis import Nemesis
 from .schedule import kind_of
 
 
-def final_checks(
-    run: RunContext, events: list, nemesis: Nemesis, starts: int, exits: Counter[str]
-) -> ChaosReport:
+def final_checks(run: RunContext, events: list, nemesis: Nemesis, watched) -> ChaosReport:
     """Everything stopped: check the shard on its stores, the blobs, the
-    processes and the segments; build the report."""
+    processes and the segments; build the report and its verdict.
+    ``watched``: what the run saw of its coordinators (``starts``, ``exits``
+    by reason, ``last_words``)."""
     ours = set(run.seen)
     left = [s for s in list_segments() if s.pid in ours]
     for segment in left:
@@ -35,6 +35,7 @@ def final_checks(
     remove_dead_run_dirs()
     swept = 0
     intervals = 0
+    unknown = []  # what leaves the run unable to judge, beyond too few intervals
     try:
         with open_shard(
             SHARD,
@@ -50,8 +51,8 @@ def final_checks(
             swept = len(shard.sweep_leaked_blobs())
             shard.collect_garbage()
             intervals = check_shard(run, shard, "after sweeping leaked blobs and GC", swept=True)
-    except ShardNotFound:
-        run.violation("no shard was ever created")
+    except ShardNotFound:  # nothing was ever appended, so nothing can be lost
+        unknown.append("no shard was ever created")
     except (StorageError, PersistError) as exc:
         run.violation(f"the final checks could not read the shard: {exc}")
     run.appended.poll()
@@ -59,6 +60,7 @@ def final_checks(
     injected = fired + nemesis.signalled
     counts = run.counts
     config = run.config
+    verdict, reasons = judge(run, intervals, watched, unknown)
     return ChaosReport(
         seed=config.seed,
         duration_s=config.duration_s,
@@ -71,8 +73,8 @@ def final_checks(
         injected=dict(injected),
         released=dict(nemesis.released),
         missed=dict(nemesis.missed),
-        coordinator_starts=starts,
-        coordinator_exits=dict(exits),
+        coordinator_starts=watched.starts,
+        coordinator_exits=dict(watched.exits),
         intervals=intervals,
         intervals_redone=run.appended.redone,
         supervision=run.appended.totals(),
@@ -83,7 +85,28 @@ def final_checks(
         leaked_blobs_swept=swept,
         segments_swept=len(left),
         violations=list(run.violations),
+        verdict=verdict,
+        reasons=reasons,
     )
+
+
+def judge(run: RunContext, intervals: int, watched, unknown: list[str]) -> tuple[str, list[str]]:
+    """The run's verdict and why it is not ``valid``: ``invalid`` with a
+    violation; ``unknown`` when it judged too little to say (see
+    :class:`~.config.ChaosReport`; ``unknown`` holds other reasons found)."""
+    if run.violations:
+        return "invalid", [f"{len(run.violations)} violations"]
+    config = run.config
+    reasons = list(unknown)
+    if intervals < config.min_intervals:
+        why = f"{intervals} intervals appended (a verdict needs {config.min_intervals})"
+        if watched.exits:
+            exits = ", ".join(f"{n} x {reason}" for reason, n in sorted(watched.exits.items()))
+            why += f"; the coordinator ended {exits}, last saying: {watched.last_words!r}"
+        reasons.append(why)
+    if config.readers and not run.counts["checked"]:
+        reasons.append(f"{config.readers} readers checked no snapshot")
+    return ("unknown", reasons) if reasons else ("valid", [])
 
 
 def check_shard(run: RunContext, shard: Shard, when: str, *, swept: bool = False) -> int:

@@ -35,7 +35,10 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     under it (``s3://...``, ``postgresql://...``); the shard must not exist in
     them yet. A group
     that has not reported within ``interval_timeout_s`` is restarted; no
-    append for ``stall_s`` seconds is a violation (the cluster is stuck).
+    append for ``stall_s`` seconds is a violation (the cluster is stuck;
+    ``None``: :meth:`stall_after_s`, which scales with the run).
+    ``min_intervals``: fewer intervals appended than this and the run judged
+    nothing: its verdict is ``unknown``, never ``valid``.
     ``dashboard``: serve the cluster's live dashboard, faults shown as they
     are injected, at ``HOST:PORT`` (loopback; port 0: a free one).
     ``coalesce``: the cluster's ``coalesce`` (``host``: its host builder is
@@ -71,7 +74,8 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     readers: int = 2
     maintenance_every_s: float = 2.0
     interval_timeout_s: float = 10.0
-    stall_s: float = 120.0
+    stall_s: float | None = None
+    min_intervals: int = 5
     dashboard: str | None = None
     writer_lease_ms: int = 15_000
     hosts: str = "local"
@@ -104,7 +108,10 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
         injectable(self.faults, self.mode, hosts=self.on_hosts)
         at_least(self, 1, "groups", "workers", "rows_per_interval")
         at_least(self, 0, "readers")
-        positive(self, "mean_gap_s", "pause_max_s", "maintenance_every_s", "stall_s")
+        positive(self, "mean_gap_s", "pause_max_s", "maintenance_every_s")
+        if self.stall_s is not None:
+            positive(self, "stall_s")
+        at_least(self, 1, "min_intervals")
         at_least(self, 1, "writer_lease_ms")
         if self.dashboard is not None:
             parse_listen(self.dashboard)
@@ -113,6 +120,16 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
                 f"pause_max_s ({self.pause_max_s}) must stay below interval_timeout_s "
                 f"({self.interval_timeout_s}), or a pause is indistinguishable from a hang"
             )
+
+    @property
+    def stall_after_s(self) -> float:
+        """How long without an append is a stuck cluster: ``stall_s``, or a
+        quarter of the run, at least three interval timeouts (a restart
+        after a missed deadline, and the redo) and at most 120 s. A fixed
+        120 s could not fire in a 60 s run."""
+        if self.stall_s is not None:
+            return self.stall_s
+        return min(120.0, max(3 * self.interval_timeout_s, self.duration_s / 4))
 
     @staticmethod
     def from_toml(table: dict[str, Any]) -> dict[str, Any]:
@@ -184,7 +201,11 @@ class ChaosReport(msgspec.Struct, kw_only=True):
     empty for a good run. ``ran_s`` is how long faults were injected: longer
     than ``duration_s`` by the time the last ones took to fire and the
     cluster to append again, shorter if ``interrupted`` (Ctrl-C stops the
-    run early; the checks still run)."""
+    run early; the checks still run). ``verdict``: ``invalid`` with any
+    violation; ``unknown`` when the run judged too little (fewer intervals
+    than ``min_intervals``, readers that checked no snapshot), never passed
+    off as ``valid``; ``valid`` otherwise; ``reasons`` says why it is not
+    ``valid``."""
 
     seed: int
     duration_s: float
@@ -213,9 +234,12 @@ class ChaosReport(msgspec.Struct, kw_only=True):
     interrupted: bool = False
     lost: dict[str, int] = msgspec.field(default_factory=dict)
     unfired: dict[str, int] = msgspec.field(default_factory=dict)
+    verdict: str = "unknown"
+    reasons: list[str] = msgspec.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
+        """No violation (the verdict may still be ``unknown``)."""
         return not self.violations
 
 

@@ -119,7 +119,8 @@ class RunContext:
 class AppendLog:
     """Follows the coordinators' ``--events`` file: intervals appended, how
     many of them by an attempt after the first, and each coordinator's last
-    supervision counts and group restart times."""
+    supervision counts (also from the lines written between appends) and
+    group restart times."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -159,11 +160,13 @@ class AppendLog:
         self.offset += len(whole)
         for line in whole.splitlines():
             event = json.loads(line)
-            self.count += 1
-            self.redone += event["attempt"] > 0
             self.supervision[event["coordinator"]] = {
                 k: event[k] for k in Supervision.__struct_fields__
             }
+            if event["kind"] != "append":
+                continue  # restarts seen between appends
+            self.count += 1
+            self.redone += event["attempt"] > 0
             # each line carries the restarts since the coordinator's previous one
             self.restart_s.setdefault(event["coordinator"], []).extend(event["restart_s"])
         return self.count

@@ -227,7 +227,7 @@ def _run(
                 board.close()
     if nemesis.error is not None:
         run.violation(f"the nemesis failed: {nemesis.error!r}")
-    report = final_checks(run, events, nemesis, watched.starts, watched.exits)
+    report = final_checks(run, events, nemesis, watched)
     report.ran_s = round(ran_s, 1)
     report.interrupted = interrupt.is_set()
     report.lost = dict(nemesis.lost())
@@ -317,6 +317,8 @@ class _Watched:
         self.starts = 0
         self.started_at: list[float] = []
         self.exits: Counter[str] = Counter()
+        #: the last line a coordinator that exited left in its log
+        self.last_words = ""
 
     def started(self) -> None:
         self.starts += 1
@@ -338,7 +340,7 @@ def _watch(
     fired and an interval appended since), or :func:`settle_s` after the
     duration. A coordinator that exits is started again once its processes
     are gone; every check (about every 0.2 s) that finds no append in the last
-    ``stall_s`` records a violation."""
+    ``stall_after_s`` records a violation."""
     config = run.config
     _start_coordinator(run, env)
     watched.started()
@@ -366,14 +368,17 @@ def _watch(
             if not _wait_gone(run, give_up_at=end + settle):
                 break
             watched.exits[exit_reason(child.returncode)] += 1
+            # its last line of its own, not the line the launcher adds on its exit
+            lines = [s for s in child.log_tail().strip().splitlines() if not s.startswith("[")]
+            watched.last_words = lines[-1] if lines else ""
             time.sleep(0.2)
             _start_coordinator(run, env)
             watched.started()
         appended = run.appended.poll()
         if appended > last_appends:
             last_appends, last_progress = appended, time.monotonic()
-        elif time.monotonic() - last_progress > config.stall_s:
-            run.violation(f"no interval appended for {config.stall_s:g}s")
+        elif time.monotonic() - last_progress > config.stall_after_s:
+            run.violation(f"no interval appended for {config.stall_after_s:g}s")
         if on_tick is not None and time.monotonic() >= next_tick:
             next_tick = time.monotonic() + 1.0
             on_tick(_status(run, nemesis, start, appended))

@@ -110,7 +110,8 @@ def _appends(path: Path, started: float) -> tuple[list[tuple[float, float]], lis
         if "time" not in record:
             continue
         t = record["time"] - started
-        appends.append((round(t, 3), record["latency_ms"]))
+        if record.get("kind", "append") == "append":
+            appends.append((round(t, 3), record["latency_ms"]))
         before = last.setdefault(record["coordinator"], {})
         for key, kind in (
             ("restarts", "group restart"),
@@ -118,7 +119,7 @@ def _appends(path: Path, started: float) -> tuple[list[tuple[float, float]], lis
         ):
             grew = record.get(key, 0) - before.get(key, 0)
             if grew > 0:
-                text = f"{grew} {kind}{'s' if grew > 1 else ''} before this append"
+                text = f"{grew} {kind}{'s' if grew > 1 else ''} before this line"
                 restarts.append(Mark(round(t, 3), kind, text))
             before[key] = record.get(key, 0)
     return appends, restarts

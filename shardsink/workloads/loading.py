@@ -154,8 +154,12 @@ def updates(
     """``workload``'s updates for global worker ``worker`` in ``interval``,
     with ``ts`` set, cast to the shard ``schema`` and consolidated;
     ``ValueError`` naming what is wrong with them."""
-    table = workload.updates(interval, worker, workers)
-    return P.consolidate(_conform(table, schema, ts, f"updates({interval}, {worker}, {workers})"))
+    call = f"updates({interval}, {worker}, {workers})"
+    try:
+        table = workload.updates(interval, worker, workers)
+    except Exception as exc:  # the user's code: whatever it raises is named, in one line
+        raise ValueError(f"workload {call} raised {type(exc).__name__}: {exc}") from exc
+    return P.consolidate(_conform(table, schema, ts, call))
 
 
 def expected(

@@ -50,6 +50,7 @@ def _run_clean(config: ChaosConfig):
 
 def _assert_clean(config: ChaosConfig, report) -> None:
     assert report.violations == [], report.violations
+    assert report.verdict == "valid", report.reasons
     assert report.intervals > 0  # progress (how much depends on the load)
     assert report.snapshots_checked > 0
     assert report.segments_swept == 0
@@ -133,11 +134,44 @@ def test_the_command_line_runs_best_effort_and_prints_json(tmp_path) -> None:
     # the last faults get a tenth of the duration, never more (the loop looks every 0.2 s)
     assert report["ran_s"] <= 20 * 1.1 + 0.3
     assert report["violations"] == [] and report["mode"] == "best-effort"
+    assert report["verdict"] == "valid" and report["reasons"] == []
     assert report["intervals"] > 0 and report["snapshots_checked"] > 0
     config = ChaosConfig(
         duration_s=20, seed=4, groups=1, workers=3, mode="best-effort", mean_gap_s=1
     )
     assert_every_fault_fired(config, report["injected"], report["lost"], report["unfired"])
+
+
+BROKEN_WORKLOAD = """
+import pyarrow as pa
+
+
+class Broken:
+    schema = pa.schema([("key", pa.int64()), ("val", pa.string())])
+
+    def updates(self, interval, worker, workers):
+        raise RuntimeError("the workload's own bug")
+"""
+
+
+def test_a_run_that_never_appended_is_unknown_and_says_why(tmp_path) -> None:
+    """A workload that raises in ``updates``: nothing is appended, nothing
+    is violated, and the run is not passed off as valid: verdict unknown,
+    exit 3, the reason naming the coordinator's exits and its last words."""
+    workload = tmp_path / "broken.py"
+    workload.write_text(BROKEN_WORKLOAD)
+    argv = [sys.executable, "-m", "shardsink.cli", "chaos", "--duration-s", "6", "--seed", "1"]
+    argv += ["--groups", "1", "--workers", "2", "--workload", f"{workload}:Broken", "--json"]
+    argv += ["--data-dir", str(tmp_path / "run")]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 3, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["violations"] == [] and report["intervals"] == 0
+    assert report["verdict"] == "unknown"
+    reasons = report["reasons"]
+    assert "no shard was ever created" in reasons
+    (intervals,) = [r for r in reasons if r.startswith("0 intervals appended (a verdict needs 5)")]
+    assert "the workload's own bug" in intervals, intervals
 
 
 def test_ctrl_c_stops_early_and_still_checks(tmp_path, popen) -> None:

@@ -270,14 +270,14 @@ def builder(rows: int, workers: int, repeats: int, progress=print) -> dict:
         for w in range(workers)
         for b in P.consolidate(workload.updates(0, w, workers)).to_batches()
     ]
-    sort = P._sorted_if_possible
+    sort = P.sort_updates
     seconds: dict[str, list[float]] = {"sorted": [], "unsorted": []}
     order = [repeat_order(("sorted", "unsorted"), i) for i in range(repeats)]
     for i, layouts in enumerate(order):
         for layout in layouts:
             blob = MemoryBlob(f"bench-builder-{os.getpid()}-{i}-{layout}")
             if layout == "unsorted":
-                P._sorted_if_possible = lambda table: (table, False)
+                P.sort_updates = lambda table: table  # the rows as they come
             try:
                 builder = _batch_builder(
                     blob,
@@ -293,7 +293,7 @@ def builder(rows: int, workers: int, repeats: int, progress=print) -> dict:
                 built = builder.finish()
                 seconds[layout].append(time.perf_counter() - started)
             finally:
-                P._sorted_if_possible = sort
+                P.sort_updates = sort
             for key in built.blob_keys():
                 blob.delete(key)
     added = sum(b.num_rows for b in batches)

@@ -5,6 +5,15 @@ directly (not ``pg_ctl``, so we hold the server's pid), listening on
 ``127.0.0.1`` at a free port with no Unix socket. The superuser is trusted;
 any other role logs in with its password (:meth:`PostgresServer.new_user`), so
 tests can check what becomes of a password given in a URI.
+
+``listen`` and ``clients`` put it on another address: an emulated host's
+(``10.77.k.i``), answering roles with a password from the host's subnet
+(``10.77.k.0/24``), the superuser still from its own address only. The
+server is started by the process that constructs it, so to run it on an
+emulated host that process runs there: ``python -m
+shardsink.testing.postgres --listen ADDR --clients CIDR --new-user DIR``
+(:func:`main`, what ``scripts/start-postgres`` runs) prints the URL once the
+server takes connections and serves until SIGTERM.
 ``stop()`` shuts it down by pid; the server also dies if the process that
 started it dies (``PR_SET_PDEATHSIG``), so a crashed test run never leaks it.
 
@@ -22,6 +31,8 @@ during setup loses a cluster nobody needs again.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import glob
 import itertools
 import os
@@ -30,6 +41,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -38,12 +50,15 @@ from .._address import free_port
 from ..process.parent import dies_with_this_process
 
 SUPERUSER = "postgres"
-# TCP only: the superuser is trusted, every other role needs its password.
-_HBA = f"""\
-host all {SUPERUSER} 127.0.0.1/32 trust
-host all all 127.0.0.1/32 scram-sha-256
-"""
+LOOPBACK = "127.0.0.1"
 _BIND_RETRIES = 3
+
+
+def hba(listen: str, clients: str) -> str:
+    """pg_hba.conf, TCP only: the superuser trusted from the server's own
+    address ``listen``, every other role with its password from ``clients``
+    (a CIDR)."""
+    return f"host all {SUPERUSER} {listen}/32 trust\nhost all all {clients} scram-sha-256\n"
 
 
 def find_bindir() -> Path:
@@ -89,9 +104,19 @@ class PostgresServer:
     thread: ``PR_SET_PDEATHSIG`` fires when the starting *thread* exits.
     """
 
-    def __init__(self, base_dir: str | os.PathLike[str], start_timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        base_dir: str | os.PathLike[str],
+        start_timeout: float = 60.0,
+        *,
+        listen: str = LOOPBACK,
+        clients: str | None = None,
+    ) -> None:
         self.base_dir = Path(base_dir).resolve()
         self.start_timeout = start_timeout
+        #: the IPv4 address it listens on, and the CIDR password roles may come from
+        self.listen = listen
+        self.clients = clients or f"{listen}/32"
         self.port: int | None = None
         self.url: str | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -154,8 +179,8 @@ class PostgresServer:
                     **self._spawn_kwargs(user),
                 )
             # rewritten in place, so the file keeps the owner initdb gave it
-            with open(Path(data) / "pg_hba.conf", "w") as hba:
-                hba.write(_HBA)
+            with open(Path(data) / "pg_hba.conf", "w") as conf:
+                conf.write(hba(self.listen, self.clients))
             for _ in range(_BIND_RETRIES):
                 if self._launch(bindir, data, user, log_path):
                     return self
@@ -176,9 +201,9 @@ class PostgresServer:
         import psycopg
 
         self.port = free_port()
-        self.url = f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/postgres"
+        self.url = f"postgresql://{SUPERUSER}@{self.listen}:{self.port}/postgres"
         settings = {
-            "listen_addresses": "127.0.0.1",
+            "listen_addresses": self.listen,
             "port": self.port,
             # TCP only: no socket path length limit, no clash with a system server.
             "unix_socket_directories": "",
@@ -245,7 +270,7 @@ class PostgresServer:
                     sql.Identifier(name), sql.Identifier(name)
                 )
             )
-        return f"postgresql://{name}:{password}@127.0.0.1:{self.port}/{name}", password
+        return f"postgresql://{name}:{password}@{self.listen}:{self.port}/{name}", password
 
     def pids(self) -> list[int]:
         """The postmaster's pid (its backends are its children), if running."""
@@ -264,3 +289,37 @@ class PostgresServer:
         if self._private_dir is not None:
             shutil.rmtree(self._private_dir, ignore_errors=True)
             self._private_dir = None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a throwaway server in the foreground (``scripts/start-postgres``):
+    print its URL (with ``--new-user``, a fresh password role's database's)
+    once it takes connections, then serve until Ctrl-C or SIGTERM, which
+    stop it; it also stops if this process dies. Without ``DIR`` its log
+    goes with a temporary directory removed on exit."""
+    parser = argparse.ArgumentParser(prog="start-postgres", description=main.__doc__)
+    parser.add_argument("dir", nargs="?", metavar="DIR", help="keep the log here")
+    parser.add_argument("--listen", default=LOOPBACK, metavar="ADDR", help="default %(default)s")
+    parser.add_argument(
+        "--clients", metavar="CIDR", help="where password roles may connect from (default ADDR/32)"
+    )
+    parser.add_argument("--new-user", action="store_true", help="print a password role's URL")
+    args = parser.parse_args(argv)
+    # SIGTERM takes the same way out as Ctrl-C, so the server is always stopped;
+    # SIGINT is set too because a shell starts background jobs with it ignored.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.default_int_handler)
+    with contextlib.ExitStack() as stack, contextlib.suppress(KeyboardInterrupt):
+        base_dir = args.dir or stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="shardsink-pg-")  # data and log alike
+        )
+        server = PostgresServer(base_dir, listen=args.listen, clients=args.clients)
+        stack.enter_context(server)
+        print(server.new_user()[0] if args.new_user else server.url, flush=True)
+        print(f"log: {server.base_dir}/postgres.log; Ctrl-C stops the server", file=sys.stderr)
+        signal.pause()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

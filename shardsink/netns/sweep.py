@@ -3,8 +3,8 @@
 A namespace is removed by killing every process in it (found by its
 namespace inode, killed through a pidfd) and deleting its name: with no
 process and no name holding it, the kernel frees it, and with it its veths,
-bridge, firewall rules and queues. A run's state directory (clock files) is
-removed with it.
+bridge, firewall rules and queues. A run's state directory (clock files)
+and its scratch directory are removed with it.
 
 :func:`sweep` removes what runs whose creator is dead left (a SIGKILLed
 chaos run, a closed terminal), found by name (:mod:`.names`); a live run's
@@ -20,7 +20,16 @@ from collections.abc import Sequence
 import msgspec
 
 from . import tools
-from .names import NETNS_DIR, STATE_DIR, netns_names, parse_netns, parse_state_dir, state_dirs
+from .names import (
+    NETNS_DIR,
+    STATE_DIR,
+    locked,
+    netns_names,
+    parse_netns,
+    parse_scratch,
+    parse_state_dir,
+    state_dirs,
+)
 from .processes import kill_in, processes_in
 
 
@@ -53,14 +62,24 @@ def remove_namespaces(names: Sequence[str], *, dry_run: bool = False) -> list[in
 
 
 def sweep(*, dry_run: bool = False) -> Swept:
-    """Remove the namespaces, their processes and the state directories of
-    every run of emulated hosts whose creator is dead. ``MissingCapability``
-    if not root or without ``ip netns``."""
+    """Remove the namespaces, their processes and the state and scratch
+    directories of every run of emulated hosts whose creator is dead.
+    ``MissingCapability`` if not root or without ``ip netns``."""
     tools.require_ip_netns()
     dead = [n for n in netns_names() if (parsed := parse_netns(n)) and not parsed[0].alive()]
     killed = remove_namespaces(dead, dry_run=dry_run)
-    directories = [d for d in state_dirs() if (run := parse_state_dir(d)) and not run.alive()]
-    if not dry_run:
-        for directory in directories:
-            shutil.rmtree(STATE_DIR / directory, ignore_errors=True)
+    with locked():  # no run takes a subnet, and makes its scratch, meanwhile
+        directories = [d for d in state_dirs() if (run := parse_state_dir(d)) and not run.alive()]
+        directories += _dead_scratch()
+        if not dry_run:
+            for directory in directories:
+                shutil.rmtree(STATE_DIR / directory, ignore_errors=True)
     return Swept(tuple(dead), tuple(killed), tuple(directories))
+
+
+def _dead_scratch() -> list[str]:
+    """The scratch directories whose subnet no live run holds."""
+    runs = [parsed[0] for parsed in map(parse_netns, netns_names()) if parsed]
+    runs += [run for run in map(parse_state_dir, state_dirs()) if run]
+    live = {run.k for run in runs if run.alive()}
+    return [d for d in state_dirs() if (k := parse_scratch(d)) is not None and k not in live]

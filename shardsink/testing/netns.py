@@ -36,6 +36,7 @@ class Footprint(msgspec.Struct, frozen=True):
     inodes: dict[str, int]
     state_dir: str
     root_interfaces: frozenset[str]
+    scratch_dir: str
 
 
 def in_ci() -> bool:
@@ -46,7 +47,13 @@ def in_ci() -> bool:
 def footprint(net: Network, root_interfaces: frozenset[str]) -> Footprint:
     """``net``'s footprint; ``root_interfaces`` those of the root namespace
     before it was made."""
-    return Footprint(str(net.name), net.inodes(), str(net.name.state_dir), root_interfaces)
+    return Footprint(
+        str(net.name),
+        net.inodes(),
+        str(net.name.state_dir),
+        root_interfaces,
+        str(net.name.scratch_dir),
+    )
 
 
 def root_interfaces() -> frozenset[str]:
@@ -73,12 +80,15 @@ def assert_healed(net: Network) -> None:
 
 def assert_removed(footprint: Footprint) -> None:
     """Assert that a closed network left no namespace name, no process in its
-    namespaces, no state directory and no new root-namespace interface."""
+    namespaces, no state or scratch directory and no new root-namespace
+    interface."""
     names = [n for n in os.listdir(NETNS_DIR) if n.startswith(footprint.prefix + "-")]
     assert not names, f"namespaces left: {names}"
     inside = {inode: processes_in(inode) for inode in footprint.inodes.values()}
     assert not any(inside.values()), f"processes left in the run's namespaces: {inside}"
     assert not os.path.exists(footprint.state_dir), f"state left: {footprint.state_dir}"
+    scratch = footprint.scratch_dir
+    assert not os.path.exists(scratch), f"scratch directory left: {scratch}"
     new = root_interfaces() - footprint.root_interfaces
     assert not new, f"interfaces appeared in the root namespace: {sorted(new)}"
 

@@ -21,6 +21,7 @@ from ._address import REMOTE_SCHEMES, check_address
 from ._bounds import Machine, at_least, min_row_bytes, port, positive
 from ._http import parse_listen
 from ._units import MIB
+from .netns.network import MAX_HOSTS
 from .options import BYTES, Size
 from .persist.config import ShardConfig
 from .persist.parts import full_schema
@@ -45,6 +46,52 @@ WORKLOADS: tuple[str, ...] = get_args(WorkloadName)
 
 BLOB_SCHEMES = ("file", "s3")
 STORE_SCHEMES = ("sqlite", "postgresql", "postgres")
+#: With ``hosts`` netns:N, the consensus store and the blob store that a
+#: server started on its emulated host holds (a bare scheme, no URI).
+EMULATED_STORE, EMULATED_BLOB = "postgresql", "s3"
+
+
+class Placement(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Which emulated host (by index) runs what, with ``hosts`` netns:N: the
+    coordinator (and the Ray head), the consensus server, PostgreSQL and the
+    S3 server (when the stores are theirs). A field left ``None`` is host 0,
+    1, 2 and 2 respectively, modulo N: so with two hosts or more every hop
+    coordinator -> consensus server -> store crosses the emulated network.
+    Every host runs a Ray node, so groups run on every host."""
+
+    coordinator: int | None = None
+    consensus: int | None = None
+    postgres: int | None = None
+    s3: int | None = None
+
+    def resolve(self, hosts: int) -> Placement:
+        """Every field an index of ``hosts`` hosts (the defaults filled in);
+        ``ValueError`` naming a field outside 0 to ``hosts - 1``."""
+        defaults = {"coordinator": 0, "consensus": 1, "postgres": 2, "s3": 2}
+        chosen = {}
+        for name, default in defaults.items():
+            index = getattr(self, name)
+            if index is not None and not 0 <= index < hosts:
+                raise ValueError(
+                    f"place {name}={index}: hosts netns:{hosts} are numbered 0 to {hosts - 1}"
+                )
+            chosen[name] = default % hosts if index is None else index
+        return Placement(**chosen)
+
+    @staticmethod
+    def parse(text: str) -> dict[str, int]:
+        """``ROLE=HOST,...`` (``consensus=1,postgres=2``) as fields;
+        ``ValueError`` naming a part that is not a role and an index."""
+        fields = {}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            role, _, index = part.partition("=")
+            if role not in Placement.__struct_fields__ or not index.strip().isdigit():
+                raise ValueError(
+                    f"invalid place {part!r}: ROLE=HOST, ROLE one of "
+                    f"{', '.join(Placement.__struct_fields__)}, HOST a host's index"
+                )
+            fields[role] = int(index)
+        return fields
 
 
 class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -124,6 +171,17 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     refused unless ``blob_shared`` says its directory is the same on every
     host (a shared mount, or one machine).
 
+    Emulated hosts: ``hosts`` ``netns:N`` is N hosts emulated on this machine
+    (network namespaces, root only; docs/operating.md): ``up`` makes them,
+    runs a Ray node on each, the consensus server on a host of its own and
+    the coordinator on another (``place``, a :class:`Placement`), with the
+    groups on every host, and removes them at the end. Their stores are the
+    data dir's (one file system is every host's), or, with ``consensus``
+    ``postgresql`` and ``blob`` ``s3``, a throwaway PostgreSQL and S3 server
+    each on its host; a store outside the hosts, ``consensus_bind`` and
+    ``coordinator_bind`` are refused (the hosts set them). ``place`` is
+    ignored with other ``hosts``.
+
     Processes: ``start`` is how children start: ``fork`` from a zygote that
     has imported everything they need (milliseconds each, library pages
     shared), or ``spawn`` as fresh interpreters (about half a second of CPU
@@ -181,6 +239,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     consensus_bind: str | None = None
     coordinator_bind: str = ""
     hosts: str = "local"
+    place: Placement = Placement()
     blob_shared: bool = False
     max_hosts: int = 0
     host_timeout_s: float = 10.0
@@ -235,10 +294,11 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         check_shard_name(self.shard)
         if not self.data_dir:
             raise ValueError("data_dir must not be empty")
-        if self.blob is not None:
-            _check_uri("blob", self.blob, BLOB_SCHEMES)
-        if self.consensus is not None:
-            _check_uri("consensus", self.consensus, STORE_SCHEMES + REMOTE_SCHEMES)
+        emulated = emulated_hosts(self.hosts)
+        if self.blob is not None and not (emulated and self.blob == EMULATED_BLOB):
+            _check_uri("blob", self.blob, BLOB_SCHEMES, EMULATED_BLOB)
+        if self.consensus is not None and not (emulated and self.consensus == EMULATED_STORE):
+            _check_uri("consensus", self.consensus, STORE_SCHEMES + REMOTE_SCHEMES, EMULATED_STORE)
         if self.consensus_bind is not None:
             _check_uri("consensus_bind", self.consensus_bind, REMOTE_SCHEMES)
             if self.external_server:
@@ -259,6 +319,8 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
                 raise ValueError(f"coordinator_bind: {exc}") from None
 
         _check_hosts(self.hosts, self.max_hosts, self.host_timeout_s)
+        if emulated:
+            _check_emulated(self, emulated)
 
     @staticmethod
     def from_toml(table: dict[str, Any]) -> dict[str, Any]:
@@ -445,8 +507,14 @@ def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
         raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
 
 
-def _check_uri(name: str, uri: str, schemes: tuple[str, ...]) -> None:
+def _check_uri(name: str, uri: str, schemes: tuple[str, ...], emulated: str = "") -> None:
+    """``ValueError`` naming ``name`` unless ``uri`` has one of ``schemes``;
+    ``emulated``, the word for a store on an emulated host, is named as such."""
     scheme = urlsplit(uri).scheme.lower() if isinstance(uri, str) and "://" in uri else ""
+    if uri == emulated:
+        raise ValueError(
+            f"{name} {uri!r} runs a throwaway server on an emulated host: it needs hosts netns:N"
+        )
     if scheme not in schemes:
         raise ValueError(
             f"invalid {name} URI {redact(uri)!r}: a cluster's processes share it, so it must be "
@@ -454,11 +522,42 @@ def _check_uri(name: str, uri: str, schemes: tuple[str, ...]) -> None:
         )
 
 
+def emulated_hosts(hosts: str) -> int | None:
+    """N for ``hosts`` ``netns:N`` (1 to :data:`~shardsink.netns.network.MAX_HOSTS`), ``None``
+    for any other ``hosts``; ``ValueError`` naming a bad N."""
+    scheme, _, count = hosts.partition(":")
+    if scheme != "netns":
+        return None
+    if not count.isdigit() or not 1 <= int(count) <= MAX_HOSTS:
+        raise ValueError(f"invalid hosts {hosts!r}: netns:N emulates N hosts, 1 to {MAX_HOSTS}")
+    return int(count)
+
+
 def _check_hosts(hosts: str, max_hosts: int, host_timeout_s: float) -> None:
     scheme, _, address = hosts.partition(":")
-    if hosts != "local" and (scheme != "ray" or not address):
-        raise ValueError(f"invalid hosts {hosts!r}: local, ray:auto or ray:HOST:PORT")
+    if hosts != "local" and (scheme not in ("ray", "netns") or not address):
+        raise ValueError(f"invalid hosts {hosts!r}: local, ray:auto, ray:HOST:PORT or netns:N")
     if max_hosts < 0:
         raise ValueError(f"max_hosts must be at least 0 (0: every node), not {max_hosts}")
     if host_timeout_s <= 0:
         raise ValueError(f"host_timeout_s must be positive, not {host_timeout_s}")
+
+
+def _check_emulated(config: ClusterConfig, hosts: int) -> None:
+    """``ValueError``, one line, for what emulated hosts cannot run: a store
+    they cannot reach (nothing outside them is), an address they set, a
+    placement outside them."""
+    for name, value, ours, schemes in (
+        ("consensus", config.consensus, EMULATED_STORE, ("sqlite",)),
+        ("blob", config.blob, EMULATED_BLOB, ("file",)),
+    ):
+        if value is not None and value != ours and urlsplit(value).scheme not in schemes:
+            raise ValueError(
+                f"{name} {redact(value)!r} with hosts netns:{hosts}: emulated hosts reach only "
+                f"each other and the file system, so {name} is {schemes[0]}://... (default: the "
+                f"data dir's) or {ours} (a throwaway server on its host)"
+            )
+    for name in ("consensus_bind", "coordinator_bind"):
+        if getattr(config, name):
+            raise ValueError(f"{name} with hosts netns:{hosts}: the emulated hosts set it")
+    config.place.resolve(hosts)

@@ -289,6 +289,7 @@ def _run_cluster(args: argparse.Namespace, config):
                 stopped = isinstance(exc, KeyboardInterrupt)
                 console.print(f"{'interrupted' if stopped else exc} while starting: stopped")
                 return 130 if stopped else 128 + signal.SIGTERM
+            term.reclaim()
             try:
                 _announce(cluster, config, console)
                 try:
@@ -362,6 +363,12 @@ class _TermHandler:
 
     def __exit__(self, *exc: object) -> None:
         signal.signal(signal.SIGTERM, self._previous)
+
+    def reclaim(self) -> None:
+        """Take SIGTERM back from what took it meanwhile: ``ray.init``, in a
+        cluster on Ray's nodes, makes it ``sys.exit(15)``, which stopped
+        ``up`` without its summary."""
+        signal.signal(signal.SIGTERM, self._on_term)
 
     def _on_term(self, signum: int, frame: object) -> None:
         self._pending = True

@@ -4,6 +4,12 @@ Ctrl-C stops it cleanly: the interval in flight is abandoned (the shard holds
 whole intervals only), every process is stopped and every shared-memory
 segment unlinked, and the summary covers what was appended. Running it again
 on the same data dir continues from the shard's upper.
+
+With ``--hosts netns:N`` this process runs none of the cluster: it makes N
+emulated hosts (:class:`~shardsink.testing.emulated.EmulatedCluster`), runs
+the real coordinator (``up --hosts ray:ADDRESS``) on the coordinator's host,
+passes Ctrl-C and SIGTERM on to it, exits with its status and removes the
+hosts (:func:`_up_emulated`).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import contextlib
 import logging
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -21,7 +28,7 @@ import msgspec
 
 from .._http import FREE_PORT
 from ..datadir import DATA_DIR_ENV
-from ..options import Flag, add_options, build, layered
+from ..options import Flag, add_options, build, flag_of, layered
 from ..persist.config import ShardConfig
 from ..storage.uri import BLOB_ENV, STORE_ENV
 from . import _logs
@@ -84,8 +91,10 @@ FLAGS: dict[str, Flag] = {
                              "workers: tcp://127.0.0.1:PORT (0: a free port), secured with "
                              "CURVE keys made per run", default="an ipc socket in the run "
                              "directory"),
-    "hosts": Flag("local|ray:ADDRESS", "where the groups run: this machine, or --groups groups "
-                  "on each node of the Ray cluster at ADDRESS (auto, or HOST:PORT)"),
+    "hosts": Flag("local|ray:ADDRESS|netns:N", "where the groups run: this machine; --groups "
+                  "groups on each node of the Ray cluster at ADDRESS (auto, or HOST:PORT); or on "
+                  "each of N hosts emulated here (root; --consensus postgresql and --blob s3 run "
+                  "those stores on their hosts; docs/operating.md)"),
     "blob_shared": Flag(None, "the file:// blob directory is the same on every host (a shared "
                         "mount, or one machine); needed for file:// with more than one host"),
     "max_hosts": Flag("N", "use at most N of the Ray cluster's nodes (0: all)"),
@@ -150,6 +159,13 @@ def register(commands, bench) -> None:
         "abandoned_attempts) and restart_s, the durations of the group restarts since the "
         "previous line; and a line of kind 'supervision' (pid, time, counts) whenever the "
         "counts change between appends (default: none)",
+    )
+    up.add_argument(
+        "--place",
+        type=_placement,
+        metavar="ROLE=HOST,...",
+        help="with --hosts netns:N, the host (an index) of the coordinator, consensus, postgres "
+        "and s3 (default coordinator=0,consensus=1,postgres=2,s3=2, each modulo N)",
     )
     up.add_argument("--json", action="store_true", default=False, help="print the summary as JSON")
     up.add_argument(
@@ -217,6 +233,16 @@ def _register_control(commands, data_dir: str) -> None:
     stop.set_defaults(func=_stop)
 
 
+def _placement(text: str) -> dict[str, int]:
+    """``--place``'s value as :class:`~shardsink.config.Placement` fields."""
+    from ..config import Placement
+
+    try:
+        return Placement.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def config_of(args: argparse.Namespace):
     """The ClusterConfig ``up`` runs with the parsed ``args``.
 
@@ -237,7 +263,11 @@ def _up(args: argparse.Namespace) -> int:
     from rich.console import Console
     from setproctitle import setproctitle
 
+    from ..config import emulated_hosts
+
     config = config_of(args)
+    if emulated_hosts(config.hosts):
+        return _up_emulated(args, config)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(message)s",
@@ -308,6 +338,156 @@ def _run_cluster(args: argparse.Namespace, config):
         _name_logs(cluster, config.data_path)
         return 1
     return cluster, stats, interrupted
+
+
+#: The fields the emulated hosts set for the coordinator they run
+#: (:meth:`~shardsink.testing.emulated.EmulatedCluster.coordinator_flags`,
+#: the blob in its environment).
+EMULATED_SET = ("hosts", "coordinator_bind", "consensus", "consensus_bind", "blob", "blob_shared")
+
+
+def _up_emulated(args: argparse.Namespace, config) -> int:
+    """``up --hosts netns:N``: make the emulated hosts, run ``up`` with
+    ``config`` on the coordinator's host (:func:`_coordinator`) and remove
+    them; its exit status, 130 or 143 if Ctrl-C or SIGTERM came while the
+    hosts started, 1 if they did not (the service, its host and its log's
+    end named), 2 if this machine cannot emulate hosts (one line naming what
+    is missing). The first Ctrl-C or SIGTERM while the hosts start or close
+    stops the start, and no later one cuts their removal short."""
+    from ..config import EMULATED_BLOB, EMULATED_STORE, emulated_hosts
+    from ..netns import MissingCapability, NetnsError
+    from ..testing.emulated import EmulatedCluster
+    from .control import StopRequested
+
+    began, stop = time.monotonic(), _StopOnce()
+    handlers = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        emulated = EmulatedCluster(
+            emulated_hosts(config.hosts),
+            data_dir=config.data_path,
+            place=config.place,
+            postgres=config.consensus == EMULATED_STORE,
+            s3=config.blob == EMULATED_BLOB,
+            store=None if config.consensus == EMULATED_STORE else config.consensus,
+            blob=None if config.blob == EMULATED_BLOB else config.blob,
+            consensus_args=_serve_flags(config),
+            run="up",
+            timeout_s=config.start_timeout_s,
+        )
+        with emulated:
+            stop.check()
+            _describe(emulated, time.monotonic() - began)
+            return _coordinator(emulated, args, config)
+    except MissingCapability as exc:
+        print(f"shardsink up: error: cannot emulate hosts: {exc}", file=sys.stderr)
+        return 2
+    except NetnsError as exc:
+        print(f"shardsink up: error: emulated hosts: {exc}", file=sys.stderr)
+        return 1
+    except (KeyboardInterrupt, StopRequested) as exc:
+        what = str(exc) or "interrupted"
+        print(f"shardsink up: {what} while the emulated hosts started: stopped", file=sys.stderr)
+        return 130 if isinstance(exc, KeyboardInterrupt) else 128 + signal.SIGTERM
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
+class _StopOnce:
+    """The handler of Ctrl-C and SIGTERM while the emulated hosts start: the
+    first stops what runs (``KeyboardInterrupt``, ``StopRequested``) and is
+    kept, since what it interrupted may have swallowed it (a fork's at-fork
+    hook did) and :meth:`check` raises it again; later ones are ignored, so
+    that the clean-up it starts is not cut short."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if self.signum is None:
+            self.signum = signum
+            self.check()
+
+    def check(self) -> None:
+        from .control import StopRequested
+
+        if self.signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        if self.signum is not None:
+            raise StopRequested("SIGTERM")
+
+
+def _serve_flags(config) -> list[str]:
+    """``consensus serve``'s flags for what a cluster's own consensus process
+    takes from ``config``."""
+    return ["--retain", str(config.retain), "--writer-lease-ms", str(config.writer_lease_ms)]
+
+
+def _describe(emulated, started_s: float) -> None:
+    """Say on stderr which host runs what, where, and how to sweep after a crash."""
+    hosts = "; ".join(f"{h.name} {h.address} {', '.join(h.roles)}" for h in emulated.hosts())
+    print(
+        f"emulated hosts {emulated.network.name} up in {started_s:.1f}s: {hosts}; consensus at "
+        f"{emulated.consensus_address}; if this process is killed, `shardsink hosts sweep` "
+        "removes them",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _coordinator(emulated, args: argparse.Namespace, config) -> int:
+    """Run ``up`` on the coordinator's host with ``config``'s flags (the
+    emulated hosts' in place of theirs), its output this process's; forward
+    SIGINT and SIGTERM to it, and give it :data:`STOP_TIMEOUT_S` after one
+    before it is stopped (SIGTERM to its group, then SIGKILL); ignore both
+    once it has exited. Its exit status (128 + N for signal N)."""
+    argv = [sys.executable, "-m", "shardsink.cli", "up", *_inner_flags(args, config)]
+    argv += emulated.coordinator_flags()
+    argv += ["--json"] * args.json + ["--verbose"] * args.verbose
+    if args.events is not None:
+        argv += ["--events", os.path.abspath(args.events.name)]
+    sys.stdout.flush()  # the coordinator writes the document (--json) to this stdout too
+    proc = emulated.popen_on(
+        emulated.place.coordinator, argv, env=emulated.coordinator_env(), stdout=sys.stdout
+    )
+    deadline = None
+
+    def forward(signum: int, frame: object) -> None:
+        nonlocal deadline
+        proc.send_signal(signum)
+        deadline = deadline or time.monotonic() + STOP_TIMEOUT_S
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, forward)
+    try:
+        while proc.poll() is None and (deadline is None or time.monotonic() < deadline):
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(STOP_POLL_S * 10)
+    finally:  # the hosts close next: nothing cuts that short
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+    status = emulated.stop(proc)
+    return 128 - status if status < 0 else status
+
+
+def _inner_flags(args: argparse.Namespace, config) -> list[str]:
+    """``up``'s flags for ``config`` but :data:`EMULATED_SET`: with
+    ``--config`` that file (for its tables) and a flag for every value, the
+    file's overridden; else a flag for each value not the default."""
+    default = type(config)()
+    flags = ["--config", str(args.config)] if args.config else []
+    for name in FLAGS:
+        value = getattr(config, name)
+        if name in EMULATED_SET or value is None:
+            continue
+        if not args.config and value == getattr(default, name):
+            continue
+        flag = flag_of(name)
+        if isinstance(value, bool):
+            flags.append(flag if value else f"--no-{flag[2:]}")
+        else:
+            flags += [flag, str(value)]
+    return flags
 
 
 def _announce(cluster, config, console) -> None:

@@ -291,6 +291,16 @@ class PostgresServer:
             self._private_dir = None
 
 
+def _interrupt_once(signum: int, frame: object) -> None:
+    """Ctrl-C or SIGTERM: stop (``KeyboardInterrupt``), and ignore both from
+    now on: a second one cut the server's stop short, leaving its private
+    data directory behind (a process group stopped with SIGTERM, then
+    SIGTERM again, as :func:`shardsink.netns.processes.stop` does)."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run a throwaway server in the foreground (``scripts/start-postgres``):
     print its URL (with ``--new-user``, a fresh password role's database's)
@@ -308,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM takes the same way out as Ctrl-C, so the server is always stopped;
     # SIGINT is set too because a shell starts background jobs with it ignored.
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.default_int_handler)
+        signal.signal(signum, _interrupt_once)
     with contextlib.ExitStack() as stack, contextlib.suppress(KeyboardInterrupt):
         base_dir = args.dir or stack.enter_context(
             tempfile.TemporaryDirectory(prefix="shardsink-pg-")  # data and log alike

@@ -8,8 +8,10 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import msgspec
+import psutil
 import pytest
 
 from shardsink import datadir
@@ -80,3 +82,30 @@ def test_a_service_that_does_not_start_closes_everything(tmp_path):
     with datadir.acquire(data, datadir.COORDINATOR), refused:  # the server cannot hold it
         EmulatedCluster(3, data_dir=data, run="test", timeout_s=60)
     assert set(netns_names()) <= before  # no namespace of its own left
+
+
+def test_postgresql_on_its_host_and_its_data_go_with_it(emulated_cluster):
+    """With 2 hosts PostgreSQL (and S3) wrap to h0, across the network from
+    the consensus server on h1, which keeps its state there; closing stops
+    it and removes its data directory (a second SIGTERM, while the S3
+    server was stopped beside it, cut that short)."""
+    cluster = emulated_cluster(2, postgres=True, s3=True)
+    assert cluster.hosts()[0].roles == ("coordinator", "ray head", "ray node", "postgres", "s3")
+    assert cluster.store.startswith("postgresql://u") and f"@{cluster.address(0)}:" in cluster.store
+    assert _stats_pid(cluster) == cluster.consensus_pid  # it serves from PostgreSQL
+    data = next(
+        Path(arg)
+        for pid in cluster.hosts()[0].pids
+        if (argv := _cmdline(pid)) and argv[0].endswith("/postgres")
+        for arg in argv[argv.index("-D") + 1 : argv.index("-D") + 2]
+    )
+    assert data.is_dir()
+    cluster.close()
+    assert not data.parent.exists()
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return []

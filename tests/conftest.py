@@ -29,15 +29,23 @@ _SERVICE_PIDS: set[int] = set()
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+#: What libfaketime leaves in /dev/shm per process that used it unless told
+#: not to (FAKETIME_DISABLE_SHM): an emulated host's clock must leave none.
+FAKETIME_PREFIXES = ("faketime_shm_", "sem.faketime_sem_")
+
+
 def _shm_segments() -> set[str]:
     """shardsink segments, except those of live processes outside this test
-    run (a cluster or another test run on the same machine is not our leak)."""
+    run (a cluster or another test run on the same machine is not our leak),
+    and libfaketime's (:data:`FAKETIME_PREFIXES`)."""
     try:
-        names = {p.name for p in SHM_DIR.iterdir() if p.name.startswith(SHM_PREFIX)}
+        names = {p.name for p in SHM_DIR.iterdir()}
     except FileNotFoundError:
         return set()
     ours = {os.getpid(), *(c.pid for c in psutil.Process().children(recursive=True))}
-    return {n for n in names if _creator(n) in ours or not _alive(_creator(n))}
+    shardsink = {n for n in names if n.startswith(SHM_PREFIX)}
+    faketime = {n for n in names if n.startswith(FAKETIME_PREFIXES)}
+    return faketime | {n for n in shardsink if _creator(n) in ours or not _alive(_creator(n))}
 
 
 def _creator(name: str) -> int | None:

@@ -59,7 +59,9 @@ class Network:
         self.nemesis = Nemesis(self)
         try:
             if clocks:
-                self.clocks = Clocks(self.name.state_dir, [h.name for h in self.hosts])
+                self.clocks = Clocks(
+                    self.name.state_dir, [h.name for h in self.hosts], str(self.name)
+                )
             self._make()
         except BaseException:
             self.close()

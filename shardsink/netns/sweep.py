@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import msgspec
 
 from . import tools
+from .clock import remove_shared
 from .names import (
     NETNS_DIR,
     STATE_DIR,
@@ -74,6 +75,7 @@ def sweep(*, dry_run: bool = False) -> Swept:
         if not dry_run:
             for directory in directories:
                 shutil.rmtree(STATE_DIR / directory, ignore_errors=True)
+                remove_shared(directory)  # a run's libfaketime state (none for a scratch)
     return Swept(tuple(dead), tuple(killed), tuple(directories))
 
 

@@ -24,6 +24,7 @@ import msgspec
 import pytest
 
 from ..netns import MissingCapability, Network
+from ..netns.clock import shared_names
 from ..netns.names import NETNS_DIR
 from ..netns.processes import processes_in
 from ..netns.tools import each
@@ -89,6 +90,9 @@ def assert_removed(footprint: Footprint) -> None:
     assert not os.path.exists(footprint.state_dir), f"state left: {footprint.state_dir}"
     scratch = footprint.scratch_dir
     assert not os.path.exists(scratch), f"scratch directory left: {scratch}"
+    shared = [n.lstrip("/") for n in shared_names(footprint.prefix)]
+    left = [n for n in os.listdir("/dev/shm") if n in shared or n.removeprefix("sem.") in shared]
+    assert not left, f"libfaketime state left in /dev/shm: {left}"
     new = root_interfaces() - footprint.root_interfaces
     assert not new, f"interfaces appeared in the root namespace: {sorted(new)}"
 

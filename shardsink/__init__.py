@@ -10,34 +10,41 @@ the store wrappers. ``open_blob`` and ``open_consensus`` here are
 ``consensus.call`` is armed injects faults); ``shardsink.storage``'s never wrap.
 """
 
-from .cluster import Cluster, ClusterConfig, ClusterError, ClusterStats, Workload
-from .connect import open_shard
-from .faults import open_blob, open_consensus
-from .persist import (
-    ListenEvent,
-    NotReadable,
-    PartMissing,
-    PersistError,
-    Reader,
-    SchemaMismatch,
-    Shard,
-    ShardConfig,
-    ShardNotFound,
-    ShardStats,
-    UpperMismatch,
-    Writer,
-)
-from .server import ConsensusServer
-from .storage import (
-    Blob,
-    Committed,
-    Consensus,
-    DeterminateError,
-    IndeterminateError,
-    Mismatch,
-    StorageError,
-    VersionedData,
-)
+import importlib
+
+#: Where each public name lives. Loaded on first use (PEP 562): a process
+#: that needs one floor (a consensus server, a worker forked from the
+#: zygote) does not import the cluster, the CLI's libraries and every other
+#: floor through this package's ``__init__``. The consensus process started
+#: in 0.55-0.60 s importing them all (by hand, ``Cluster.start`` timed).
+_PUBLIC = {
+    "Cluster": "cluster", "ClusterConfig": "cluster", "ClusterError": "cluster",
+    "ClusterStats": "cluster", "Workload": "cluster",
+    "open_shard": "connect",
+    "open_blob": "faults", "open_consensus": "faults",
+    "ListenEvent": "persist", "NotReadable": "persist", "PartMissing": "persist",
+    "PersistError": "persist", "Reader": "persist", "SchemaMismatch": "persist",
+    "Shard": "persist", "ShardConfig": "persist", "ShardNotFound": "persist",
+    "ShardStats": "persist", "UpperMismatch": "persist", "Writer": "persist",
+    "ConsensusServer": "server",
+    "Blob": "storage", "Committed": "storage", "Consensus": "storage",
+    "DeterminateError": "storage", "IndeterminateError": "storage", "Mismatch": "storage",
+    "StorageError": "storage", "VersionedData": "storage",
+}  # fmt: skip
+
+
+def __getattr__(name: str):
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'shardsink' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # looked up once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_PUBLIC])
+
 
 __version__ = "0.1.0"
 

@@ -9,7 +9,10 @@ A fault kind is injected in one of two ways:
   armed with the point at probability 1, but each firing of its budget is
   held back in advance (``faults.hold``), so the point stays dormant; at the
   event's time the nemesis releases the next one, and the next process to
-  pass the point fires it.
+  pass the point fires it;
+- over the *network* between emulated hosts (``--hosts netns:N``,
+  :mod:`shardsink.netns`): at the event's time the nemesis cuts, slows or
+  skews what ``pick`` chooses, and heals it ``lasts_s`` later.
 
 So the same seed gives the same events at the same times; what each one hits
 depends on what the cluster is doing then, as it must. Only what the run's
@@ -40,7 +43,38 @@ FAULT_KINDS = (
     "pause-host",
     "blob-errors",
     "consensus-errors",
+    "partition-host",
+    "partition-halves",
+    "partition-store",
+    "partition-one-way",
+    "loss",
+    "delay",
+    "clock-skew",
 )
+
+#: The faults between emulated hosts, each healed after its drawn
+#: ``lasts_s``: one host cut from all the others; the hosts split into a
+#: majority and a minority; a host cut from the consensus server's host or
+#: a store's only; one host's packets to another lost, not the other way;
+#: packets a host receives lost at random; held before they arrive; a
+#: host's wall clock set off by seconds to minutes (its processes', through
+#: libfaketime).
+NETWORK_KINDS = (
+    "partition-host",
+    "partition-halves",
+    "partition-store",
+    "partition-one-way",
+    "loss",
+    "delay",
+    "clock-skew",
+)
+#: What a network fault's ``amount`` is drawn from: a probability, a delay
+#: in ms (its jitter a quarter of it), a skew in seconds (either way).
+NETWORK_AMOUNTS: dict[str, tuple[float, float]] = {
+    "loss": (0.05, 0.4),
+    "delay": (20.0, 200.0),
+    "clock-skew": (30.0, 900.0),
+}
 
 #: What a signal event of each kind hits: a process kind, ``group`` (the
 #: builder's whole process group), ``any`` process of the cluster, or
@@ -104,9 +138,11 @@ MAX_BURST = 3
 
 class Event(msgspec.Struct, frozen=True, kw_only=True):
     """One fault: at ``at_s`` seconds into the run, ``kind`` by ``how``
-    (``signal`` or ``point``). A signal event hits process ``pick`` (modulo
-    the live ones) and, for a pause, stops it for ``pause_s``; a point event
-    releases ``count`` firings of ``point`` (``NAME:ACTION``)."""
+    (``signal``, ``point`` or ``network``). A signal event hits process
+    ``pick`` (modulo the live ones) and, for a pause, stops it for
+    ``pause_s``; a point event releases ``count`` firings of ``point``
+    (``NAME:ACTION``); a network event acts on hosts chosen by ``pick`` for
+    ``lasts_s`` seconds, with ``amount`` (:data:`NETWORK_AMOUNTS`)."""
 
     at_s: float
     kind: str
@@ -115,12 +151,20 @@ class Event(msgspec.Struct, frozen=True, kw_only=True):
     pause_s: float = 0.0
     point: str = ""
     count: int = 1
+    lasts_s: float = 0.0
+    amount: float = 0.0
 
 
-def ways(kind: str, mode: Mode, *, hosts: bool = False) -> list[tuple[str, str]]:
-    """How ``kind`` can be injected in ``mode``: ``("signal", "")`` and
-    ``("point", "NAME:ACTION")`` pairs, none if ``mode`` never reaches it
-    (a host kind: none but on hosts of a Ray cluster, ``hosts``)."""
+def ways(
+    kind: str, mode: Mode, *, hosts: bool = False, network: bool = False
+) -> list[tuple[str, str]]:
+    """How ``kind`` can be injected in ``mode``: ``("signal", "")``,
+    ``("point", "NAME:ACTION")`` and ``("network", "")`` pairs, none if
+    ``mode`` never reaches it (a host kind: none but on hosts of a Ray
+    cluster, ``hosts``; a network kind none but between emulated hosts,
+    ``network``)."""
+    if kind in NETWORK_KINDS:
+        return [("network", "")] if network else []
     signal = [("signal", "")] if kind in SIGNAL_TARGETS else []
     if SIGNAL_TARGETS.get(kind) == "host" and not hosts:
         signal = []
@@ -143,14 +187,17 @@ def check_kinds(kinds: list[str] | tuple[str, ...]) -> tuple[str, ...]:
 
 
 def injectable(
-    kinds: list[str] | tuple[str, ...], mode: Mode, *, hosts: bool = False
+    kinds: list[str] | tuple[str, ...], mode: Mode, *, hosts: bool = False, network: bool = False
 ) -> tuple[str, ...]:
     """Those of ``kinds`` (checked by :func:`check_kinds`) that ``mode`` can
-    fire (on hosts of a Ray cluster with ``hosts``); ``ValueError`` if there
-    is none."""
-    out = tuple(k for k in check_kinds(kinds) if ways(k, mode, hosts=hosts))
+    fire (on hosts of a Ray cluster with ``hosts``, between emulated hosts
+    with ``network``); ``ValueError`` if there is none."""
+    checked = check_kinds(kinds)
+    out = tuple(k for k in checked if ways(k, mode, hosts=hosts, network=network))
     if not out:
         where = "" if hosts else f" on one machine ({', '.join(HOST_KINDS)}: --hosts ray:...)"
+        if not network and set(checked) & set(NETWORK_KINDS):
+            where += f" ({', '.join(NETWORK_KINDS)}: --hosts netns:N)"
         raise ValueError(
             f"none of the fault kinds {', '.join(kinds)} fires in mode {mode!r}{where}"
         )
@@ -167,16 +214,19 @@ def schedule(
     pause_max_s: float,
     quiet_s: float = 2.0,
     hosts: bool = False,
+    network: bool = False,
+    network_max_s: float = 20.0,
 ) -> list[Event]:
     """The events of a run in ``mode`` (on hosts of a Ray cluster with
-    ``hosts``): gaps drawn from an exponential distribution of mean
-    ``mean_gap_s``, none in the first or last ``quiet_s`` seconds; each
-    event's kind uniform over those of ``kinds`` that can fire, then one of
-    the kind's :func:`ways` with equal chance. ``ValueError`` if none of
-    ``kinds`` can fire."""
-    if mean_gap_s <= 0 or pause_max_s <= 0:
-        raise ValueError("mean_gap_s and pause_max_s must be > 0")
-    kinds = injectable(kinds, mode, hosts=hosts)
+    ``hosts``, between emulated hosts with ``network``): gaps drawn from an
+    exponential distribution of mean ``mean_gap_s``, none in the first or
+    last ``quiet_s`` seconds; each event's kind uniform over those of
+    ``kinds`` that can fire, then one of the kind's :func:`ways` with equal
+    chance; a network fault lasts 1 to ``network_max_s`` seconds.
+    ``ValueError`` if none of ``kinds`` can fire."""
+    if mean_gap_s <= 0 or pause_max_s <= 0 or network_max_s < 1:
+        raise ValueError("mean_gap_s and pause_max_s must be > 0, network_max_s >= 1")
+    kinds = injectable(kinds, mode, hosts=hosts, network=network)
     rng = random.Random(f"chaos:{seed}")
     events = []
     at = quiet_s
@@ -185,18 +235,29 @@ def schedule(
         if at > duration_s - quiet_s:
             return events
         kind = rng.choice(kinds)
-        how, point = rng.choice(ways(kind, mode, hosts=hosts))
-        events.append(
-            Event(
-                at_s=round(at, 3),
-                kind=kind,
-                how=how,
-                pick=rng.randrange(1 << 16),
-                pause_s=round(rng.uniform(0.1, pause_max_s), 3) if kind in PAUSES else 0.0,
-                point=point,
-                count=rng.randint(1, MAX_BURST) if kind.endswith("-errors") else 1,
-            )
+        how, point = rng.choice(ways(kind, mode, hosts=hosts, network=network))
+        event = Event(
+            at_s=round(at, 3),
+            kind=kind,
+            how=how,
+            pick=rng.randrange(1 << 16),
+            pause_s=round(rng.uniform(0.1, pause_max_s), 3) if kind in PAUSES else 0.0,
+            point=point,
+            count=rng.randint(1, MAX_BURST) if kind.endswith("-errors") else 1,
         )
+        if how == "network":  # drawn only for these: other kinds' schedules stay as they were
+            event = _network_event(event, rng, network_max_s)
+        events.append(event)
+
+
+def _network_event(event: Event, rng: random.Random, network_max_s: float) -> Event:
+    """``event`` with its duration and amount drawn (a skew either way)."""
+    low, high = NETWORK_AMOUNTS.get(event.kind, (0.0, 0.0))
+    amount = round(rng.uniform(low, high), 3)
+    if event.kind == "clock-skew" and rng.random() < 0.5:
+        amount = -amount
+    lasts = round(rng.uniform(1.0, network_max_s), 3)
+    return msgspec.structs.replace(event, lasts_s=lasts, amount=amount)
 
 
 def firings(events: list[Event]) -> Counter[str]:
@@ -227,7 +288,10 @@ def point_specs(events: list[Event]) -> list[faults.FaultSpec]:
 
 
 def kind_of(point: str, action: str) -> str:
-    """The fault kind a firing of ``point`` with ``action`` belongs to."""
+    """The fault kind a firing of ``point`` with ``action`` belongs to (a
+    network fault is recorded with its kind as the point, action ``network``)."""
+    if action == "network":
+        return point
     for kind, pairs in POINTS.items():
         if (point, action) in pairs:
             return kind

@@ -7,6 +7,8 @@ import pytest
 from shardsink.chaos import FAULT_KINDS, ChaosConfig, schedule
 from shardsink.chaos.schedule import (
     HOST_KINDS,
+    NETWORK_AMOUNTS,
+    NETWORK_KINDS,
     PAUSES,
     POINTS,
     SHARED_POINTS,
@@ -18,8 +20,12 @@ from shardsink.chaos.schedule import (
 )
 
 
-def _events(seed: int, kinds=FAULT_KINDS, duration: float = 600.0, mode="barrier", hosts=False):
-    return schedule(seed, duration, kinds, mode=mode, mean_gap_s=3.0, pause_max_s=2.0, hosts=hosts)
+def _events(
+    seed: int, kinds=FAULT_KINDS, duration: float = 600.0, mode="barrier", hosts=False, **kw
+):
+    return schedule(
+        seed, duration, kinds, mode=mode, mean_gap_s=3.0, pause_max_s=2.0, hosts=hosts, **kw
+    )
 
 
 def test_the_seed_replays_the_schedule() -> None:
@@ -30,7 +36,7 @@ def test_the_seed_replays_the_schedule() -> None:
 def test_events_cover_every_kind_within_the_run() -> None:
     events = _events(1, hosts=True)
     assert 150 < len(events) < 260  # 596 s at one event per 3 s on average
-    assert {e.kind for e in events} == set(FAULT_KINDS)
+    assert {e.kind for e in events} == set(FAULT_KINDS) - set(NETWORK_KINDS)
     assert all(2.0 <= e.at_s <= 598.0 for e in events)
     assert [e.at_s for e in events] == sorted(e.at_s for e in events)
     for e in events:
@@ -57,7 +63,8 @@ def test_mode_off_schedules_only_what_it_can_fire() -> None:
     """No batch is shared in mode off: nothing passes a shared point, so none
     is released (it would wait for ever), and there is no last finisher."""
     events = _events(4, mode="off")
-    assert {e.kind for e in events} == set(FAULT_KINDS) - {"kill-last-finisher", *HOST_KINDS}
+    left_out = {"kill-last-finisher", *HOST_KINDS, *NETWORK_KINDS}
+    assert {e.kind for e in events} == set(FAULT_KINDS) - left_out
     assert not [e for e in events if e.point.split(":")[0] in SHARED_POINTS]
     assert [e for e in _events(4) if e.point.split(":")[0] in SHARED_POINTS]
     with pytest.raises(ValueError, match="none of the fault kinds kill-last-finisher fires"):
@@ -107,3 +114,24 @@ def test_unknown_kinds_are_named() -> None:
     with pytest.raises(ValueError, match="no fault kind given"):
         check_kinds([])
     assert check_kinds(["pause", "pause"]) == ("pause",)
+
+
+def test_network_kinds_fire_only_between_emulated_hosts_and_heal() -> None:
+    """Each network fault lasts 1 to ``network_max_s`` seconds with an
+    amount in its range (a skew either way); a schedule of other kinds is
+    the same between emulated hosts as without (its draws are made only for
+    network events)."""
+    assert not {e.kind for e in _events(9)} & set(NETWORK_KINDS)
+    with pytest.raises(ValueError, match="--hosts netns:N"):
+        _events(9, NETWORK_KINDS)
+    events = _events(9, NETWORK_KINDS, network=True, network_max_s=12.0)
+    assert {e.kind for e in events} == set(NETWORK_KINDS)
+    for e in events:
+        assert e.how == "network" and 1.0 <= e.lasts_s <= 12.0
+        low, high = NETWORK_AMOUNTS.get(e.kind, (0.0, 0.0))
+        assert low <= abs(e.amount) <= high
+    skews = [e.amount for e in events if e.kind == "clock-skew"]
+    assert min(skews) < 0 < max(skews)
+    plain = tuple(k for k in FAULT_KINDS if k not in NETWORK_KINDS)
+    assert _events(9, plain) == _events(9, plain, network=True)
+    assert kind_of("loss", "network") == "loss"

@@ -136,7 +136,10 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     class (``--config``'s ``[workload]`` table); ``rows_per_interval``,
     ``snapshot_rows`` (hydrate), ``intervals`` per run,
     ``interval_ms``, ``pace`` (``realtime``: mint each interval when the wall
-    clock passes its end; ``max``: as fast as appends go).
+    clock passes its end; ``max``: as fast as appends go), ``rate``
+    (intervals a second, open loop: interval ``i`` of a run is due ``(i +
+    1) / rate`` seconds after it starts whatever happened before, and its
+    latency counts from then; ``pace`` is then not used).
 
     Storage: ``data_dir`` holds the embedded defaults, ``blob`` (default
     ``file://DATA_DIR/blob``) and ``consensus``: a store URI (default
@@ -232,6 +235,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     intervals: int = 20
     interval_ms: int = 1000
     pace: Pace = "max"
+    rate: float | None = None
     data_dir: str = "./shardsink-data"
     blob: str | None = None
     consensus: str | None = None
@@ -285,6 +289,8 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         _choice("mode", self.mode, MODES)
         _choice("coalesce", self.coalesce, COALESCES)
         _choice("pace", self.pace, PACES)
+        if self.rate is not None and not self.rate > 0:
+            raise ValueError(f"rate must be > 0 intervals a second, got {self.rate}")
         _choice("start", self.start, STARTS)
         if not self.workload:
             raise ValueError(

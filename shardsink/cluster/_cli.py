@@ -79,6 +79,9 @@ FLAGS: dict[str, Flag] = {
     "intervals": Flag("N", "intervals to append from the shard's upper on"),
     "interval_ms": Flag("T", "interval length in the shard's time unit"),
     "pace": Flag(None, "realtime: mint each interval when it closes; max: as fast as appends go"),
+    "rate": Flag("N", "open loop: N intervals a second, each due on schedule whatever happened "
+                 "before, its latency counted from when it was due (pace is then not used)",
+                 default="none: --pace decides"),
     "data_dir": Flag("D", "made 0700 if new; its lock is held while the cluster serves its "
                      "stores", default=f"${DATA_DIR_ENV}, else ./shardsink-data"),
     "blob": Flag("URI", "the blob store", default=f"${BLOB_ENV}, else file://D/blob"),

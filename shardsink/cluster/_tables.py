@@ -88,6 +88,20 @@ def _by_host(parts: dict[int, float]) -> list[tuple[str, str]]:
     ]
 
 
+def _open_loop(stats) -> list[tuple[str, str]]:
+    """The summary's row of an open-loop run (``rate``): target against achieved."""
+    if stats.target_rate is None:
+        return []
+    behind = " FELL BEHIND" if stats.fell_behind else ""
+    return [
+        (
+            "rate (open loop)",
+            f"{stats.achieved_rate:.2f} of {stats.target_rate:g} intervals/s, "
+            f"max backlog {stats.max_backlog}{behind}",
+        )
+    ]
+
+
 def workload_words(stats) -> str:
     """The summary's workload: a built-in's rows per interval (R) and
     snapshot rows (S), the arguments of any other."""
@@ -119,10 +133,8 @@ def summary_table(stats):
         ("blob PUTs", f"{stats.blob_puts} ({mib(stats.blob_put_bytes)})"),
         ("diff bytes / append", f"{stats.diff_bytes_per_append:,.0f}"),
         ("CaA calls / append", f"{stats.cas_per_append:.2f}"),
-        (
-            "latency p50 / p99",
-            f"{stats.append_latency_ms_p50:.1f} / {stats.append_latency_ms_p99:.1f} ms",
-        ),
+        ("latency p50 / p99 / p99.9", stats.append_latency_ms.describe()),
+        *_open_loop(stats),
         ("start-up", f"{stats.startup_s:.3f}s ({stats.start})"),
         (
             "restarts",

@@ -50,6 +50,7 @@ import psutil
 from .. import datadir, faults, protocol, workloads
 from .._bounds import this_machine
 from .._curve import key_dir, keys_for
+from .._histograms import Distribution, Latencies
 from ..config import ClusterConfig, check_machine
 from ..connect import open_shard
 from ..coordinator.coordinator import STOP_S, Coordinator, consensus_call, interval_of
@@ -434,7 +435,7 @@ class Cluster:
         totals = counters.totals
         appends = totals.appends
         config = self.config
-        latencies = [r.latency_ms for r in counters.records] or [0.0]
+        latency = counters.latencies.distribution()
         rows, wall, v = totals.rows, counters.wall_s, self._verification
         return ClusterStats(
             mode=config.mode,
@@ -464,8 +465,11 @@ class Cluster:
             startup_s=self.startup_s,
             start=config.start,
             rows_per_s=rows / wall if wall > 0 else 0.0,
-            append_latency_ms_p50=float(np.percentile(latencies, 50)),
-            append_latency_ms_p99=float(np.percentile(latencies, 99)),
+            append_latency_ms_p50=latency.p50,
+            append_latency_ms_p99=latency.p99,
+            append_latency_ms=latency,
+            restart_ms=_restarts(supervision.restart_s),
+            **_open_loop(config.rate, appends / wall if wall > 0 else 0.0, counters.max_backlog),
             restarts=supervision.restarts,
             restart_s=list(supervision.restart_s),
             consensus_restarts=self.consensus.restarts if self.consensus is not None else 0,
@@ -600,3 +604,23 @@ class Cluster:
 def _per(total: float, appends: int) -> float:
     """``total`` per append (0 before the first)."""
     return total / appends if appends else 0.0
+
+
+def _restarts(restart_s: list[float]) -> Distribution:
+    latencies = Latencies()
+    for seconds in restart_s:
+        latencies.record(seconds * 1000)
+    return latencies.distribution()
+
+
+def _open_loop(rate: float | None, achieved: float, max_backlog: int) -> dict:
+    """The open-loop figures of :class:`ClusterStats`."""
+    if rate is None:
+        return {"achieved_rate": achieved}
+    fell_behind = achieved < 0.95 * rate or max_backlog >= 2
+    return {
+        "target_rate": rate,
+        "achieved_rate": achieved,
+        "max_backlog": max_backlog,
+        "fell_behind": fell_behind,
+    }

@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from .._histograms import Distribution
 from .maintenance import MaintenanceFailures
 
 __all__ = ["ClusterStats", "ProcessInfo", "Supervision"]
@@ -56,6 +57,15 @@ class ClusterStats(msgspec.Struct, frozen=True, kw_only=True):
     process, ``abandoned_attempts`` attempts not appended.
     ``maintenance_failures``: the runs of the shard's maintenance (in the
     consensus server) that failed, by kind, and the last error.
+    ``append_latency_ms`` is the distribution of every append's latency
+    (HdrHistogram: count, p50 ... p99.99, max; ``append_latency_ms_p50`` and
+    ``_p99`` are two of its figures), ``restart_ms`` of the group restarts'.
+    With an open-loop ``rate`` (intervals a second): ``target_rate`` it,
+    ``achieved_rate`` the appends a second of the run, ``max_backlog`` the
+    most intervals that were due and not yet appended at an append, and
+    ``fell_behind`` whether the run did not keep its schedule (an achieved
+    rate under 95% of the target, or a backlog of two intervals or more);
+    ``None``, 0 and false without one.
     """
 
     mode: str
@@ -96,4 +106,10 @@ class ClusterStats(msgspec.Struct, frozen=True, kw_only=True):
     verified: bool | None
     verify_detail: str = ""
     maintenance_failures: MaintenanceFailures = MaintenanceFailures(known=False)
+    append_latency_ms: Distribution = Distribution()
+    restart_ms: Distribution = Distribution()
+    target_rate: float | None = None
+    achieved_rate: float = 0.0
+    max_backlog: int = 0
+    fell_behind: bool = False
     parts_per_append_by_host: dict[int, float] = {}

@@ -324,20 +324,23 @@ class Coordinator:
     def run(self, intervals: int, on_append: Callable[[IntervalRecord], None] | None) -> None:
         """Seal ``intervals`` intervals from the shard's upper on: append each
         one unless another writer appended it first (then skip it)."""
-        interval_ms = self.config.interval_ms
         start = time.monotonic()
-        first = interval_of(self._upper(), interval_ms, self.shard.name)
+        first = interval_of(self._upper(), self.config.interval_ms, self.shard.name)
         interval = first
         try:
             while interval < first + intervals:
-                close = None
-                if self.config.pace == "realtime":
-                    close = start + (interval - first + 1) * interval_ms / 1000
+                close = self._due(start, interval - first)
+                if close is not None:
                     self._wait_until(close)
                 record = self._append_interval(interval, close)
                 if record is None:
                     interval = self._follow(interval)
                     continue
+                if self.config.rate is not None:  # due by now, and not appended
+                    due = min(intervals, int((time.monotonic() - start) * self.config.rate))
+                    record = msgspec.structs.replace(
+                        record, backlog=max(0, due - (interval - first + 1))
+                    )
                 self.counters.add(record)
                 interval += 1
                 if on_append is not None:
@@ -345,6 +348,16 @@ class Coordinator:
         finally:
             self.counters.wall_s += time.monotonic() - start
             self.supervisor.sample_rss(force=True)
+
+    def _due(self, start: float, nth: int) -> float | None:
+        """When the ``nth`` interval of a run started at ``start`` is due:
+        open loop at ``rate`` intervals a second, or when it closes with
+        ``pace`` realtime; ``None`` at ``pace`` max (when the last is appended)."""
+        if self.config.rate is not None:
+            return start + (nth + 1) / self.config.rate
+        if self.config.pace == "realtime":
+            return start + (nth + 1) * self.config.interval_ms / 1000
+        return None
 
     def _follow(self, interval: int) -> int:
         """The interval at the shard's upper, which another writer moved past

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from .._histograms import Latencies
+
 
 class IntervalRecord(msgspec.Struct, frozen=True):
     """One appended interval: what went in and what it cost. ``segment_parts``
@@ -35,6 +37,9 @@ class IntervalRecord(msgspec.Struct, frozen=True):
     segment_parts: int
     shared_max_bytes: int
     parts_by_host: dict[int, int] = {}
+    #: intervals due by the schedule (``rate``) and not appended when this
+    #: one was: 0 when the run keeps up
+    backlog: int = 0
 
 
 #: Intervals whose :class:`IntervalRecord` a coordinator keeps: a window for
@@ -91,7 +96,12 @@ class Counters:
     #: Writers registered anew after the coordinator's expired (see the module doc).
     writers_renewed: int = 0
     wall_s: float = 0.0
+    #: every append's latency, not only the records kept
+    latencies: Latencies = field(default_factory=Latencies)
+    max_backlog: int = 0
 
     def add(self, record: IntervalRecord) -> None:
         self.records.append(record)
         self.totals.add(record)
+        self.latencies.record(record.latency_ms)
+        self.max_backlog = max(self.max_backlog, record.backlog)

@@ -98,3 +98,61 @@ def merged(histograms: list[Latencies]) -> Latencies:
     for histogram in histograms:
         out.add(histogram)
     return out
+
+
+class Window(msgspec.Struct, frozen=True, kw_only=True):
+    """What happened in ``[t_s, t_s + window_s)`` of a run: ``appends``,
+    their ``rate`` a second, the largest ``backlog`` at one of them and the
+    p99 of their latencies (ms)."""
+
+    t_s: float
+    appends: int
+    rate: float
+    backlog: int
+    p99_ms: float
+
+
+#: Windows of 1 s, widened tenfold (10 s, 100 s, ...) whenever a run has
+#: more than this many, so a long run keeps a bounded, plottable series.
+MAX_WINDOWS = 600
+
+
+class Series:
+    """A run's figures per window of time (:class:`Window`), from 1 s up,
+    widening as the run goes on (:data:`MAX_WINDOWS`); not thread-safe."""
+
+    def __init__(self) -> None:
+        self.window_s = 1.0
+        self._windows: dict[int, tuple[int, int, Latencies]] = {}
+
+    def add(self, at_s: float, latency_ms: float, backlog: int) -> None:
+        """An append ``at_s`` seconds into the run."""
+        index = int(at_s // self.window_s)
+        if index >= MAX_WINDOWS:
+            self._widen()
+            index = int(at_s // self.window_s)
+        appends, worst, latencies = self._windows.get(index) or (0, 0, Latencies())
+        latencies.record(latency_ms)
+        self._windows[index] = (appends + 1, max(worst, backlog), latencies)
+
+    def _widen(self) -> None:
+        wider: dict[int, tuple[int, int, Latencies]] = {}
+        for index, (appends, worst, latencies) in self._windows.items():
+            total, most, merged = wider.get(index // 10) or (0, 0, Latencies())
+            merged.add(latencies)
+            wider[index // 10] = (total + appends, max(most, worst), merged)
+        self._windows = wider
+        self.window_s *= 10
+
+    def windows(self) -> list[Window]:
+        """Every window with an append, in time order."""
+        return [
+            Window(
+                t_s=index * self.window_s,
+                appends=appends,
+                rate=appends / self.window_s,
+                backlog=worst,
+                p99_ms=latencies.distribution().p99,
+            )
+            for index, (appends, worst, latencies) in sorted(self._windows.items())
+        ]

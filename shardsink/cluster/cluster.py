@@ -468,6 +468,8 @@ class Cluster:
             append_latency_ms_p50=latency.p50,
             append_latency_ms_p99=latency.p99,
             append_latency_ms=latency,
+            series_window_s=counters.series.window_s,
+            series=counters.series.windows(),
             restart_ms=_restarts(supervision.restart_s),
             **_open_loop(config.rate, appends / wall if wall > 0 else 0.0, counters.max_backlog),
             restarts=supervision.restarts,

@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from .._histograms import Distribution
+from .._histograms import Distribution, Window
 from .maintenance import MaintenanceFailures
 
 __all__ = ["ClusterStats", "ProcessInfo", "Supervision"]
@@ -65,7 +65,9 @@ class ClusterStats(msgspec.Struct, frozen=True, kw_only=True):
     most intervals that were due and not yet appended at an append, and
     ``fell_behind`` whether the run did not keep its schedule (an achieved
     rate under 95% of the target, or a backlog of two intervals or more);
-    ``None``, 0 and false without one.
+    ``None``, 0 and false without one. ``series``: per window of time
+    (``series_window_s``: 1 s, wider for long runs) the appends, their rate,
+    the largest backlog and the p99 latency.
     """
 
     mode: str
@@ -112,4 +114,6 @@ class ClusterStats(msgspec.Struct, frozen=True, kw_only=True):
     achieved_rate: float = 0.0
     max_backlog: int = 0
     fell_behind: bool = False
+    series_window_s: float = 1.0
+    series: list[Window] = []
     parts_per_append_by_host: dict[int, float] = {}

@@ -325,6 +325,8 @@ class Coordinator:
         """Seal ``intervals`` intervals from the shard's upper on: append each
         one unless another writer appended it first (then skip it)."""
         start = time.monotonic()
+        if self.counters.started is None:
+            self.counters.started = start
         first = interval_of(self._upper(), self.config.interval_ms, self.shard.name)
         interval = first
         try:

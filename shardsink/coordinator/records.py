@@ -5,12 +5,13 @@ of its runs. Plain values, filled in by
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
 import msgspec
 
-from .._histograms import Latencies
+from .._histograms import Latencies, Series
 
 
 class IntervalRecord(msgspec.Struct, frozen=True):
@@ -99,9 +100,14 @@ class Counters:
     #: every append's latency, not only the records kept
     latencies: Latencies = field(default_factory=Latencies)
     max_backlog: int = 0
+    #: the figures per window of time since the first run started (``started``)
+    series: Series = field(default_factory=Series)
+    started: float | None = None
 
     def add(self, record: IntervalRecord) -> None:
         self.records.append(record)
         self.totals.add(record)
         self.latencies.record(record.latency_ms)
         self.max_backlog = max(self.max_backlog, record.backlog)
+        now = time.monotonic()
+        self.series.add(now - (self.started or now), record.latency_ms, record.backlog)

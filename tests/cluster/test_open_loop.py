@@ -51,3 +51,15 @@ def test_distributions_merge_as_histograms_not_as_percentiles():
     assert 9.9 <= merged.p50 <= 10.1  # the 100th value of 200, not an average of p50s (505)
     again = Latencies.decoded(both.encoded()).distribution()
     assert again == merged
+
+
+def test_a_series_widens_its_windows_and_keeps_every_append():
+    from shardsink._histograms import MAX_WINDOWS, Series
+
+    series = Series()
+    for i in range(2 * MAX_WINDOWS):  # one append a second, for twice the windows kept
+        series.add(float(i), latency_ms=1.0 + i % 7, backlog=i % 3)
+    windows = series.windows()
+    assert series.window_s == 10.0 and len(windows) == 2 * MAX_WINDOWS // 10
+    assert sum(w.appends for w in windows) == 2 * MAX_WINDOWS
+    assert all(w.rate == 1.0 and w.backlog == 2 for w in windows)

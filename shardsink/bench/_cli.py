@@ -178,8 +178,11 @@ CLUSTER_FLAGS = {
         "grow; auto: small writes and hydration with --shared-max-bytes auto; latency: the p50 "
         "sharing adds to off's at 1x8 and 4x8; hosts: every variant on this machine and on 1, 2 "
         "and 3 hosts of a Ray cluster ([cluster] hosts, else 3 loopback nodes started for it); "
-        "digest: trickle 1x4 with and without content digests, six repeats (what they cost)",
+        "digest: trickle 1x4 with and without content digests, six repeats (what they cost); "
+        "rate: off, best-effort and barrier at 1x8 and 4x8 open loop from 5 to 160 intervals "
+        "a second, their latency distributions and knees",
     ),
+    "slo_p99_ms": Flag("MS", "the rate matrix's knee: the highest rate whose p99 stays within MS"),
 }
 
 
@@ -270,11 +273,14 @@ def _run(args: argparse.Namespace) -> int:
     """Exit 1 if a check of the report fails or a run does not verify,
     saying how many, unless ``--report-only``; an inconclusive check (a
     timing past its bound by less than its repeats' noise) is no failure."""
+    from msgspec.structs import replace
+
     from .cluster import checks, command_line, matrix, run
     from .cluster.matrices import workload_matrix
 
     config = bench_cluster_config(args)
     specs = workload_matrix(config.workload) if config.workload else matrix(config.matrix)
+    specs = [replace(s, slo_p99_ms=config.slo_p99_ms) for s in specs]
     # before any run: plots need matplotlib, the Delta peer's runs deltalake
     peer = ["deltalake"] if any(s.mode.startswith("delta") for s in specs) else []
     require("bench cluster", "bench", "matplotlib", *peer)

@@ -468,6 +468,7 @@ class Cluster:
             append_latency_ms_p50=latency.p50,
             append_latency_ms_p99=latency.p99,
             append_latency_ms=latency,
+            append_latency_hdr=counters.latencies.encoded(),
             series_window_s=counters.series.window_s,
             series=counters.series.windows(),
             restart_ms=_restarts(supervision.restart_s),

@@ -109,6 +109,8 @@ class ClusterStats(msgspec.Struct, frozen=True, kw_only=True):
     verify_detail: str = ""
     maintenance_failures: MaintenanceFailures = MaintenanceFailures(known=False)
     append_latency_ms: Distribution = Distribution()
+    #: the same, the histogram itself (HdrHistogram's compressed base64, us)
+    append_latency_hdr: str = ""
     restart_ms: Distribution = Distribution()
     target_rate: float | None = None
     achieved_rate: float = 0.0

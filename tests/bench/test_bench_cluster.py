@@ -481,3 +481,65 @@ def test_a_workload_table_measures_what_digests_cost_on_its_own_rows() -> None:
         assert spec.workload == "synth" and spec.workload_args == {"update": 0.3}
         assert spec.rows_per_interval == DIGEST_ROWS
     assert {r.rows_per_interval for r in runs if r.section == "workload"} == {64}
+
+
+def _rate_row(mode: str, target: float, repeat: int, latencies_ms, achieved: float) -> dict:
+    from shardsink._histograms import Latencies
+
+    hist = Latencies()
+    for ms in latencies_ms:
+        hist.record(ms)
+    d = hist.distribution()
+    return {
+        "section": "rate", "mode": mode, "groups": 1, "workers": 8, "rows_per_interval": 1000,
+        "verified": True, "target_rate": target, "achieved_rate": achieved, "repeat": repeat,
+        "fell_behind": achieved < 0.95 * target, "append_latency_hdr": hist.encoded(),
+        "append_latency_ms": {"p99": d.p99}, "slo_p99_ms": 100.0,
+    }  # fmt: skip
+
+
+def test_the_rate_matrix_merges_repeats_as_histograms_and_finds_the_knee(tmp_path) -> None:
+    """Repeats merge as histograms (the p99 of all values, not a mean of
+    p99s); the knee is the highest rate within the SLO with none behind;
+    the report leads with it, the log holds one tagged histogram a point."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from shardsink.bench.cluster import rates
+
+    rows = [
+        _rate_row("barrier", 10, 0, [5.0] * 99 + [50.0], 10.0),
+        _rate_row("barrier", 10, 1, [6.0] * 100, 10.0),
+        _rate_row("barrier", 40, 0, [20.0] * 90 + [90.0] * 10, 40.0),
+        _rate_row("barrier", 40, 1, [20.0] * 100, 39.9),
+        _rate_row("barrier", 80, 0, [300.0] * 100, 60.0),  # past saturation
+        _rate_row("barrier", 80, 1, [250.0] * 100, 62.0),
+    ]
+    points = rates.points(rows)
+    assert [p.target for p in points] == [10, 40, 80]
+    assert points[0].latencies.count == 200 and points[2].behind == 2
+    assert rates.knee(points, 100.0) == 40 and rates.knee(points, 5.5) is None
+    # rate 40: one repeat's p99 is 90, the other's 20; merged it is 90, not their mean
+    assert points[1].latencies.distribution().p99 == pytest.approx(90.0, rel=0.01)
+    lines = rates.report_lines(rows, 100.0)
+    assert lines[2] == "- 1x8 R=1000 barrier: 40 intervals/s"
+    assert any("| 80 | 61.0 (60.0-62.0) | 200 |" in line for line in lines)
+    log = rates.write_histograms(rows, tmp_path)
+    tags = [line.split(",")[0] for line in log.read_text().splitlines() if line.startswith("Tag=")]
+    assert tags == [f"Tag=rate/1x8/R=1000/barrier/{r}" for r in (10, 40, 80)]
+    (png,) = rates.plot(plt, rows, tmp_path, "caption")
+    assert png.name == "rate-1x8.png" and png.stat().st_size > 10_000
+
+
+def test_a_rate_run_keeps_its_target_and_its_histogram(tmp_path) -> None:
+    row = run_one(
+        RunSpec(section="rate", mode="barrier", groups=1, workers=2, workload="trickle",
+                rows_per_interval=64, intervals=6, rate=20.0),
+        tmp_path / "rate",
+    )  # fmt: skip
+    assert row["verified"] is True, row.get("error")
+    assert row["target_rate"] == 20.0 and row["achieved_rate"] <= 20.0 * 1.02
+    assert row["append_latency_ms"]["count"] == 6 and row["append_latency_hdr"]
+    assert "rate" in MATRICES and {r.section for r in matrix("rate")} == {"rate"}

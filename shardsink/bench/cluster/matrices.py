@@ -24,7 +24,7 @@ import msgspec
 from ..._units import MIB
 from ...config import AUTO, ClusterConfig
 from .. import scale
-from . import hosts
+from . import hosts, rates
 
 UNLIMITED = 1 << 50  # "everything through the builder"
 #: The seed of every benchmark's run order (:func:`repeat_order`).
@@ -75,8 +75,18 @@ class BenchClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unkno
     out: str | None = None
     workload: dict[str, Any] = {}
     matrix: Literal[
-        "default", "quick", "trickle", "hydrate", "scale", "auto", "latency", "hosts", "digest"
+        "default",
+        "quick",
+        "trickle",
+        "hydrate",
+        "scale",
+        "auto",
+        "latency",
+        "hosts",
+        "digest",
+        "rate",
     ] = "default"
+    slo_p99_ms: float = rates.SLO_P99_MS
     cluster: ClusterConfig = msgspec.field(default_factory=ClusterConfig)
 
 
@@ -109,6 +119,7 @@ SECTIONS = (
     "hosts",
     "workload",
     "digest",
+    "rate",
     *scale.SECTIONS,
 )
 
@@ -134,6 +145,9 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
     #: the run computes digests (off only to measure what they cost)
     workload_args: dict[str, Any] = {}
     digests: bool = True
+    #: open loop: intervals a second (``up --rate``), and the p99 its knee is judged by
+    rate: float | None = None
+    slo_p99_ms: float = rates.SLO_P99_MS
     #: its place in the matrix's run order, and the seed that drew it (:func:`ordered`)
     order: int = 0
     order_seed: int = ORDER_SEED
@@ -542,4 +556,5 @@ MATRICES: dict[str, Callable[[], list[RunSpec]]] = {
     "latency": _latency,
     "hosts": lambda: hosts.hosts_matrix(RunSpec),
     "digest": _digest_only,
+    "rate": lambda: rates.rate_matrix(RunSpec),
 }

@@ -17,7 +17,7 @@ from pathlib import Path
 from ..._figures import add_caption, caption, grouped_bars
 from ...config import AUTO
 from .. import scale
-from . import hosts
+from . import hosts, rates
 from .matrices import HYDRATE_THRESHOLDS, VARIANTS, bytes_label, shape_of
 
 #: The per-append bar plots: ``(file stem, title, y-axis label, value format,
@@ -72,6 +72,9 @@ def plot(rows: list[dict], out: Path, command: str | None = None) -> list[Path]:
     written = _metric_plots(plt, ok, out, text)
     written += _hydrate_plot(plt, ok, out, text)
     written += hosts.plot(plt, ok, out, text)
+    rated = [r for r in ok if r.get("section") == "rate"]
+    if rated:
+        written += rates.plot(plt, rated, out, text, rated[0].get("slo_p99_ms", rates.SLO_P99_MS))
     return written + scale.plot(rows, out, os.cpu_count() or 1)
 
 

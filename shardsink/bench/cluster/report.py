@@ -15,7 +15,7 @@ from pathlib import Path
 from ..._figures import report_head
 from ...config import AUTO
 from .. import scale
-from . import hosts
+from . import hosts, rates
 from .checks import checks, verdict_word
 from .matrices import SECTIONS, bytes_label, describe, shape_of, workload_lines
 
@@ -108,6 +108,9 @@ def _section_lines(section: str, rows: list[dict]) -> list[str]:
         lines += _peer_lines(picked, rows)
     if section == "hosts":
         lines += hosts.report_lines(picked)
+    if section == "rate":
+        slo = picked[0].get("slo_p99_ms", rates.SLO_P99_MS)
+        lines += rates.report_lines(picked, slo)
     return lines
 
 

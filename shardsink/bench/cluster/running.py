@@ -26,7 +26,7 @@ from ...config import ClusterConfig
 from ...persist.digest import NO_DIGEST_ENV
 from ...workloads import Workload
 from .. import scale
-from . import hosts
+from . import hosts, rates
 from .checks import checks, verdict_word
 from .matrices import RunSpec
 from .plots import plot
@@ -95,6 +95,7 @@ def _run_cluster(spec: RunSpec, work_dir: Path, base: ClusterConfig) -> dict:
         snapshot_rows=spec.snapshot_rows,
         intervals=spec.intervals,
         pace="max",
+        rate=spec.rate,
         data_dir=str(work_dir / "data"),
         verify=False,
     )
@@ -115,7 +116,7 @@ def _run_cluster(spec: RunSpec, work_dir: Path, base: ClusterConfig) -> dict:
         extra["parts_in_state"] = sum(len(b.parts) for b in state.batches.values())
         cluster.verify()
         stats = cluster.stats()
-    row = msgspec.structs.asdict(stats)
+    row = msgspec.to_builtins(stats)  # nested Structs (distributions) as dicts too
     row["verified"] = bool(stats.verified)
     stored = stats.blob_put_bytes + stats.inline_bytes_per_append * stats.appends
     row["mb_per_s"] = stored / stats.wall_s / 1e6 if stats.wall_s else 0.0
@@ -232,6 +233,7 @@ def run(
     finally:  # interrupted too: results.json holds the runs done, whole
         shutil.rmtree(scratch, ignore_errors=True)
     plot(rows, out)
+    rates.write_histograms(rows, out)
     write_report(rows, out, command, time.monotonic() - started)
     _print_summary(rows, out, title, quiet)
     return rows

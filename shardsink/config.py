@@ -139,7 +139,10 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     clock passes its end; ``max``: as fast as appends go), ``rate``
     (intervals a second, open loop: interval ``i`` of a run is due ``(i +
     1) / rate`` seconds after it starts whatever happened before, and its
-    latency counts from then; ``pace`` is then not used).
+    latency counts from then; ``pace`` is then not used); ``listen``: a
+    reader in the coordinator's process listens on the shard and times each
+    interval from its first mint to when it sees it (end to end,
+    ``ClusterStats.visible_latency_ms``).
 
     Storage: ``data_dir`` holds the embedded defaults, ``blob`` (default
     ``file://DATA_DIR/blob``) and ``consensus``: a store URI (default
@@ -236,6 +239,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     interval_ms: int = 1000
     pace: Pace = "max"
     rate: float | None = None
+    listen: bool = False
     data_dir: str = "./shardsink-data"
     blob: str | None = None
     consensus: str | None = None

@@ -82,6 +82,8 @@ FLAGS: dict[str, Flag] = {
     "rate": Flag("N", "open loop: N intervals a second, each due on schedule whatever happened "
                  "before, its latency counted from when it was due (pace is then not used)",
                  default="none: --pace decides"),
+    "listen": Flag(None, "time each interval end to end: from its first mint (its rows being "
+                   "generated) to a reader's listen seeing it"),
     "data_dir": Flag("D", "made 0700 if new; its lock is held while the cluster serves its "
                      "stores", default=f"${DATA_DIR_ENV}, else ./shardsink-data"),
     "blob": Flag("URI", "the blob store", default=f"${BLOB_ENV}, else file://D/blob"),

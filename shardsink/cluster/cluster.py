@@ -82,6 +82,7 @@ from .maintenance import MaintenanceWatch
 from .metrics import Metrics, Supervised
 from .stats import ClusterStats, ProcessInfo, Supervision
 from .verify import Verification, verify
+from .visibility import VisibilityWatch
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,8 @@ class Cluster:
         self.config, self.workload, self.schema = workloads.prepare(config)
         self.cluster_id = f"c{uuid.uuid4().hex[:12]}"
         self.shard: Shard | None = None
+        self._visibility: VisibilityWatch | None = None
+        self._address = ""  # the consensus address the shard was opened at
         self.consensus: ConsensusProcess | None = None
         self._maintenance = MaintenanceWatch(
             lambda: self.shard_address, config.shard, config.data_path
@@ -197,6 +200,11 @@ class Cluster:
                     config.metrics_port, Supervised(self._supervised, self._members, self._hosts)
                 )
             self.dashboard = self._open_dashboard(self.control.address)
+            if config.listen:
+                self._visibility = VisibilityWatch(
+                    self._reopen_shard, self.shard.upper, config.interval_ms,
+                    self.coordinator.counters.minted_at,
+                )  # fmt: skip
         except BaseException:
             self.close()
             raise
@@ -211,6 +219,8 @@ class Cluster:
         self._closed = True
         with sigint_ignored():
             try:
+                if self._visibility is not None:
+                    self._visibility.close()
                 if self.dashboard is not None:  # first: its samples ask the coordinator
                     self.dashboard.close()
                 if self.coordinator is not None:
@@ -469,6 +479,11 @@ class Cluster:
             append_latency_ms_p99=latency.p99,
             append_latency_ms=latency,
             append_latency_hdr=counters.latencies.encoded(),
+            visible_latency_ms=(
+                self._visibility.snapshot().distribution()
+                if self._visibility is not None
+                else Distribution()
+            ),
             series_window_s=counters.series.window_s,
             series=counters.series.windows(),
             restart_ms=_restarts(supervision.restart_s),
@@ -552,19 +567,22 @@ class Cluster:
         """Open the shard at ``address`` and check its upper, through
         restarts of the consensus process."""
         config = self.config
-        self.shard = shard = self._through_restarts(
-            lambda: open_shard(
-                config.shard,
-                blob=config.blob_uri,
-                consensus=address,
-                schema=self.schema,
-                config=self._shard_config(retry_for_s=0.0),
-                keys=keys_for(address, config.data_path),
-            ),
-            "opening the shard",
-        )
+        self._address = address
+        self.shard = shard = self._through_restarts(self._reopen_shard, "opening the shard")
         upper = self._through_restarts(lambda: shard.upper, "reading the upper")
         interval_of(upper, config.interval_ms, config.shard)
+
+    def _reopen_shard(self) -> Shard:
+        """A handle of the cluster's shard of its own, at its consensus address."""
+        config = self.config
+        return open_shard(
+            config.shard,
+            blob=config.blob_uri,
+            consensus=self._address,
+            schema=self.schema,
+            config=self._shard_config(retry_for_s=0.0),
+            keys=keys_for(self._address, config.data_path),
+        )
 
     def _through_restarts(self, call: Callable[[], T], what: str) -> T:
         """``call()`` through restarts of the cluster's consensus process

@@ -67,7 +67,8 @@ class ClusterStats(msgspec.Struct, frozen=True, kw_only=True):
     rate under 95% of the target, or a backlog of two intervals or more);
     ``None``, 0 and false without one. ``series``: per window of time
     (``series_window_s``: 1 s, wider for long runs) the appends, their rate,
-    the largest backlog and the p99 latency.
+    the largest backlog and the p99 latency. ``visible_latency_ms``: with
+    ``listen``, each interval from its first mint to a reader seeing it.
     """
 
     mode: str
@@ -116,6 +117,7 @@ class ClusterStats(msgspec.Struct, frozen=True, kw_only=True):
     achieved_rate: float = 0.0
     max_backlog: int = 0
     fell_behind: bool = False
+    visible_latency_ms: Distribution = Distribution()
     series_window_s: float = 1.0
     series: list[Window] = []
     parts_per_append_by_host: dict[int, float] = {}

@@ -389,6 +389,8 @@ class Coordinator:
         attempt: int | None = 0
         while attempt is not None:
             minted = time.monotonic()
+            if attempt == 0 and self.config.listen:
+                self.counters.minted_at[interval] = minted
             self._mint(interval, attempt, lower, upper)
             try:
                 reports = self._collect(minted)

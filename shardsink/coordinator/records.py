@@ -103,6 +103,9 @@ class Counters:
     #: the figures per window of time since the first run started (``started``)
     series: Series = field(default_factory=Series)
     started: float | None = None
+    #: interval -> when its first attempt was minted, for an end-to-end
+    #: timer to take (``ClusterConfig.listen``; nothing is kept without one)
+    minted_at: dict[int, float] = field(default_factory=dict)
 
     def add(self, record: IntervalRecord) -> None:
         self.records.append(record)

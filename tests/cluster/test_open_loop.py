@@ -63,3 +63,16 @@ def test_a_series_widens_its_windows_and_keeps_every_append():
     assert series.window_s == 10.0 and len(windows) == 2 * MAX_WINDOWS // 10
     assert sum(w.appends for w in windows) == 2 * MAX_WINDOWS
     assert all(w.rate == 1.0 and w.backlog == 2 for w in windows)
+
+
+def test_listen_times_every_interval_from_its_mint_to_a_reader_seeing_it(tmp_path):
+    """End to end: every interval appended is seen by the listening reader,
+    never before it was durably appended (so never under the append's own
+    latency, which pace max counts from the same mint)."""
+    run = run_cluster(tmp_path / "d", 12, groups=1, workers=2, listen=True)
+    stats = run.stats
+    assert stats.verified is True, stats.verify_detail
+    visible = stats.visible_latency_ms
+    assert visible.count == 12
+    assert visible.p50 >= stats.append_latency_ms.p50 * 0.99
+    assert visible.max >= stats.append_latency_ms.max * 0.99

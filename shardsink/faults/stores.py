@@ -158,6 +158,9 @@ class FaultyConsensus(_Faulty[Consensus]):
     def compare_and_set_many(self, requests: Sequence[CasRequest]) -> list[CasResult]:
         return self._call("compare_and_set_many", lambda: self.inner.compare_and_set_many(requests))
 
+    def compare_and_set_all(self, requests: Sequence[CasRequest]) -> list[CasResult]:
+        return self._call("compare_and_set_all", lambda: self.inner.compare_and_set_all(requests))
+
     def scan(self, shard: str, from_seqno: int, limit: int) -> list[VersionedData]:
         return self._call("scan", lambda: self.inner.scan(shard, from_seqno, limit))
 

@@ -227,6 +227,16 @@ class Consensus(Protocol):
       never merged. At most one request per shard, else ``ValueError``, as
       for arguments ``compare_and_set`` refuses (checked before anything is
       written); an empty batch is ``[]``.
+    - ``compare_and_set_all(requests)`` is a transaction across shards: it
+      commits every request or none. If every request's head is its
+      ``expected``, all commit (one durable write) and each result is
+      :class:`Committed`; otherwise nothing is stored and *every* result is
+      a :class:`Mismatch` carrying that shard's head, the ones that matched
+      too, so the caller learns every shard's head in one answer. After an
+      :class:`IndeterminateError`, either all committed or none did, never
+      some. Concurrent callers over overlapping shards never both commit a
+      request with the same ``expected``, and never deadlock. Arguments are
+      checked as for ``compare_and_set_many``.
 
     Errors: :class:`~shardsink.storage.errors.DeterminateError` or
     :class:`~shardsink.storage.errors.IndeterminateError` (a commit whose outcome
@@ -242,6 +252,8 @@ class Consensus(Protocol):
     ) -> CasResult: ...
 
     def compare_and_set_many(self, requests: Sequence[CasRequest]) -> list[CasResult]: ...
+
+    def compare_and_set_all(self, requests: Sequence[CasRequest]) -> list[CasResult]: ...
 
     def scan(self, shard: str, from_seqno: int, limit: int) -> list[VersionedData]: ...
 

@@ -125,6 +125,16 @@ class MemoryConsensus:
         with self._lock:
             return [self.compare_and_set(r.shard, r.expected, r.new) for r in requests]
 
+    def compare_and_set_all(self, requests: Sequence[CasRequest]) -> list[CasResult]:
+        _check_open(self)
+        check_cas_batch(requests)
+        with self._lock:
+            heads = {r.shard: self.head(r.shard) for r in requests}
+            if any((heads[r.shard].seqno if heads[r.shard] else None) != r.expected
+                   for r in requests):  # fmt: skip
+                return [Mismatch(heads[r.shard]) for r in requests]
+            return [self.compare_and_set(r.shard, r.expected, r.new) for r in requests]
+
     def scan(self, shard: str, from_seqno: int, limit: int) -> list[VersionedData]:
         _check_open(self)
         if limit < 0:

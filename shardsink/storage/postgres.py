@@ -237,6 +237,38 @@ class PostgresConsensus:
 
         return self._run("compare_and_set_many", cas_all, IndeterminateError)
 
+    def compare_and_set_all(self, requests: Sequence[CasRequest]) -> list[CasResult]:
+        """:data:`_MANY` in a transaction of its own, committed only if it
+        inserted every request's version; else rolled back and every head
+        read. The rows go in shard order, one order for every caller, so two
+        transactions over the same shards wait on each other's rows in turn
+        and never deadlock; a row another transaction inserts first makes
+        this one's conflict (``DO NOTHING``), and it rolls back."""
+        check_cas_batch(requests)
+        if not requests:
+            return []
+        ordered = sorted(requests, key=lambda r: r.shard)
+        params = {
+            "shards": [r.shard for r in ordered],
+            "seqnos": [r.new.seqno for r in ordered],
+            "datas": [bytes(r.new.data) for r in ordered],
+            "expected": [r.expected for r in ordered],
+        }
+
+        def cas_all(conn: psycopg.Connection) -> list[CasResult]:
+            with conn.transaction() as transaction:
+                inserted = conn.execute(_MANY, params).fetchall()
+                if len(inserted) == len(requests):
+                    return [Committed(r.new.seqno) for r in requests]
+                raise psycopg.Rollback(transaction)
+            heads = {
+                shard: VersionedData(seqno, bytes(data))
+                for shard, seqno, data in conn.execute(_HEADS, (params["shards"],)).fetchall()
+            }
+            return [Mismatch(heads.get(r.shard)) for r in requests]
+
+        return self._run("compare_and_set_all", cas_all, IndeterminateError)
+
     def scan(self, shard: str, from_seqno: int, limit: int) -> list[VersionedData]:
         if limit < 0:
             raise ValueError(f"scan: limit must be >= 0, got {limit}")

@@ -286,6 +286,23 @@ class SqliteConsensus:
 
         return self._write("compare_and_set_many", cas_all)
 
+    def compare_and_set_all(self, requests: Sequence[CasRequest]) -> list[CasResult]:
+        """One ``BEGIN IMMEDIATE`` transaction (writers are serialized): every
+        head checked, then every version inserted, or none."""
+        check_cas_batch(requests)
+        if not requests:
+            return []
+
+        def cas_all(conn: sqlite3.Connection) -> tuple[list[CasResult], bool]:
+            heads = _head_seqnos(conn, [r.shard for r in requests])
+            if any(heads.get(r.shard) != r.expected for r in requests):
+                return [Mismatch(_head(conn, r.shard)) for r in requests], False
+            rows = [(r.shard, r.new.seqno, bytes(r.new.data)) for r in requests]
+            conn.executemany(_INSERT, rows)
+            return [Committed(r.new.seqno) for r in requests], True
+
+        return self._write("compare_and_set_all", cas_all)
+
     def scan(self, shard: str, from_seqno: int, limit: int) -> list[VersionedData]:
         if limit < 0:
             raise ValueError(f"scan: limit must be >= 0, got {limit}")

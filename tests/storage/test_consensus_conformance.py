@@ -304,6 +304,87 @@ def test_racing_batches_lose_and_duplicate_nothing(uri):
             c.close()
 
 
+# --- transactions across shards: compare_and_set_all ------------------------
+
+
+def test_all_or_nothing_commits_every_request_when_every_head_matches(store):
+    fill(store, "a", 2)
+    fill(store, "b", 1)
+    results = store.compare_and_set_all(
+        [CasRequest("a", 1, v(2, b"a2")), CasRequest("b", 0, v(1, b"b1")),
+         CasRequest("c", None, v(0, b"c0"))]
+    )  # fmt: skip
+    assert results == [Committed(2), Committed(1), Committed(0)]
+    assert store.head("a") == v(2, b"a2") and store.head("b") == v(1, b"b1")
+    assert store.head("c") == v(0, b"c0")
+
+
+def test_one_mismatch_commits_nothing_and_names_every_head(store):
+    """A mismatch on any shard stores nothing, a new shard's first version
+    included, and every result is the shard's head, the matching ones too."""
+    fill(store, "a", 2)
+    fill(store, "b", 3)
+    results = store.compare_and_set_all(
+        [CasRequest("a", 1, v(2)), CasRequest("b", 1, v(2)), CasRequest("n", None, v(0))]
+    )
+    assert results == [Mismatch(v(1)), Mismatch(v(2)), Mismatch(None)]
+    assert [x.seqno for x in store.scan("a", 0, 10)] == [0, 1]
+    assert [x.seqno for x in store.scan("b", 0, 10)] == [0, 1, 2]
+    assert store.head("n") is None and "n" not in store.list_shards()
+    with pytest.raises(ValueError, match="appears twice"):
+        store.compare_and_set_all([CasRequest("a", 1, v(2)), CasRequest("a", 1, v(2))])
+    assert store.compare_and_set_all([]) == []
+
+
+def test_racing_transactions_are_all_or_nothing(uri):
+    """Threads, each with its own store, commit transactions over
+    overlapping shards named in different orders: every shard's log stays
+    gapless, and each transaction's versions are in every shard it named or
+    in none (each version's payload names its transaction)."""
+    shards = ["s0", "s1", "s2"]
+    clients = [open_consensus(uri) for _ in range(3)]
+    barrier = threading.Barrier(len(clients))
+    won: dict[str, set[str]] = {}  # transaction -> its shards, if it committed
+    lock = threading.Lock()
+
+    def race(i: int) -> None:
+        store = clients[i]
+        barrier.wait(10)
+        for n in range(20):
+            picked = [shards[(i + n + k) % 3] for k in range(2)][:: 1 if n % 2 else -1]
+            name = f"{i}.{n}"
+            heads = {shard: store.head(shard) for shard in picked}
+            batch = [
+                CasRequest(shard, None if head is None else head.seqno,
+                           v(0 if head is None else head.seqno + 1, name.encode()))
+                for shard, head in heads.items()
+            ]  # fmt: skip
+            results = store.compare_and_set_all(batch)
+            kinds = {type(r) for r in results}
+            assert len(kinds) == 1, results  # never some committed and some not
+            if kinds == {Committed}:
+                with lock:
+                    won[name] = set(picked)
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(len(clients))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    try:
+        assert won, "no transaction committed"
+        found: dict[str, set[str]] = {}
+        for shard in shards:
+            log = clients[0].scan(shard, 0, 1000)
+            assert [x.seqno for x in log] == list(range(len(log)))
+            for version in log:
+                found.setdefault(version.data.decode(), set()).add(shard)
+        assert found == won
+    finally:
+        for c in clients:
+            c.close()
+
+
 # --- the race: separate processes, each with its own store ---------------------
 
 RACER = r"""

@@ -5,12 +5,19 @@ choice sits here, above both, so neither imports the other."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
+import pyarrow as pa
+
+from . import faults
 from ._curve import ClientKeys, keys_for
 from .persist.config import ShardConfig
 from .persist.machine import ShardMachine
-from .persist.shard import Shard
+from .persist.shard import REMOTE_SCHEMES, Shard
+from .persist.shards import ShardSet
+from .persist.transactions import LocalTransactions
 from .server.client import RemoteMachine
 
 
@@ -35,3 +42,48 @@ def open_shard(name: str = "default", *, keys: ClientKeys | None = None, **kwarg
         )
 
     return Shard.open(name, remote=remote, **kwargs)
+
+
+def open_shards(
+    schemas: Mapping[str, pa.Schema | None],
+    *,
+    blob: str,
+    consensus: str,
+    keys: ClientKeys | None = None,
+    **kwargs: Any,
+) -> ShardSet:
+    """Shards ``schemas`` names (each with its ``key``/``val`` schema, or
+    ``None`` for an existing shard's), of one blob and one consensus store,
+    opened together for transactions across them and snapshots of all as
+    of one time (:class:`~shardsink.persist.shards.ShardSet`). ``consensus``
+    is a store URI (the set opens it once, for every shard) or a consensus
+    server's address (it runs the transactions); ``kwargs`` go to
+    :meth:`~shardsink.persist.Shard.open` (``config``, ``create``, ...).
+    Errors as :func:`open_shard`'s; ``ValueError`` for no shard."""
+    if not schemas:
+        raise ValueError("open_shards needs at least one shard")
+    remote = urlsplit(consensus).scheme.lower() in REMOTE_SCHEMES
+    owned: list = []
+    store = consensus if remote else faults.open_consensus(consensus)
+    if not remote:
+        owned.append(store)
+    shards: dict[str, Shard] = {}
+    try:
+        for name, schema in schemas.items():
+            shards[name] = open_shard(
+                name, blob=blob, consensus=store, schema=schema, keys=keys, **kwargs
+            )
+        if remote:
+            machine = next(iter(shards.values())).machine
+            assert isinstance(machine, RemoteMachine)
+            transactions = machine.transactions()
+        else:
+            machines = {name: shard.machine for name, shard in shards.items()}
+            transactions = LocalTransactions(machines, store)
+    except BaseException:
+        for shard in shards.values():
+            shard.close()
+        for resource in owned:
+            resource.close()
+        raise
+    return ShardSet(shards, transactions, owned)

@@ -78,6 +78,8 @@ POINTS: dict[str, str] = {
     "append.before_cas": "the append operator is about to compare-and-append",
     "append.after_cas": "the append operator's compare-and-append returned",
     "consensus.after_store": "the consensus server stored a version but has not replied",
+    "transaction.before_store": "a transaction's shards are prepared but not stored",
+    "transaction.after_store": "a transaction's shards are stored but it has not replied",
     "reader.before_fetch": "a reader selected its batches but has not fetched their parts",
     "gc.before_delete": "GC listed what to delete but has not deleted it",
     "compaction.after_write": "a compaction wrote its output but has not committed it",

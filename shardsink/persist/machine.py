@@ -233,7 +233,7 @@ class LocalMachine:
             result = self.run(command)
             return result, self.stats() - before
 
-    def prepare(self, command: Command) -> Prepared | Result | None:
+    def prepare(self, command: Command, *, fresh: bool = False) -> Prepared | Result | None:
         """The first half of a grouped commit (a consensus server's, which
         stores the versions of many shards' commands in one
         ``compare_and_set_many``): ``command`` applied to the cached state.
@@ -244,13 +244,19 @@ class LocalMachine:
         ``Result`` is the command's answer without a commit (a no-op, or
         :class:`~.commands.PartsMissing`). ``None``: this machine cannot
         group it (not ``exclusive``, or its cache may predate a commit after
-        a failed run): :meth:`run_measured` it. Errors as :meth:`run`'s."""
+        a failed run): :meth:`run_measured` it; with ``fresh``, the state is
+        re-read from the head first instead (a transaction across shards,
+        :mod:`.transactions`, prepares each of its shards so). Errors as
+        :meth:`run`'s."""
         self._lock.acquire()
         try:
             self._check_open()
             if not self.exclusive or self._suspect:
-                self._lock.release()
-                return None
+                if not fresh:
+                    self._lock.release()
+                    return None
+                self._refresh_retrying()
+                self._suspect = False
             before = self.stats()
             state = self._state
             made, result = step(state, command, self._clock())
@@ -288,6 +294,16 @@ class LocalMachine:
             self._suspect = True
             result = self.run(prepared.command)
             return result, self.stats() - prepared.before
+        finally:
+            self._lock.release()
+
+    def abandon(self, prepared: Prepared, *, tried: bool) -> None:
+        """Let ``prepared`` go without storing it; ``tried``: after a store
+        that did not commit it (a mismatch, an error), so the cache may now
+        predate the head and the next command re-reads it. Releases the lock
+        :meth:`prepare` took."""
+        try:
+            self._suspect = self._suspect or tried
         finally:
             self._lock.release()
 

@@ -39,11 +39,14 @@ from .wire import (
     Pong,
     RunCommand,
     RunReply,
+    RunTransaction,
     ScanVersions,
     ServerReply,
     ServerRequest,
     StateReply,
     StatsReply,
+    TransactionItem,
+    TransactionReply,
     VersionsReply,
     WaitForUpper,
     decode_reply,
@@ -124,6 +127,25 @@ class ServerClient:
 
     def close(self) -> None:
         self._rpc.close()
+
+
+class RemoteTransactions:
+    """:class:`~shardsink.persist.transactions.Transactions` run by the
+    consensus server ``client`` reaches (its shards must be loaded there:
+    opened through it)."""
+
+    def __init__(self, client: ServerClient) -> None:
+        self._client = client
+
+    def run_all(self, items) -> list[Result]:
+        request = RunTransaction(tuple(TransactionItem(shard, command) for shard, command in items))
+        reply = self._client.request(request)
+        if not isinstance(reply, TransactionReply):
+            raise IndeterminateError(
+                f"consensus server {self._client.address} answered {type(reply).__name__}, "
+                "expected TransactionReply"
+            )
+        return list(reply.results)
 
 
 class RemoteMachine:
@@ -223,6 +245,10 @@ class RemoteMachine:
             Maintain(self.shard, job, grace_ms), extra_timeout_s=MAINTAIN_TIMEOUT_S
         )
         return self._expect(reply, MaintainedReply)
+
+    def transactions(self) -> RemoteTransactions:
+        """Transactions across shards of this machine's server (each opened through it)."""
+        return RemoteTransactions(self._client)
 
     def versions(self, from_seqno: int, limit: int) -> list[VersionedData]:
         self._check_open()

@@ -52,6 +52,7 @@ from ..persist.errors import PersistError
 from ..persist.gc import check_grace
 from ..persist.machine import LocalMachine, Prepared, wall_clock_ms
 from ..persist.stats import MachineStats
+from ..persist.transactions import LocalTransactions
 from ..storage.contracts import Blob, CasRequest, Consensus
 from ..storage.errors import StorageError
 from .config import BATCH_MAX, BATCH_WINDOW_MAX_S
@@ -70,12 +71,14 @@ from .wire import (
     Pong,
     RunCommand,
     RunReply,
+    RunTransaction,
     ScanVersions,
     ServerReply,
     ServerRequest,
     ShardCounters,
     StateReply,
     StatsReply,
+    TransactionReply,
     Version,
     VersionsReply,
     WaitForUpper,
@@ -301,6 +304,8 @@ class ConsensusServer:
             return Pong(os.getpid())
         if isinstance(request, GetStats):
             return self.stats()
+        if isinstance(request, RunTransaction):
+            return self._transaction(request)
         if isinstance(request, OpenShard):
             state = self._open(request).machine.state(refresh=True)
             return OpenedReply(state, self.config.writer_lease_ms)
@@ -334,6 +339,20 @@ class ConsensusServer:
             versions = machine.versions(request.from_seqno, min(request.limit, MAX_SCAN_VERSIONS))
             return VersionsReply(tuple(Version(v.seqno, v.data) for v in versions))
         raise TypeError(f"unhandled request {type(request).__name__}")
+
+    def _transaction(self, request: RunTransaction) -> TransactionReply:
+        """Every item or none, in the loop: its shards' commands queued
+        before it are stored first, so it sees them (and none lands inside it)."""
+        items = [(item.shard, item.command) for item in request.items]
+        while len(self._queue):
+            self._commit_batch()
+        machines = {shard: self._shard(shard).machine for shard, _ in items}
+        results = LocalTransactions(machines, self._store).run_all(items)
+        faults.point("transaction.after_store")  # stored, not answered: a retry must find it
+        for shard, _ in items:
+            self._shards[shard].commands += 1
+        self._answer_parked(time.monotonic(), set(machines))
+        return TransactionReply(tuple(results))
 
     def _open(self, request: OpenShard) -> LoadedShard:
         check_served(request.config, self.config, f"shard {request.shard!r}")

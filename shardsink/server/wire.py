@@ -13,7 +13,7 @@ from typing import Literal
 import msgspec
 
 from .._wire import Message
-from ..persist.commands import Command, Result
+from ..persist.commands import Command, CompareAndAppend, Result
 from ..persist.compaction import CompactionReport
 from ..persist.config import ShardConfig
 from ..persist.errors import Contended, CorruptState, ShardNotFound, StateMissing
@@ -44,6 +44,20 @@ class RunCommand(Message, tag="run"):
 
     shard: str
     command: Command
+
+
+class TransactionItem(Message):
+    """One shard's compare-and-append of a :class:`RunTransaction`."""
+
+    shard: str
+    command: CompareAndAppend
+
+
+class RunTransaction(Message, tag="transaction"):
+    """Apply every item or none (:mod:`shardsink.persist.transactions`), the
+    shards loaded on this server. Answer: :class:`TransactionReply`."""
+
+    items: tuple[TransactionItem, ...]
 
 
 class FetchState(Message, tag="fetch_state"):
@@ -86,7 +100,15 @@ class ScanVersions(Message, tag="scan_versions"):
 
 
 ServerRequest = (
-    Ping | OpenShard | RunCommand | FetchState | WaitForUpper | Maintain | GetStats | ScanVersions
+    Ping
+    | OpenShard
+    | RunCommand
+    | RunTransaction
+    | FetchState
+    | WaitForUpper
+    | Maintain
+    | GetStats
+    | ScanVersions
 )
 
 
@@ -116,6 +138,12 @@ class RunReply(Message, tag="ran"):
 
     result: Result
     work: MachineStats
+
+
+class TransactionReply(Message, tag="transacted"):
+    """Each item's result, in order (see :class:`~shardsink.persist.transactions.Transactions`)."""
+
+    results: tuple[Result, ...]
 
 
 class MaintainedReply(Message, tag="maintained"):
@@ -194,6 +222,7 @@ ServerReply = (
     | StateReply
     | OpenedReply
     | RunReply
+    | TransactionReply
     | MaintainedReply
     | VersionsReply
     | StatsReply

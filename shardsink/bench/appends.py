@@ -75,6 +75,12 @@ def register(bench: argparse._SubParsersAction) -> None:
         "--repeats", type=int, default=1, help="with --shards: runs of each pair (default 1)"
     )
     parser.add_argument(
+        "--txn",
+        action="store_true",
+        help="with --shards S: also one client appending an interval to all S shards as one "
+        "transaction, against the same intervals as S appends one after another, side by side",
+    )
+    parser.add_argument(
         "--out", type=Path, metavar="DIR", help="with --shards: results.json, report.md, plot"
     )
     # None tells --shards runs that --clients was not given (one client per shard)
@@ -179,6 +185,63 @@ class _Appender:
             "diff_bytes": stats.diff_bytes,
             "building_s": self.building_s,
         }
+
+
+def _interval_client(argv: list[str]) -> None:
+    """One client process appending intervals of 4-row inline batches to
+    every shard of the comma-separated ``argv[0]`` for ``argv[1]`` seconds:
+    ``argv[2]`` ``txn``, each interval one transaction of all the shards
+    (``open_shards``); ``apart``, each interval the shards' appends one
+    after another. Reports shard-appends, and each interval's latency."""
+    from ..connect import open_shards
+    from ..persist import ShardConfig
+    from ..workloads import Workload
+
+    names, seconds, txn = argv[0].split(","), float(argv[1]), argv[2] == "txn"
+    workload = Workload("trickle", rows_per_interval=4, interval_ms=1)
+    with open_shards(
+        dict.fromkeys(names), blob=os.environ[BLOB_ENV], consensus=os.environ[STORE_ENV],
+        config=ShardConfig(), create=True,
+    ) as shards:  # fmt: skip
+        upper, _ = _interval(shards, names, workload, 0, txn)  # warm, before the clock
+        if not racing.ready():
+            return
+        latencies, building, cpu_started = [], 0.0, time.process_time()
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            started = time.perf_counter()
+            upper, built = _interval(shards, names, workload, upper, txn)
+            building += built
+            latencies.append(round((time.perf_counter() - started) * 1e6))
+        cpu_s = time.process_time() - cpu_started
+        stats = [shards.shard(n).stats() for n in names]
+        racing.report({
+            "appended": len(latencies) * len(names), "upper_mismatches": 0,
+            "cas_mismatches": sum(s.cas_mismatches for s in stats),
+            "versions": sum(s.versions for s in stats),
+            "diff_bytes": sum(s.diff_bytes for s in stats),
+            "building_s": building, "latencies_us": latencies, "cpu_s": cpu_s,
+        })  # fmt: skip
+
+
+def _interval(shards, names: list[str], workload, upper: int, txn: bool):
+    """Append interval ``[upper, upper + 1)`` to every shard of ``names``
+    (one transaction, or one append each); the new upper, and the thread's
+    CPU seconds spent building batches."""
+    building = time.thread_time()
+    table = workload.updates(upper)
+    if txn:
+        transaction = shards.transaction()
+        for name in names:
+            transaction.append(name, table, upper, upper + 1)
+        built = time.thread_time() - building
+        new = max(transaction.commit().values())
+    else:
+        batches = {n: shards.writer(n).batch(table, upper, upper + 1) for n in names}
+        built = time.thread_time() - building
+        for name, batch in batches.items():
+            new = shards.writer(name).compare_and_append([batch], upper, upper + 1)
+    return new, built
 
 
 def measure(

@@ -142,6 +142,45 @@ def server_run(
     }
 
 
+def interval_run(
+    server: tuple[str, int, str], blob: str, shards: int, seconds: float, mode: str
+) -> dict:
+    """One client appending intervals to ``shards`` fresh shards through
+    ``server``: ``txn`` (each interval one transaction of them all) or
+    ``apart`` (each interval the shards' appends one after another), side by
+    side with each other; the server's CPU per shard-append, latency per
+    interval."""
+    import psutil
+
+    address, pid, keys = server
+    process = psutil.Process(pid)
+    prefix = f"bench-{mode}-s{shards}-{uuid.uuid4().hex[:8]}"
+    cpu: list[float] = []
+
+    def sample() -> None:
+        times = process.cpu_times()
+        cpu.append(times.user + times.system)
+
+    (report,) = racing.race(
+        "shardsink.bench.appends:_interval_client",
+        [[",".join(f"{prefix}-{i}" for i in range(shards)), str(seconds), mode]],
+        seconds,
+        f"{mode} intervals of {shards} shard(s)",
+        env={BLOB_ENV: blob, STORE_ENV: address, KEYS_ENV: keys},
+        on_go=sample,
+    )
+    sample()
+    appended = report["appended"]
+    latencies = sorted(report["latencies_us"])
+    return {
+        f"{mode}_per_s": appended / seconds,
+        f"{mode}_server_cpu_ms": (cpu[1] - cpu[0]) * 1000 / max(appended, 1),
+        f"{mode}_client_cpu_ms": report["cpu_s"] * 1000 / max(appended, 1),
+        f"{mode}_ms_p50": racing.quantile_ms(latencies, 0.5),
+        f"{mode}_ms_p99": racing.quantile_ms(latencies, 0.99),
+    }
+
+
 def raw_run(store: str, shards: int, clients: int, seconds: float, payload_bytes: int) -> dict:
     """``clients`` processes compare-and-setting ``shards`` fresh shards on
     ``store`` directly (client i on shard i mod S)."""
@@ -165,11 +204,14 @@ def measure(
     runs: list[tuple[int, int, int]],
     seconds: float,
     repeats: int,
+    txn: bool = False,
 ) -> list[dict]:
     """Every run of ``runs`` (:func:`runs_of`) on ``store``, ``repeats``
     times, server (see :func:`server_run`) then raw (a process per client;
-    its payloads the size of the server's diffs just measured); one row per
-    run with each figure the median over its repeats."""
+    its payloads the size of the server's diffs just measured), with
+    ``txn`` then the intervals of :func:`interval_run`, ``txn`` and
+    ``apart`` in turn; one row per run with each figure the median over its
+    repeats."""
     from ..process import ConsensusProcess
     from ..server.config import ServeConfig
 
@@ -183,6 +225,9 @@ def measure(
             for shards, clients, processes in runs:
                 got = server_run(served, blob, shards, clients, seconds, processes)
                 got |= raw_run(store, shards, clients, seconds, round(got["diff_bytes_mean"]))
+                if txn:
+                    for mode in ("txn", "apart"):
+                        got |= interval_run(served, blob, shards, seconds, mode)
                 measured[(shards, clients, processes)].append(got)
     for (shards, clients, processes), repeats_of in measured.items():
         row = {"store": redact(store), "shards": shards, "clients": clients}
@@ -218,6 +263,7 @@ def run(args: argparse.Namespace) -> int:
                     runs,
                     args.seconds,
                     args.repeats,
+                    txn=args.txn,
                 )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -227,6 +273,8 @@ def run(args: argparse.Namespace) -> int:
     for row in table_rows(rows):
         table.add_row(*row)
     console.print(table)
+    if args.txn:
+        console.print(_txn_table(rows))
     command = "shardsink " + shlex.join(redact(a) for a in sys.argv[1:])
     if args.json:
         args.json.write_text(json.dumps({"command": command, "runs": rows}, indent=2) + "\n")
@@ -239,6 +287,40 @@ def run(args: argparse.Namespace) -> int:
         plot(rows, args.out / "appends.png")
         console.print(f"report written to {args.out / 'report.md'}")
     return 0
+
+
+#: ``--txn``'s columns: each interval one transaction of all S shards against
+#: the same intervals as S appends one after another (one client each).
+TXN_COLUMNS = [
+    ("store", "store", "{}"),
+    ("shards", "shards", "{}"),
+    ("txn shard-appends/s", "txn_per_s", "{:,.0f}"),
+    ("apart shard-appends/s", "apart_per_s", "{:,.0f}"),
+    ("txn server CPU ms/shard-append", "txn_server_cpu_ms", "{:.3f}"),
+    ("apart server CPU ms/shard-append", "apart_server_cpu_ms", "{:.3f}"),
+    ("txn p50 / p99 ms", ("txn_ms_p50", "txn_ms_p99"), "{:.2f}"),
+    ("apart p50 / p99 ms", ("apart_ms_p50", "apart_ms_p99"), "{:.2f}"),
+]
+
+
+def txn_rows(rows: list[dict]) -> list[list[str]]:
+    def cell(row: dict, key, fmt: str) -> str:
+        if isinstance(key, tuple):
+            return " / ".join(fmt.format(row[k]) for k in key)
+        return fmt.format(row[key])
+
+    return [[cell(r, key, fmt) for _, key, fmt in TXN_COLUMNS] for r in rows if "txn_per_s" in r]
+
+
+def _txn_table(rows: list[dict]):
+    from rich.table import Table
+
+    table = Table(title="one interval of S shards: one transaction against S appends (one client)")
+    for header, _, _ in TXN_COLUMNS:
+        table.add_column(header, justify="left" if header == "store" else "right")
+    for row in txn_rows(rows):
+        table.add_row(*row)
+    return table
 
 
 def table_rows(rows: list[dict]) -> list[list[str]]:
@@ -256,6 +338,13 @@ def write_report(rows: list[dict], out: Path, command: str, elapsed_s: float) ->
         "|" + "---|" * len(COLUMNS),
     ]
     lines += ["| " + " | ".join(cells) + " |" for cells in table_rows(rows)]
+    if any("txn_per_s" in r for r in rows):
+        lines += [
+            "", "One interval of S shards: one transaction of them all against S appends one "
+            "after another (one client each; latency per interval).", "",
+            "| " + " | ".join(h for h, _, _ in TXN_COLUMNS) + " |", "|" + "---|" * len(TXN_COLUMNS),
+        ]  # fmt: skip
+        lines += ["| " + " | ".join(cells) + " |" for cells in txn_rows(rows)]
     lines += ["", "![appends/s and server CPU per append](appends.png)", ""]
     path = out / "report.md"
     path.write_text("\n".join(lines))

@@ -52,3 +52,19 @@ def test_bench_appends_refuses_a_shard_without_a_client(tmp_path) -> None:
     assert done.returncode != 0
     assert "every shard needs a client" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_txn_measures_one_transaction_against_appends_apart(tmp_path) -> None:
+    """``--txn``: the same intervals of S shards, one transaction each
+    against S appends one after another, both appended and reported."""
+    out = tmp_path / "out"
+    done = shardsink(
+        "bench", "appends", "--store", f"sqlite://{tmp_path}/c.db", "--shards", "3",
+        "--seconds", "1", "--txn", "--out", str(out), timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (run,) = json.loads((out / "results.json").read_text())["runs"]
+    for mode in ("txn", "apart"):
+        assert run[f"{mode}_per_s"] > 0 and run[f"{mode}_server_cpu_ms"] > 0
+        assert run[f"{mode}_ms_p99"] >= run[f"{mode}_ms_p50"] > 0
+    assert "one transaction of them all" in (out / "report.md").read_text()

@@ -24,7 +24,7 @@ from ..cluster import _cli as cluster_cli
 from ..options import Parser
 from ..server import _cli as server_cli
 from ..shm import _cli as shm_cli
-from . import _output, shard, shard_commands
+from . import _output, hosts, shard, shard_commands
 
 #: The destinations of every flag that names a file or directory, of any
 #: command: made absolute where they enter (:func:`_absolute`), so that no
@@ -35,7 +35,7 @@ PATHS = ("config", "data_dir", "fault_dir", "json", "keys", "out", "output")
 #: ``--json``): it holds that alone (:func:`._output.document_stdout`).
 DOCUMENTS = ("read", "export")
 #: One module per area, in the order of ``--help``; each defines ``register(commands, bench)``.
-AREAS = (shard, shard_commands, shm_cli, server_cli, cluster_cli, chaos_cli, bench_cli)
+AREAS = (shard, shard_commands, shm_cli, server_cli, cluster_cli, chaos_cli, bench_cli, hosts)
 
 
 def build_parser() -> Parser:

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import msgspec
 
-from shardsink.cli import hosts as hosts_cli
+from shardsink.cli import main
 from shardsink.netns import Network
-from shardsink.options import Parser
 
 PROBE = Path(__file__).with_name("_probe.py")
 PORT = 7007
@@ -107,9 +106,5 @@ def listeners(net: Network, *hosts: str) -> dict[str, Listener]:
 
 
 def hosts_command(argv: list[str]) -> int:
-    """Run ``shardsink hosts ...`` (its module alone: the command's area list
-    does not name it yet); its exit status."""
-    parser = Parser(prog="shardsink")
-    hosts_cli.register(parser.add_subparsers(dest="command", required=True), None)
-    args = parser.parse_args(argv)
-    return args.func(args)
+    """Run ``shardsink hosts ...`` as the command line does; its exit status."""
+    return main(argv)

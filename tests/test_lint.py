@@ -93,3 +93,18 @@ def test_no_file_points_outside_the_repository() -> None:
 def test_readme_at_most_200_lines() -> None:
     lines = len((ROOT / "README.md").read_text().splitlines())
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines, more than {README_MAX_LINES}"
+
+
+def test_the_architectures_floors_are_the_contracts() -> None:
+    """docs/architecture.md draws the floors as pyproject's ``floors``
+    layers contract has them, top first."""
+    import re
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (floors,) = [c for c in contracts["contracts"] if c["name"] == "floors"]
+    layers = [layer.replace("shardsink.", "") for layer in floors["layers"]]
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    drawn = re.findall(r"^floor (\d+) +(\S+(?: \| \S+)*)", doc, flags=re.M)
+    assert [name for _, name in drawn] == layers
+    assert [int(n) for n, _ in drawn] == list(range(len(layers) - 1, -1, -1))

@@ -191,7 +191,7 @@ def _register_cluster(bench) -> None:
 
     parser = bench.add_parser(
         "cluster",
-        help="the scale-out matrix: modes, shapes, hydration thresholds, a Delta Lake peer",
+        help="the scale-out matrix: modes, shapes, hydration, Delta Lake and Iceberg peers",
         description=cluster.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -275,14 +275,15 @@ def _run(args: argparse.Namespace) -> int:
     timing past its bound by less than its repeats' noise) is no failure."""
     from msgspec.structs import replace
 
+    from . import peers
     from .cluster import checks, command_line, matrix, run
     from .cluster.matrices import workload_matrix
 
     config = bench_cluster_config(args)
     specs = workload_matrix(config.workload) if config.workload else matrix(config.matrix)
     specs = [replace(s, slo_p99_ms=config.slo_p99_ms) for s in specs]
-    # before any run: plots need matplotlib, the Delta peer's runs deltalake
-    peer = ["deltalake"] if any(s.mode.startswith("delta") for s in specs) else []
+    # before any run: plots need matplotlib, the peers' runs their table libraries
+    peer = sorted({m for s in specs if s.mode in peers.PEERS for m in peers.modules(s.mode)})
     require("bench cluster", "bench", "matplotlib", *peer)
     rows = run(specs, Path(config.out), command_line(), title=config.matrix, base=config.cluster)
     failed = [claim for claim, passed, _ in checks(rows) if passed is False]

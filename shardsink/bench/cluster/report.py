@@ -15,6 +15,7 @@ from pathlib import Path
 from ..._figures import report_head
 from ...config import AUTO
 from .. import scale
+from ..peers import PEERS
 from . import hosts, rates
 from .checks import checks, verdict_word
 from .matrices import SECTIONS, bytes_label, describe, shape_of, workload_lines
@@ -135,7 +136,7 @@ def _peer_lines(picked: list[dict], rows: list[dict]) -> list[str]:
     runs of the same shape."""
     lines = [
         "",
-        "Files (blob PUTs), parts and commit bytes per interval: the Delta peer "
+        "Files (blob PUTs), parts and commit bytes per interval: the Delta peers "
         "against shardsink on the same shape (commit bytes: the Delta log; for "
         "shardsink, consensus diff bytes):",
         "",
@@ -150,8 +151,7 @@ def _peer_lines(picked: list[dict], rows: list[dict]) -> list[str]:
     for r in picked + same:
         appends = max(r.get("appends") or 1, 1)
         parts = r.get("data_parts_per_append", 0) + r.get("inline_parts_per_append", 0)
-        delta = r["mode"].startswith("delta")
-        name = r["mode"] if delta else f"shardsink {scale.variant(r)}"
+        name = r["mode"] if r["mode"] in PEERS else f"shardsink {scale.variant(r)}"
         lines.append(
             f"| {name} | {r.get('blob_puts', 0) / appends:.2f} | {parts:.2f} | "
             f"{r.get('diff_bytes_per_append', 0):,.0f} | "

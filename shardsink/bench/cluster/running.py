@@ -26,6 +26,7 @@ from ...config import ClusterConfig
 from ...persist.digest import NO_DIGEST_ENV
 from ...workloads import Workload
 from .. import scale
+from ..peers import PEERS, run_peer
 from . import hosts, rates
 from .checks import checks, verdict_word
 from .matrices import RunSpec
@@ -46,20 +47,14 @@ def run_one(spec: RunSpec, work_dir: Path, base: ClusterConfig | None = None) ->
     row with ``verified: false`` and the ``error``."""
     row = {**msgspec.structs.asdict(spec), "verified": False, "error": ""}
     try:
-        if spec.mode.startswith("delta"):
-            from ..delta_peer import run_delta
-
+        if spec.mode in PEERS:
             workload = Workload(spec.workload, spec.rows_per_interval, spec.snapshot_rows)
             row.update(
-                run_delta(
-                    spec.mode,
-                    spec.groups,
-                    spec.workers,
-                    workload,
-                    spec.intervals,
-                    work_dir / "delta",
+                run_peer(
+                    spec.mode, spec.groups, spec.workers, workload, spec.intervals,
+                    work_dir / "table",
                 )
-            )
+            )  # fmt: skip
         elif spec.mode == "pyarrow":
             from ..baseline import measure
 

@@ -86,6 +86,24 @@ def add_caption(fig, text: str, width: int = 140) -> None:
     fig.text(0.01, 0.01, "\n".join(lines), fontsize=7, color="dimgray", va="bottom", ha="left")
 
 
+def legend_beside(ax, **kwargs) -> None:
+    """The legend of ``ax`` to the right of it, outside the axes, so it hides
+    no bar, line or point (:func:`save` keeps it in the file)."""
+    ax.legend(
+        loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize="small", **kwargs
+    )
+
+
+def save(fig, path: Path, dpi: int = 100) -> Path:
+    """Write ``fig`` to ``path`` with everything drawn outside its axes
+    (a legend beside them, the caption) inside the image; close it."""
+    import matplotlib.pyplot as plt
+
+    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
 def median_range(values: list[float]) -> tuple[float, float, float]:
     """The median of ``values``, and how far below and above it their lowest and highest are."""
     mid = statistics.median(values)

@@ -180,7 +180,10 @@ CLUSTER_FLAGS = {
         "and 3 hosts of a Ray cluster ([cluster] hosts, else 3 loopback nodes started for it); "
         "digest: trickle 1x4 with and without content digests, six repeats (what they cost); "
         "rate: off, best-effort and barrier at 1x8 and 4x8 open loop from 5 to 160 intervals "
-        "a second, their latency distributions and knees",
+        "a second, their latency distributions and knees; peers: best-effort and barrier "
+        "against Delta Lake and Iceberg peers (every worker its own committer, one coalesced "
+        "committer) at 1x8 and 4x8; saturation: 4x8 closed loop, then open loop at twice "
+        "its rate",
     ),
     "slo_p99_ms": Flag("MS", "the rate matrix's knee: the highest rate whose p99 stays within MS"),
 }

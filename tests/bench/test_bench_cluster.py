@@ -494,7 +494,8 @@ def _rate_row(mode: str, target: float, repeat: int, latencies_ms, achieved: flo
         "section": "rate", "mode": mode, "groups": 1, "workers": 8, "rows_per_interval": 1000,
         "verified": True, "target_rate": target, "achieved_rate": achieved, "repeat": repeat,
         "fell_behind": achieved < 0.95 * target, "append_latency_hdr": hist.encoded(),
-        "append_latency_ms": {"p99": d.p99}, "slo_p99_ms": 100.0,
+        "append_latency_ms": {"p99": d.p99}, "slo_p99_ms": 100.0, "workload": "trickle",
+        "data_parts_per_append": 0.0, "inline_parts_per_append": 1.0,
     }  # fmt: skip
 
 
@@ -523,9 +524,11 @@ def test_the_rate_matrix_merges_repeats_as_histograms_and_finds_the_knee(tmp_pat
     assert rates.knee(points, 100.0) == 40 and rates.knee(points, 5.5) is None
     # rate 40: one repeat's p99 is 90, the other's 20; merged it is 90, not their mean
     assert points[1].latencies.distribution().p99 == pytest.approx(90.0, rel=0.01)
-    lines = rates.report_lines(rows, 100.0)
-    assert lines[2] == "- 1x8 R=1000 barrier: 40 intervals/s"
-    assert any("| 80 | 61.0 (60.0-62.0) | 200 |" in line for line in lines)
+    assert rates.headline(rows, 100.0)[1] == "- 1x8 R=1000 barrier: 40 intervals/s"
+    assert any("| 80 | 61.0 (60.0-62.0) | 200 |" in line for line in rates.report_lines(rows))
+    report = write_report(rows, tmp_path, "shardsink bench cluster --matrix rate", 1.0)
+    text = report.read_text()  # the knees lead, before the checks and the tables
+    assert text.index("- 1x8 R=1000 barrier: 40 intervals/s") < text.index("## Checks")
     log = rates.write_histograms(rows, tmp_path)
     tags = [line.split(",")[0] for line in log.read_text().splitlines() if line.startswith("Tag=")]
     assert tags == [f"Tag=rate/1x8/R=1000/barrier/{r}" for r in (10, 40, 80)]

@@ -24,7 +24,7 @@ import msgspec
 from ..._units import MIB
 from ...config import AUTO, ClusterConfig
 from .. import scale
-from . import hosts, rates
+from . import hosts, peer_matrix, rates, saturation
 
 UNLIMITED = 1 << 50  # "everything through the builder"
 #: The seed of every benchmark's run order (:func:`repeat_order`).
@@ -85,6 +85,8 @@ class BenchClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unkno
         "hosts",
         "digest",
         "rate",
+        "peers",
+        "saturation",
     ] = "default"
     slo_p99_ms: float = rates.SLO_P99_MS
     cluster: ClusterConfig = msgspec.field(default_factory=ClusterConfig)
@@ -120,6 +122,8 @@ SECTIONS = (
     "workload",
     "digest",
     "rate",
+    "peers",
+    "saturation",
     *scale.SECTIONS,
 )
 
@@ -148,6 +152,9 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
     #: open loop: intervals a second (``up --rate``), and the p99 its knee is judged by
     rate: float | None = None
     slo_p99_ms: float = rates.SLO_P99_MS
+    #: open loop at this multiple of the rate the closed-loop run before it
+    #: in its repeat achieved (:mod:`.saturation`; it sets ``rate``), 0: not
+    saturate: float = 0.0
     #: its place in the matrix's run order, and the seed that drew it (:func:`ordered`)
     order: int = 0
     order_seed: int = ORDER_SEED
@@ -185,6 +192,10 @@ def describe(row: dict) -> str:
         text += " +compaction"
     if row.get("hosts"):
         text += f" on {row['hosts']} host{'s' if row['hosts'] > 1 else ''}"
+    if row.get("saturate"):
+        text += f" open loop at {row['saturate']:g}x"
+    elif row.get("rate"):
+        text += f" at {row['rate']:g}/s"
     return text + (f" #{row['repeat']}" if row.get("repeat") else "")
 
 
@@ -214,10 +225,18 @@ def repeat_order(variants: Sequence[T], repeat: int, seed: int = ORDER_SEED) -> 
 
 def ordered(specs: Sequence[RunSpec], seed: int = ORDER_SEED) -> list[RunSpec]:
     """``specs`` in the order a matrix runs them: repeat by repeat, each
-    repeat's runs in :func:`repeat_order`, each run given its place and the seed."""
+    repeat's runs in :func:`repeat_order`, each run given its place and the
+    seed. A run that follows another (``saturate``: its rate comes from the
+    run before it in ``specs``) stays right after it."""
     runs = []
     for repeat in sorted({s.repeat for s in specs}):
-        runs += repeat_order([s for s in specs if s.repeat == repeat], repeat, seed)
+        units: list[list[RunSpec]] = []
+        for spec in (s for s in specs if s.repeat == repeat):
+            if spec.saturate and units:
+                units[-1].append(spec)
+            else:
+                units.append([spec])
+        runs += [spec for unit in repeat_order(units, repeat, seed) for spec in unit]
     return [msgspec.structs.replace(s, order=i, order_seed=seed) for i, s in enumerate(runs)]
 
 
@@ -557,4 +576,6 @@ MATRICES: dict[str, Callable[[], list[RunSpec]]] = {
     "hosts": lambda: hosts.hosts_matrix(RunSpec),
     "digest": _digest_only,
     "rate": lambda: rates.rate_matrix(RunSpec),
+    "peers": lambda: peer_matrix.peers_matrix(RunSpec),
+    "saturation": lambda: saturation.saturation_matrix(RunSpec),
 }

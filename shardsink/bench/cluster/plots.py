@@ -17,7 +17,7 @@ from pathlib import Path
 from ..._figures import add_caption, caption, grouped_bars
 from ...config import AUTO
 from .. import scale
-from . import hosts, rates
+from . import hosts, peer_matrix, rates, saturation
 from .matrices import HYDRATE_THRESHOLDS, VARIANTS, bytes_label, shape_of
 
 #: The per-append bar plots: ``(file stem, title, y-axis label, value format,
@@ -75,6 +75,9 @@ def plot(rows: list[dict], out: Path, command: str | None = None) -> list[Path]:
     rated = [r for r in ok if r.get("section") == "rate"]
     if rated:
         written += rates.plot(plt, rated, out, text, rated[0].get("slo_p99_ms", rates.SLO_P99_MS))
+        written += rates.series_plot(plt, rated, out, text)
+    written += peer_matrix.plot(plt, ok, out, text)
+    written += saturation.plot(plt, ok, out, text)
     return written + scale.plot(rows, out, os.cpu_count() or 1)
 
 

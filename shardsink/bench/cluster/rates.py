@@ -75,8 +75,7 @@ def points(rows: list[dict]) -> list[Point]:
     cells: dict[tuple[str, str, float], list[dict]] = {}
     for row in rows:
         if row.get("section") == "rate" and row.get("verified") and row.get("target_rate"):
-            shape = f"{row['groups']}x{row['workers']} R={row['rows_per_interval']}"
-            cells.setdefault((shape, row["mode"], row["target_rate"]), []).append(row)
+            cells.setdefault((_shape(row), row["mode"], row["target_rate"]), []).append(row)
     return [
         Point(
             shape=shape,
@@ -103,20 +102,34 @@ def knee(pts: list[Point], slo_p99_ms: float) -> float | None:
     return best
 
 
-def report_lines(rows: list[dict], slo_p99_ms: float = SLO_P99_MS) -> list[str]:
-    """The knees first, then per shape and variant a line per target rate."""
-    pts = points(rows)
-    if not pts:
-        return []
+def _by_variant(pts: list[Point]) -> dict[tuple[str, str], list[Point]]:
     groups: dict[tuple[str, str], list[Point]] = {}
     for point in pts:
         groups.setdefault((point.shape, point.variant), []).append(point)
-    lines = ["", f"Knees (highest rate with a merged p99 within {slo_p99_ms:g} ms, none behind):"]
-    for (shape, variant), picked in groups.items():
+    return groups
+
+
+def headline(rows: list[dict], slo_p99_ms: float = SLO_P99_MS) -> list[str]:
+    """The knees: per shape and variant, the highest rate within the SLO."""
+    pts = points(rows)
+    if not pts:
+        return []
+    lines = [f"Knees (highest rate with a merged p99 within {slo_p99_ms:g} ms, none behind):"]
+    for (shape, variant), picked in _by_variant(pts).items():
         found = knee(picked, slo_p99_ms)
         where = f"{found:g} intervals/s" if found is not None else "none: the lowest rate misses"
         lines.append(f"- {shape} {variant}: {where}")
-    lines += [
+    return lines
+
+
+def report_lines(rows: list[dict]) -> list[str]:
+    """Per shape and variant a line per target rate: achieved rate, the
+    merged distribution, the repeats behind (the knees lead the report:
+    :func:`headline`)."""
+    pts = points(rows)
+    if not pts:
+        return []
+    lines = [
         "",
         "| shape | variant | target /s | achieved /s (median, range) | count | p50 | p90 | "
         "p99 | p99.9 | p99.99 | max ms | behind |",
@@ -149,15 +162,17 @@ def write_histograms(rows: list[dict], out: Path) -> Path | None:
         writer.output_legend()
         for point in pts:
             tag = f"rate/{point.shape.replace(' ', '/')}/{point.variant}/{point.target:g}"
-            f.write(f"Tag={tag},0.000,0.000,{point.latencies.distribution().max:.3f},"
-                    f"{point.latencies.encoded()}\n")  # fmt: skip
+            f.write(
+                f"Tag={tag},0.000,0.000,{point.latencies.distribution().max:.3f},"
+                f"{point.latencies.encoded()}\n"
+            )
     return path
 
 
 def plot(plt, rows: list[dict], out: Path, caption: str = "", slo: float = SLO_P99_MS) -> list:
     """``rate-<shape>.png``: per variant, p99 (log scale) against achieved
     rate, a point per target rate with the repeats' range; the SLO a line."""
-    from ..._figures import add_caption
+    from ..._figures import add_caption, legend_beside, save
 
     pts = points(rows)
     written = []
@@ -171,17 +186,80 @@ def plot(plt, rows: list[dict], out: Path, caption: str = "", slo: float = SLO_P
             ys = [p.latencies.distribution().p99 for p in mine]
             low = [y - min(p.p99s) for y, p in zip(ys, mine, strict=True)]
             high = [max(p.p99s) - y for y, p in zip(ys, mine, strict=True)]
-            ax.errorbar(xs, ys, yerr=[[max(v, 0) for v in low], [max(v, 0) for v in high]],
-                        marker="o", capsize=3, color=f"C{k}", label=variant)  # fmt: skip
+            ax.errorbar(
+                xs,
+                ys,
+                yerr=[[max(v, 0) for v in low], [max(v, 0) for v in high]],
+                marker="o",
+                capsize=3,
+                color=f"C{k}",
+                label=variant,
+            )
         ax.axhline(slo, color="grey", linestyle="--", label=f"SLO p99 {slo:g} ms")
         ax.set_yscale("log")
         ax.set_xlabel("achieved rate (intervals/s, median of repeats)")
         ax.set_ylabel("append latency p99 (ms, repeats merged; bars: their range)")
         ax.set_title(f"throughput against latency, open loop: {shape}")
-        ax.legend()
+        legend_beside(ax)
         add_caption(fig, caption)
-        path = out / f"rate-{shape.split()[0]}.png"
-        fig.savefig(path, dpi=110, bbox_inches="tight")
-        plt.close(fig)
-        written.append(path)
+        written.append(save(fig, out / f"rate-{shape.split()[0]}.png", dpi=110))
     return written
+
+
+def series_plot(plt, rows: list[dict], out: Path, caption: str = "") -> list[Path]:
+    """``series-<shape>.png``: every open-loop run's series over time, a
+    column per variant: appends a second, the backlog and the p99 latency
+    (from each interval's due time, log scale) per window; a colour per
+    target rate (its target a dotted line in the rate panel), a line style
+    per repeat."""
+    from matplotlib.lines import Line2D
+
+    from ..._figures import add_caption, save
+
+    runs = [r for r in rows if r.get("section") == "rate" and r.get("verified") and r.get("series")]
+    styles = ("-", "--", ":", "-.")
+    written = []
+    for shape in dict.fromkeys(_shape(r) for r in runs):
+        mine = [r for r in runs if _shape(r) == shape]
+        variants = [v for v in VARIANTS if any(r["mode"] == v for r in mine)]
+        targets = sorted({r["target_rate"] for r in mine})
+        colors = {
+            t: plt.cm.viridis(k / max(len(targets) - 1, 1) * 0.9) for k, t in enumerate(targets)
+        }
+        fig, axes = plt.subplots(
+            3, len(variants), figsize=(5 * len(variants), 10), sharex=True, squeeze=False
+        )
+        for col, variant in enumerate(variants):
+            for r in (r for r in mine if r["mode"] == variant):
+                color, style = colors[r["target_rate"]], styles[r["repeat"] % len(styles)]
+                t = [w["t_s"] for w in r["series"]]
+                for row, key in enumerate(("rate", "backlog", "p99_ms")):
+                    axes[row][col].plot(
+                        t, [w[key] for w in r["series"]], style + "o", color=color, markersize=2
+                    )
+                axes[0][col].axhline(r["target_rate"], color=color, linestyle=":", linewidth=0.6)
+            axes[0][col].set_title(variant)
+            axes[0][col].set_ylim(bottom=0)
+            axes[1][col].set_ylim(bottom=0)
+            axes[2][col].set_yscale("log")
+            axes[2][col].set_xlabel("time into the run (s)")
+        window = mine[0].get("series_window_s", 1.0)
+        axes[0][0].set_ylabel(f"appends/s per {window:g} s window")
+        axes[1][0].set_ylabel("backlog (intervals due, not appended; most in the window)")
+        axes[2][0].set_ylabel("p99 latency per window (ms from the due time, log scale)")
+        handles = [Line2D([], [], color=colors[t], label=f"target {t:g}/s") for t in targets]
+        repeats = sorted({r["repeat"] for r in mine})
+        handles += [
+            Line2D([], [], color="black", linestyle=styles[k % len(styles)], label=f"repeat {k}")
+            for k in repeats
+        ]
+        fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize="small")
+        fig.suptitle(f"open-loop runs over time: {shape}, per {window:g} s window")
+        fig.tight_layout()
+        add_caption(fig, caption)
+        written.append(save(fig, out / f"series-{shape.split()[0]}.png"))
+    return written
+
+
+def _shape(row: dict) -> str:
+    return f"{row['groups']}x{row['workers']} R={row['rows_per_interval']}"

@@ -1,8 +1,10 @@
 """``report.md`` of a ``bench cluster`` run, and the rows of its tables.
 
-The report holds the exact command, the machine, the checks (pass, fail,
-inconclusive or not measured), one table per section (with the compaction and Delta peer
-side tables), where ``auto`` took the threshold, the scale-out analysis
+The report holds the exact command, the machine, then the answer (what
+the matrix was run to find out: the rate matrix's knees, the peers'
+ratios, the saturation run's backlog and latency), the checks (pass, fail,
+inconclusive or not measured), one table per section (with the compaction, peer, hosts,
+rate and saturation side tables), where ``auto`` took the threshold, the scale-out analysis
 (:func:`shardsink.bench.scale.report_lines`) and links to the PNG plots
 already in the output directory.
 """
@@ -16,7 +18,7 @@ from ..._figures import report_head
 from ...config import AUTO
 from .. import scale
 from ..peers import PEERS
-from . import hosts, rates
+from . import hosts, peer_matrix, rates, saturation
 from .checks import checks, verdict_word
 from .matrices import SECTIONS, bytes_label, describe, shape_of, workload_lines
 
@@ -66,8 +68,11 @@ def table_rows(rows: list[dict]) -> list[list[str]]:
 
 def write_report(rows: list[dict], out: Path, command: str, elapsed_s: float) -> Path:
     """Write ``report.md`` next to ``results.json``; return its path."""
-    lines = [
-        *report_head("shardsink bench cluster", command, elapsed_s),
+    lines = [*report_head("shardsink bench cluster", command, elapsed_s)]
+    answer = _answer(rows)
+    if answer:
+        lines += ["## Answer", "", *answer, ""]
+    lines += [
         "## Checks",
         "",
         "| claim | result | figures |",
@@ -87,6 +92,23 @@ def write_report(rows: list[dict], out: Path, command: str, elapsed_s: float) ->
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def _answer(rows: list[dict]) -> list[str]:
+    """What the matrix was run to find out, before any table: the knees of
+    the rate runs, shardsink against the strongest and the coalesced peers,
+    the saturation run."""
+    rated = [r for r in rows if r.get("section") == "rate"]
+    slo = rated[0].get("slo_p99_ms", rates.SLO_P99_MS) if rated else rates.SLO_P99_MS
+    lines = rates.headline(rated, slo)
+    peers = peer_matrix.headline(rows)
+    if peers:
+        lines += [*([""] if lines else []), "Shardsink against its peers (rows/s, side by side):"]
+        lines += peers
+    past = saturation.headline(rows)
+    if past:
+        lines += [*([""] if lines else []), "Past saturation:", *past]
+    return lines
 
 
 def _section_lines(section: str, rows: list[dict]) -> list[str]:
@@ -110,8 +132,11 @@ def _section_lines(section: str, rows: list[dict]) -> list[str]:
     if section == "hosts":
         lines += hosts.report_lines(picked)
     if section == "rate":
-        slo = picked[0].get("slo_p99_ms", rates.SLO_P99_MS)
-        lines += rates.report_lines(picked, slo)
+        lines += rates.report_lines(picked)
+    if section == "peers":
+        lines += peer_matrix.report_lines(picked)
+    if section == "saturation":
+        lines += saturation.report_lines(picked)
     return lines
 
 

@@ -27,7 +27,7 @@ from ...persist.digest import NO_DIGEST_ENV
 from ...workloads import Workload
 from .. import scale
 from ..peers import PEERS, run_peer
-from . import hosts, rates
+from . import hosts, rates, saturation
 from .checks import checks, verdict_word
 from .matrices import RunSpec
 from .plots import plot
@@ -264,6 +264,11 @@ def _run_specs(
 
     for i, spec in enumerate(specs):
         progress.update(task, description=spec.label)
+        try:
+            spec = saturation.resolved(spec, rows)
+        except ValueError as exc:
+            done(spec, {**msgspec.structs.asdict(spec), "verified": False, "error": str(exc)})
+            continue
         done(spec, run_one(spec, scratch / f"run-{i:03d}", base))
     of_baseline(rows)
     _write_results(out, rows)

@@ -38,7 +38,8 @@ class Point(msgspec.Struct, frozen=True):
     """One point of a sweep: ``n`` the value of the axis, ``processes`` the
     worker processes in all (groups x workers); the figures of the run with
     the median rows/s among its verified repeats (``runs`` of them), and
-    the lowest and highest rows/s of those repeats (``rows_per_s_range``)."""
+    the lowest and highest rows/s, parts per append and p50 latency of those
+    repeats (``*_range``)."""
 
     n: int
     processes: int
@@ -51,6 +52,8 @@ class Point(msgspec.Struct, frozen=True):
     busiest: str
     busiest_core: float
     rows_per_s_range: tuple[float, float] = (0.0, 0.0)
+    parts_per_append_range: tuple[float, float] = (0.0, 0.0)
+    latency_ms_p50_range: tuple[float, float] = (0.0, 0.0)
 
 
 class Sweep(msgspec.Struct, frozen=True):
@@ -159,8 +162,17 @@ def _point(n: int, runs: list[dict]) -> Point:
         cpu_cores=row.get("cpu_cores", {}),
         busiest=row.get("busiest", ""),
         busiest_core=row.get("busiest_core", 0.0),
-        rows_per_s_range=(min(r["rows_per_s"] for r in runs), max(r["rows_per_s"] for r in runs)),
+        rows_per_s_range=_range(runs, lambda r: r["rows_per_s"]),
+        parts_per_append_range=_range(
+            runs, lambda r: r["data_parts_per_append"] + r["inline_parts_per_append"]
+        ),
+        latency_ms_p50_range=_range(runs, lambda r: r["append_latency_ms_p50"]),
     )
+
+
+def _range(runs: list[dict], value) -> tuple[float, float]:
+    values = [value(r) for r in runs]
+    return min(values), max(values)
 
 
 def stop(sweep: Sweep, cores: int) -> Stop:
@@ -275,7 +287,7 @@ def plot(rows: list[dict], out: Path, cores: int) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .._figures import add_caption, caption
+    from .._figures import add_caption, caption, legend_beside, save
 
     written = []
     found = sweeps(rows)
@@ -288,18 +300,13 @@ def plot(rows: list[dict], out: Path, cores: int) -> list[Path]:
             color = f"C{k}"
             xs = [p.processes for p in sweep.points]
             first = sweep.points[0]
-            axes[0].errorbar(
-                xs,
-                [p.rows_per_s for p in sweep.points],
-                yerr=[
-                    [p.rows_per_s - p.rows_per_s_range[0] for p in sweep.points],
-                    [p.rows_per_s_range[1] - p.rows_per_s for p in sweep.points],
-                ],
-                fmt="o-",
-                capsize=3,
-                color=color,
-                label=sweep.mode,
-            )
+            for ax, figure in zip(axes, ("rows_per_s", "parts_per_append", "latency_ms_p50"),
+                                  strict=True):  # fmt: skip
+                ys = [getattr(p, figure) for p in sweep.points]
+                spans = [getattr(p, f"{figure}_range") for p in sweep.points]
+                ax.errorbar(xs, ys, yerr=[[y - lo for y, (lo, _) in zip(ys, spans, strict=True)],
+                                          [hi - y for y, (_, hi) in zip(ys, spans, strict=True)]],
+                            fmt="o-", capsize=3, color=color, label=sweep.mode)  # fmt: skip
             axes[0].plot(
                 xs,
                 [first.rows_per_s * x / xs[0] for x in xs],
@@ -307,17 +314,11 @@ def plot(rows: list[dict], out: Path, cores: int) -> list[Path]:
                 color=color,
                 label=f"{sweep.mode}: ideal (linear)",
             )
-            axes[1].plot(
-                xs, [p.parts_per_append for p in sweep.points], "o-", color=color, label=sweep.mode
-            )
-            axes[2].plot(
-                xs, [p.latency_ms_p50 for p in sweep.points], "o-", color=color, label=sweep.mode
-            )
         axes[0].set_yscale("log")  # the ideal line stays straight, the measured ones readable
         titles = (
             "rows/s (median of repeats, bars: lowest to highest)",
-            "data + inline parts per append",
-            "append latency p50",
+            "parts per append (the median-rows/s run's; bars: all repeats)",
+            "append latency p50 (the median-rows/s run's; bars: all repeats)",
         )
         units = ("rows/s (log scale)", "parts per append", "p50 append latency (ms)")
         fixed = "G=1" if axis == "workers" else f"W={_fixed_workers(rows, section)}"
@@ -330,15 +331,12 @@ def plot(rows: list[dict], out: Path, cores: int) -> list[Path]:
             ax.set_xlabel(f"worker processes ({axis} grow, {fixed})")
             ax.set_ylabel(unit)
             ax.set_title(title, fontsize=10)
-            ax.legend(fontsize="small")
         for ax in axes[1:]:
             ax.set_ylim(bottom=0)
+        legend_beside(axes[2], handles=axes[0].get_legend_handles_labels()[0])
         fig.tight_layout()
         add_caption(fig, caption())
-        path = out / f"{section}.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(path)
+        written.append(save(fig, out / f"{section}.png"))
     return written
 
 

@@ -152,7 +152,7 @@ def plot(plt, rows: list[dict], out: Path, caption: str = "") -> list[Path]:
     variant through the medians over 1, 2 and 3 hosts, the local runs (as
     many groups as the most hosts) a point of their own beside them; bars
     from the least to the most of the repeats."""
-    from ..._figures import add_caption, median_range
+    from ..._figures import add_caption, legend_beside, median_range, save
 
     cells = _by_cell(rows)
     if not cells:
@@ -185,7 +185,8 @@ def plot(plt, rows: list[dict], out: Path, caption: str = "") -> list[Path]:
         ax.set_ylabel(header)
         ax.set_ylim(bottom=0)
         ax.grid(axis="y", alpha=0.3)
-    axes.flat[0].legend(fontsize=8)
+    # the local runs are open squares beside the hosts' lines
+    legend_beside(axes.flat[1])
     fig.suptitle(
         "bench cluster --matrix hosts: medians over repeats, bars from least to most "
         f"({ROWS_PER_GROUP:,} rows per group an interval)"
@@ -193,7 +194,4 @@ def plot(plt, rows: list[dict], out: Path, caption: str = "") -> list[Path]:
     fig.tight_layout()
     if caption:
         add_caption(fig, caption)
-    path = out / "hosts.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return [path]
+    return [save(fig, out / "hosts.png")]

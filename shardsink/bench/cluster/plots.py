@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..._figures import add_caption, caption, grouped_bars
+from ..._figures import add_caption, caption, grouped_bars, legend_beside, save
 from ...config import AUTO
 from .. import scale
 from . import hosts, peer_matrix, rates, saturation
@@ -103,13 +103,10 @@ def _metric_plots(plt, ok: list[dict], out: Path, text: str) -> list[Path]:
         ax.set_title(f"{title} ({_over(repeats)})")
         ax.set_ylabel(unit)
         ax.set_xlabel(SHAPE_AXIS)
-        ax.legend(fontsize="small")
+        legend_beside(ax)
         fig.tight_layout()
         add_caption(fig, text)
-        path = out / f"{name}.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(path)
+        written.append(save(fig, out / f"{name}.png"))
     return written
 
 
@@ -174,7 +171,4 @@ def _hydrate_plot(plt, ok: list[dict], out: Path, text: str) -> list[Path]:
     ax.set_xlabel("--shared-max-bytes (best-effort), mode off, or plain pyarrow")
     fig.tight_layout()
     add_caption(fig, text)
-    path = out / "hydrate_wall.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return [path]
+    return [save(fig, out / "hydrate_wall.png")]

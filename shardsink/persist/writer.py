@@ -33,6 +33,7 @@ from .commands import (
 from .errors import PartsNotFound, PersistError, UpperMismatch, WriterExpired
 from .maintenance import register_writer
 from .state import Batch, InlinePart
+from .stats import ShardStats
 
 if TYPE_CHECKING:
     from .shard import Shard
@@ -138,16 +139,7 @@ class Writer:
     def _outcome(self, result: Result, batches: list[Batch], expected_upper: int) -> int:
         shard = self.shard
         if isinstance(result, Appended | AlreadyAppended):
-            counters = shard._counters
-            counters.appends += 1
-            for batch in batches:
-                counters.rows += batch.rows
-                for part in batch.parts:
-                    if isinstance(part, InlinePart):
-                        counters.inline_parts += 1
-                        counters.inline_bytes += len(part.data)
-                    else:
-                        counters.data_parts += 1
+            count_appended(shard._counters, batches)
             return result.upper
         if isinstance(result, WrongUpper):
             raise UpperMismatch(shard.name, expected_upper, result.actual)
@@ -211,3 +203,17 @@ class Writer:
 
     def __repr__(self) -> str:
         return f"Writer({self.writer_id!r} on {self.shard.name!r})"
+
+
+def count_appended(counters: ShardStats, batches: list[Batch]) -> None:
+    """Count an append of ``batches`` in a shard handle's ``counters``: one
+    append, its rows, its inline and data parts."""
+    counters.appends += 1
+    for batch in batches:
+        counters.rows += batch.rows
+        for part in batch.parts:
+            if isinstance(part, InlinePart):
+                counters.inline_parts += 1
+                counters.inline_bytes += len(part.data)
+            else:
+                counters.data_parts += 1

@@ -150,3 +150,35 @@ def test_a_consensus_killed_between_its_store_and_its_reply(tmp_path, request, s
             assert txn.commit() == {"a": 10, "b": 10}
             assert [shards.shard(n).snapshot(9).num_rows for n in ("a", "b")] == [3, 4]
     assert len(faults.fired(tmp_path / "f")) == 1
+
+
+def test_batches_written_elsewhere_are_appended_as_their_writer(tmp_path):
+    """A cluster's workers write its writer's batches; a transaction takes
+    them as they are, appends them as that writer, and counts them in each
+    shard's handle. A batch of another interval, or a writer of another
+    shard, is refused before anything is sent. The shards' common upper is
+    theirs until one moves on alone."""
+    stores = {"blob": f"file://{tmp_path}/blob", "consensus": f"sqlite://{tmp_path}/c.db"}
+    with shardsink.open_shards({"a": SCHEMA, "b": SCHEMA}, **stores, create=True) as shards:
+        writers = {name: shards.shard(name).writer("cluster-x") for name in ("a", "b")}
+        batches = {name: writers[name].batch(rows(0, range(n)), 0, 10)
+                   for name, n in (("a", 2), ("b", 3))}  # fmt: skip
+        txn = shards.transaction()
+        with pytest.raises(ValueError, match="is not a writer of this set's shard 'b'"):
+            txn.add("b", [batches["b"]], 0, 10, writer=writers["a"])
+        with pytest.raises(ValueError, match=r"covers \[0, 10\), not \[10, 20\)"):
+            txn.add("a", [batches["a"]], 10, 20, writer=writers["a"])
+        for name, writer in writers.items():
+            txn.add(name, [batches[name]], 0, 10, writer=writer)
+        assert txn.commit() == {"a": 10, "b": 10}
+        for name, n in (("a", 2), ("b", 3)):
+            shard = shards.shard(name)
+            assert (shard.stats().appends, shard.stats().rows) == (1, n)
+            tokens = {w.token for w in shard.state(refresh=True).writers.values() if w.token}
+            assert len(tokens) == 1  # the transaction's, on the cluster's writer
+            assert writers[name].writer_id in shard.state().writers
+            assert shard.snapshot(9).num_rows == n
+        assert shards.common_upper() == 10
+        writers["b"].compare_and_append([], 10, 20)  # b alone moves on
+        with pytest.raises(ValueError, match=r"different uppers \(\{'a': 10, 'b': 20\}\)"):
+            shards.common_upper()

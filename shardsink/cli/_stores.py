@@ -29,7 +29,7 @@ from .._curve import keys_for
 from ..connect import open_shard
 from ..datadir import DATA_DIR_ENV
 from ..persist.errors import PersistError, ShardNotFound
-from ..persist.shard import existing_shards
+from ..persist.shard import Shard, existing_shards
 from ..storage.uri import BLOB_ENV, STORE_ENV
 
 
@@ -40,8 +40,11 @@ def count(text: str) -> int:
     return value
 
 
-def store_args(parser: argparse.ArgumentParser, *, shard: bool = True) -> None:
-    """``--data-dir``, ``--blob``, ``--consensus`` and (if ``shard``) ``--shard``."""
+def store_args(
+    parser: argparse.ArgumentParser, *, shard: bool = True, several: bool = False
+) -> None:
+    """``--data-dir``, ``--blob``, ``--consensus`` and (if ``shard``)
+    ``--shard``, given again for each of ``several`` shards (a list, then)."""
     from_env = os.environ.get(DATA_DIR_ENV)
     parser.add_argument(
         "--data-dir",
@@ -63,7 +66,15 @@ def store_args(parser: argparse.ArgumentParser, *, shard: bool = True) -> None:
         default=os.environ.get(STORE_ENV),
         help=f"consensus URI (overrides --data-dir; default ${STORE_ENV})",
     )
-    if shard:
+    if shard and several:
+        parser.add_argument(
+            "--shard",
+            action="append",
+            metavar="NAME",
+            help="an existing shard (shardsink shard list names them); again for each of "
+            "several, all as of one time (default: default)",
+        )
+    elif shard:
         parser.add_argument(
             "--shard",
             default="default",
@@ -117,25 +128,54 @@ def with_shard(func):
 
     @functools.wraps(func)
     def run(args: argparse.Namespace) -> int:
-        with stores(args) as (blob, consensus, locked):
-            try:
-                with open_shard(
-                    args.shard,
-                    blob=blob,
-                    consensus=consensus,
-                    create=False,
-                    keys=keys_for(consensus, args.data_dir),
-                ) as shard:
-                    shard.sole_owner = locked
-                    return func(args, shard)
-            except ShardNotFound as exc:
-                store = store_uris(args)[1]
-                served = store != consensus and args.data_dir is not None
-                raise ValueError(f"{exc}{_listed(store, args.shard) if served else ''}") from exc
-            except PersistError as exc:
-                raise ValueError(str(exc)) from exc
+        with _opened(args, [args.shard]) as shards:
+            return func(args, shards[args.shard])
 
     return run
+
+
+def with_shards(func):
+    """:func:`with_shard` for every shard of a repeated ``--shard``
+    (:func:`store_args` with ``several``; none given: ``default``): runs
+    ``func(args, shards)``, the shards by name in the order given."""
+
+    @functools.wraps(func)
+    def run(args: argparse.Namespace) -> int:
+        names = list(dict.fromkeys(args.shard or ["default"]))
+        with _opened(args, names) as shards:
+            return func(args, shards)
+
+    return run
+
+
+@contextlib.contextmanager
+def _opened(args: argparse.Namespace, names: list[str]) -> Iterator[dict[str, Shard]]:
+    """The shards ``names`` of the stores the arguments name, open while the
+    block runs (see :func:`with_shard`)."""
+    with stores(args) as (blob, consensus, locked), contextlib.ExitStack() as stack:
+        shards = {}
+        try:
+            for name in names:
+                shards[name] = shard = stack.enter_context(
+                    open_shard(
+                        name,
+                        blob=blob,
+                        consensus=consensus,
+                        create=False,
+                        keys=keys_for(consensus, args.data_dir),
+                    )
+                )
+                shard.sole_owner = locked
+        except ShardNotFound as exc:
+            store = store_uris(args)[1]
+            served = store != consensus and args.data_dir is not None
+            raise ValueError(f"{exc}{_listed(store, name) if served else ''}") from exc
+        except PersistError as exc:
+            raise ValueError(str(exc)) from exc
+        try:
+            yield shards
+        except PersistError as exc:
+            raise ValueError(str(exc)) from exc
 
 
 def _listed(store: str, name: str) -> str:

@@ -1,6 +1,7 @@
 """``shardsink read`` and ``shardsink export``: a shard's consolidated
-snapshot, printed, written to a file, or written as a Parquet dataset (the
-stores, and why no command creates a shard: :mod:`._stores`)."""
+snapshot, printed, written to a file, or written as a Parquet dataset (of
+several shards: one each, all as of one time); the stores, and why no
+command creates a shard: :mod:`._stores`."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pyarrow.parquet as pq
 
 from ..persist.shard import Shard
 from . import _output
-from ._stores import count, store_args, with_shard
+from ._stores import count, store_args, with_shard, with_shards
 
 FORMATS = ("table", "csv", "json", "jsonl", "parquet")
 #: Formats that are not text, refused on a terminal.
@@ -84,15 +85,23 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
 
     export = commands.add_parser(
         "export",
-        help="write a shard's consolidated snapshot as a Parquet dataset any engine reads",
+        help="write a shard's consolidated snapshot (or several shards', as of one time) as a "
+        "Parquet dataset any engine reads",
         description="DIR gets part-NNNNN.parquet files (the snapshot, sorted by key), "
         f"{MANIFEST_NAME} (no rows; the manifest, shard, as-of, rows, schema and files, as "
         f"JSON in its footer's metadata under {MANIFEST_KEY.decode()}) and an empty _SUCCESS, "
-        "so pyarrow.dataset, Polars and DuckDB read DIR as it is. DIR must not exist or be "
-        "empty; it appears whole or not at all.",
+        "so pyarrow.dataset, Polars and DuckDB read DIR as it is. With --shard given for "
+        "each of several shards, DIR/NAME is such a dataset of each, all as of one time, "
+        "and DIR gets an empty _SUCCESS. DIR must not exist or be empty; it appears whole "
+        "or not at all.",
     )
-    store_args(export)
-    export.add_argument("--as-of", type=int, metavar="T", help="as of T (default upper - 1)")
+    store_args(export, several=True)
+    export.add_argument(
+        "--as-of",
+        type=int,
+        metavar="T",
+        help="as of T (default upper - 1: of several shards, the smallest upper - 1)",
+    )
     export.add_argument("--output", type=Path, metavar="DIR", required=True)
     export.add_argument(
         "--file-rows",
@@ -181,32 +190,54 @@ def _head(stream: pa.RecordBatchReader, rows: int) -> pa.RecordBatchReader:
     return pa.RecordBatchReader.from_batches(stream.schema, head())
 
 
-@with_shard
-def _export(args: argparse.Namespace, shard: Shard) -> int:
-    """Write the dataset to a temporary directory beside ``--output`` (its
-    symlinks followed), then rename it into place (see the command's
-    description and :mod:`._output`)."""
+@with_shards
+def _export(args: argparse.Namespace, shards: dict[str, Shard]) -> int:
+    """Write the dataset (of several shards: one each, as of one time) to a
+    temporary directory beside ``--output`` (its symlinks followed), then
+    rename it into place (see the command's description and :mod:`._output`)."""
     target = _output.export_target(args.output)
     as_of = args.as_of
-    if as_of is None and shard.upper > 0:
-        as_of = shard.upper - 1
-    stream = shard.batches(as_of)
+    if as_of is None:
+        upper = min(shard.upper for shard in shards.values())
+        as_of = upper - 1 if upper > 0 else None
+    written = {}
     with _output.directory_output(args.output, target) as temp:
-        files, rows = _export_files(stream, temp, args.file_rows)
-        manifest = {
-            "shard": shard.name,
-            "as_of": as_of,
-            "rows": rows,
-            "schema": [{"name": f.name, "type": str(f.type)} for f in stream.schema],
-            "files": files,
-            "sorted_by": ["key", "val"],
-        }
-        empty = stream.schema.empty_table()
-        meta = {**(empty.schema.metadata or {}), MANIFEST_KEY: json.dumps(manifest).encode()}
-        pq.write_table(empty.replace_schema_metadata(meta), temp / MANIFEST_NAME)
-        (temp / "_SUCCESS").touch()
-    print(json.dumps({"output": str(args.output), "rows": rows, "files": len(files)}))
+        for name, shard in shards.items():
+            directory = temp if len(shards) == 1 else temp / name
+            directory.mkdir(exist_ok=True)
+            written[name] = _export_shard(shard, as_of, directory, args.file_rows)
+        if len(shards) > 1:
+            (temp / "_SUCCESS").touch()
+    rows = sum(r for r, _ in written.values())
+    files = sum(f for _, f in written.values())
+    out: dict = {"output": str(args.output), "rows": rows, "files": files}
+    if len(shards) > 1:
+        out["as_of"] = as_of
+        out["shards"] = {name: {"rows": r, "files": f} for name, (r, f) in written.items()}
+    print(json.dumps(out))
     return 0
+
+
+def _export_shard(
+    shard: Shard, as_of: int | None, directory: Path, file_rows: int
+) -> tuple[int, int]:
+    """Write ``shard``'s snapshot as of ``as_of`` as a dataset in
+    ``directory``: its files, manifest and ``_SUCCESS``; its rows and files."""
+    stream = shard.batches(as_of)
+    files, rows = _export_files(stream, directory, file_rows)
+    manifest = {
+        "shard": shard.name,
+        "as_of": as_of,
+        "rows": rows,
+        "schema": [{"name": f.name, "type": str(f.type)} for f in stream.schema],
+        "files": files,
+        "sorted_by": ["key", "val"],
+    }
+    empty = stream.schema.empty_table()
+    meta = {**(empty.schema.metadata or {}), MANIFEST_KEY: json.dumps(manifest).encode()}
+    pq.write_table(empty.replace_schema_metadata(meta), directory / MANIFEST_NAME)
+    (directory / "_SUCCESS").touch()
+    return rows, len(files)
 
 
 def _export_files(

@@ -14,8 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 
+import shardsink
 from shardsink import ShardNotFound, open_shard
 from shardsink.cli import main
 from shardsink.persist.config import ShardConfig
@@ -185,3 +188,32 @@ def test_read_only_commands_leave_the_shards_state_as_it_was(capsys, data_dir, t
         code, _, err = run(capsys, *command, "--data-dir", str(data_dir))
         assert code == 0, (command, err)
         assert seqno() == before, command
+
+
+def test_export_of_several_shards_is_one_cut_as_of_one_time(capsys, tmp_path):
+    """Two shards appended together for 3 intervals, then one of them alone
+    for a fourth: export of both defaults to the last time both sealed, each
+    a dataset of its own under DIR; a missing shard writes nothing."""
+    stores = {"blob": f"file://{tmp_path}/blob", "consensus": f"sqlite://{tmp_path}/consensus.db"}
+    schema = CHURN.schema
+    with shardsink.open_shards({"a": schema, "b": schema}, **stores, create=True) as shards:
+        for i in range(3):
+            txn = shards.transaction()
+            txn.append("a", CHURN.updates(i), i * 1000, (i + 1) * 1000)
+            txn.append("b", CHURN.updates(i).slice(0, 10), i * 1000, (i + 1) * 1000)
+            txn.commit()
+        shards.writer("a").compare_and_append_table(CHURN.updates(3), 3000, 4000)
+        want = shards.snapshots(2999)
+    args = ["export", "--blob", stores["blob"], "--consensus", stores["consensus"]]
+    code, out, _ = run(capsys, *args, "--shard", "b", "--shard", "a", "--output", f"{tmp_path}/x")
+    printed = json.loads(out)
+    assert code == 0 and printed["as_of"] == 2999 and list(printed["shards"]) == ["b", "a"]
+    assert printed["rows"] == want["a"].num_rows + want["b"].num_rows
+    for name in ("a", "b"):
+        got = ds.dataset(tmp_path / "x" / name, format="parquet").to_table()
+        assert got.equals(want[name]), name
+        manifest = pq.read_schema(tmp_path / "x" / name / "_manifest.parquet").metadata
+        assert json.loads(manifest[b"shardsink.manifest"])["as_of"] == 2999
+    code, _, err = run(capsys, *args, "--shard", "a", "--shard", "c", "--output", f"{tmp_path}/y")
+    assert code == 2 and "shard 'c' does not exist" in err
+    assert not (tmp_path / "y").exists()

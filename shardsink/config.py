@@ -148,7 +148,8 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     ``file://DATA_DIR/blob``) and ``consensus``: a store URI (default
     ``sqlite:///DATA_DIR/consensus.db``; the cluster runs a consensus process
     on it) or the address of a running server (``tcp://``, ``ipc://``).
-    ``shard`` names the shard. ``consensus_bind`` is where the cluster's own
+    ``shard`` names the shard of a workload of one ``schema`` (a workload of
+    several ``shards`` names its own). ``consensus_bind`` is where the cluster's own
     consensus process listens (default ``ipc://RUN_DIR/consensus``, a fresh
     directory per run); a fixed address lets clients outside the cluster (a
     reader, ``shardsink chaos``) reach the shard across restarts of the

@@ -19,10 +19,11 @@ directory, plus the shared-memory part channel of ``shardsink.shm``):
   the host builder's part channel and handoff socket, with the same
   :class:`Contribute`, :class:`HandoffHello` and :class:`Handoff` messages.
 
-Per interval and worker: one :class:`Mint`; unless the mode is ``off``, an
-empty part that joins the shared batch (best-effort only), the worker's parts
-(the last one carries ``last=1``; a worker that shares nothing sends an empty
-one) and one :class:`Handoff` back; then one :class:`Report`. Tagged unions
+Per interval and worker: one :class:`Mint`; unless the mode is ``off``, per
+shard of the workload, an empty part that joins the shared batch
+(best-effort only), the worker's parts (the last one carries ``last=1``; a
+worker that shares nothing sends an empty one) and one :class:`Handoff`
+back; then one :class:`Report` per shard. Tagged unions
 are decoded with unknown fields and tags rejected; nothing is ever unpickled
 or evaluated.
 """
@@ -73,9 +74,12 @@ class Members(Message, tag="members"):
 
 class Mint(Message, tag="mint"):
     """To a worker: write interval ``interval`` (times ``[lower, upper)``) as
-    attempt ``attempt``, in ``mode`` with threshold ``shared_max_bytes``, its
-    blob parts (and its builder's) as the coordinator's writer ``writer``
-    (under its prefix: only that writer may append them)."""
+    attempt ``attempt``, in ``mode`` with threshold ``shared_max_bytes``, the
+    blob parts of each shard (its own and its builder's) as the
+    coordinator's writer of that shard, ``writers[shard]`` (under its
+    prefix: only that writer may append them). Shards are numbered in the
+    workload's order (:func:`shardsink.workloads.shard_schemas`); a workload
+    of one ``schema`` has one."""
 
     interval: Count
     attempt: Count
@@ -83,7 +87,7 @@ class Mint(Message, tag="mint"):
     upper: Count
     mode: Mode
     shared_max_bytes: Count
-    writer: str
+    writers: tuple[str, ...]
 
 
 class Abandon(Message, tag="abandon"):
@@ -146,7 +150,9 @@ class Contribution(Message):
 
 
 class Report(Message, tag="report"):
-    """A worker's account of one attempt of one interval.
+    """A worker's account of one attempt of one interval, of one shard
+    (``shard``, numbered as in :class:`Mint`): a worker files one report
+    per shard, each about the rows, batches and digest of that shard alone.
 
     ``rows``: all the rows it produced (its own batch's plus its shared
     contribution). ``own``: the batch it wrote itself, if any. ``shared``: what
@@ -171,6 +177,7 @@ class Report(Message, tag="report"):
     group: Count
     worker: Count
     rows: Count
+    shard: Count = 0
     own: Batch | None = None
     shared: Contribution | None = None
     received: SharedBatch | None = None
@@ -200,12 +207,15 @@ FromChild = Hello | Report | Failure
 class Contribute(Message):
     """The metadata of every part a worker sends its builder.
 
-    The part's rows (``rows``, possibly 0) go to the shared batch of batch id
+    The part's rows (``rows``, possibly 0) of shard ``shard`` (numbered as
+    in :class:`Mint`) go to that shard's shared batch of batch id
     ``(interval, attempt)`` describing ``[lower, upper)`` (``barrier`` 1: a
-    barrier batch) written as ``writer`` (the mint's); the first part of a
-    worker joins, the one with ``last=1`` finishes its handle. ``worker`` is
-    the sender's own index: the builder refuses a part whose ``worker`` is
-    not the one its socket's routing id (:func:`worker_identity`) names.
+    barrier batch) written as ``writer`` (the mint's writer of the shard);
+    the first part of a worker joins, the one with ``last=1`` finishes its
+    handle. Each shard's batches are built apart, each worker holding one
+    handle per shard. ``worker`` is the sender's own index: the builder
+    refuses a part whose ``worker`` is not the one its socket's routing id
+    (:func:`worker_identity`) names.
     """
 
     interval: Count
@@ -217,6 +227,7 @@ class Contribute(Message):
     rows: Count
     last: Flag
     writer: str
+    shard: Count = 0
 
 
 #: A sender's rows are sent in parts of at most this many Arrow bytes, so the
@@ -251,9 +262,10 @@ class Welcome(Message, tag="welcome"):
 
 
 class Handoff(Message, tag="handoff"):
-    """The answer to a finish: ``shared`` if this worker was the last finisher
-    of ``generation``, else ``None``; ``error`` if the builder could not take
-    the contribution (then nothing was taken). With ``coalesce`` host, a group
+    """The answer to a finish of shard ``shard``'s handle: ``shared`` if this
+    worker was the last finisher of ``generation``, else ``None``; ``error``
+    if the builder could not take the contribution (then nothing was taken).
+    With ``coalesce`` host, a group
     builder answers the last finisher of its generation with ``share`` (where
     the generation went) and, if its group finished last at the host builder,
     the host batch as ``shared``; the host builder answers group builders as a
@@ -265,6 +277,7 @@ class Handoff(Message, tag="handoff"):
     shared: SharedBatch | None = None
     error: str | None = None
     share: GroupShare | None = None
+    shard: Count = 0
 
 
 # --- coordinator -> child at launch ------------------------------------------------

@@ -417,3 +417,127 @@ def test_replay_cuts_a_parquet_dataset_by_time_and_gives_rows_by_key(tmp_path):
     assert W.expected(workload, schema, 3, 2999).num_rows == 12
     with pytest.raises(ValueError, match="has no column 'nope'"):
         Replay(str(tmp_path / "data.parquet"), key="nope")
+
+
+# --- workloads of several shards ----------------------------------------------------
+
+SHARDED = "examples/orders_lines.py:OrdersLines"
+
+
+class _Sharded:
+    """Two shards; ``returned`` is what ``updates`` gives (a test's choice)."""
+
+    shards = {
+        "a": pa.schema([("key", pa.int64()), ("val", pa.string())]),
+        "b": pa.schema([("key", pa.string()), ("val", pa.int32())]),
+    }
+
+    def __init__(self, returned=None) -> None:
+        self.returned = returned
+
+    def updates(self, interval, worker, workers):
+        return self.returned
+
+    def expected(self, intervals):
+        return {"b": pa.table({"key": ["x"], "val": pa.array([1], pa.int32())})}
+
+
+def test_a_workload_of_shards_is_loaded_with_each_shards_schema():
+    config = _config(workload=W.resolve(SHARDED), workload_args={"rows_per_interval": 6})
+    config, workload, schemas = W.prepare(config)
+    assert W.is_sharded(workload) and list(schemas) == ["orders", "lines"]
+    assert schemas["lines"].names == ["key", "val", "ts", "diff"]
+    assert W.shard_schema(workload, SHARDED, "orders") == schemas["orders"]
+    with pytest.raises(ValueError, match="writes shards orders, lines: not 'default'"):
+        W.shard_schema(workload, SHARDED, "default")
+    with pytest.raises(ValueError, match="writes shards orders, lines: which one"):
+        W.shard_schema(workload, SHARDED)
+    tables = W.shard_updates(workload, schemas, 1, 0, 2, 1000)
+    assert list(tables) == ["orders", "lines"]
+    assert all(set(t["ts"].to_pylist()) == {1000} for t in tables.values())
+    assert tables["lines"].schema == schemas["lines"]
+    # a workload of one schema is one shard, the one the config names
+    _, trickle, one = W.prepare(_config(workload="trickle", shard="mine"))
+    assert list(one) == ["mine"] and not W.is_sharded(trickle)
+    assert W.shard_updates(trickle, one, 0, 0, 1, 0)["mine"].num_rows == 1000
+
+
+def test_a_shard_left_out_gets_no_rows_and_an_unknown_one_is_refused():
+    schemas = W.shard_schemas(_Sharded(), "mine")
+    only_b = W.shard_updates(_Sharded({"b": pa.table({"key": ["k"], "val": [3]})}), schemas,
+                             0, 0, 1, 0)  # fmt: skip
+    assert only_b["a"].num_rows == 0 and only_b["a"].schema == schemas["a"]
+    assert only_b["b"].to_pylist() == [{"key": "k", "val": 3, "ts": 0, "diff": 1}]
+    with pytest.raises(ValueError, match=r"returned shards 'c' it does not declare"):
+        W.shard_updates(_Sharded({"c": pa.table({"key": [1], "val": ["v"]})}), schemas,
+                        0, 0, 1, 0)  # fmt: skip
+    with pytest.raises(ValueError, match="returned Table, not a dict of tables by shard"):
+        W.shard_updates(_Sharded(pa.table({"key": [1], "val": ["v"]})), schemas, 0, 0, 1, 0)
+    with pytest.raises(ValueError, match=r"updates\(0, 0, 1\)\['a'\] returned no column 'val'"):
+        W.shard_updates(_Sharded({"a": pa.table({"key": [1]})}), schemas, 0, 0, 1, 0)
+    # expected: a shard left out is empty
+    assert W.expected(_Sharded(), schemas["a"], 1, 999, "a").num_rows == 0
+    assert W.expected(_Sharded(), schemas["b"], 1, 999, "b")["key"].to_pylist() == ["x"]
+
+
+@pytest.mark.parametrize(
+    ("shards", "error"),
+    [
+        ({}, "non-empty dict"),
+        ([("a", pa.schema([("key", pa.int64()), ("val", pa.int64())]))], "non-empty dict"),
+        ({".a": pa.schema([("key", pa.int64()), ("val", pa.int64())])}, "invalid shard name"),
+        ({"a": "int64"}, "shard 'a' has a str, not a pyarrow.Schema"),
+        ({"a": pa.schema([("k", pa.int64()), ("val", pa.int64())])}, "exactly the fields key"),
+    ],
+)
+def test_bad_shards_are_named_in_one_line(shards, error):
+    class Bad:
+        def updates(self, interval, worker, workers):
+            return {}
+
+    Bad.shards = shards
+    with pytest.raises(ValueError, match=error):
+        W.shard_schemas(Bad(), "bad")
+
+
+def test_a_workloads_check_is_called_on_the_snapshots_and_named_when_it_fails():
+    workload = W.of(_config(workload=W.resolve(SHARDED), rows_per_interval=8))
+    schemas = W.shard_schemas(workload, SHARDED)
+    snapshots = {name: W.expected(workload, schema, 3, 2999, name)
+                 for name, schema in schemas.items()}  # fmt: skip
+    assert W.check(workload, snapshots) is None
+    orphaned = {**snapshots, "orders": snapshots["orders"].slice(1)}  # order 1 gone, not its line
+    assert W.check(workload, orphaned) == "line 0000000001-0 points to order 1, not there"
+    short = {**snapshots, "lines": snapshots["lines"].slice(1)}
+    assert W.check(workload, short).startswith("order 1 totals")
+    assert W.check(W.of(_config(workload="trickle")), {"default": snapshots["orders"]}) is None
+
+    class Raising:
+        shards = schemas
+
+        def updates(self, interval, worker, workers):
+            return {}
+
+        def check(self, snapshots):
+            return 3
+
+    with pytest.raises(ValueError, match=r"check\(orders, lines\) returned int"):
+        W.check(Raising(), snapshots)
+
+
+def test_the_example_of_two_shards_adds_up_to_its_expected_collections():
+    """Every worker's updates of every interval, summed, are ``expected``
+    shard by shard (the exact check the cluster's read-back makes)."""
+    workload = W.of(_config(workload=W.resolve(SHARDED), rows_per_interval=9))
+    schemas = W.shard_schemas(workload, SHARDED)
+    total = {name: [] for name in schemas}
+    for i in range(5):
+        for w in range(4):
+            for name, table in W.shard_updates(workload, schemas, i, w, 4, 0).items():
+                total[name].append(table)
+        for name, schema in schemas.items():
+            summed = P.consolidate(pa.concat_tables(total[name]))
+            assert summed.equals(W.expected(workload, schema, i + 1, 0, name)), (i, name)
+    # deletes and updates across intervals: orders 0, 4 and 8 are gone by interval 2
+    orders = W.expected(workload, schemas["orders"], 3, 0, "orders")["key"].to_pylist()
+    assert 0 not in orders and 1 in orders and len(orders) == 3 * 9 - 3

@@ -1,6 +1,7 @@
 """The builder process of a group (and, with ``coalesce`` host, the host
 builder): its mains, its sockets and its loop around a
-:class:`~shardsink.builder.group.GroupBuilder`.
+:class:`~shardsink.builder.group.GroupBuilder` per shard of the workload
+(:class:`~shardsink.builder.shards.ShardBuilders`).
 
 Workers send their parts through the shared-memory link
 (:class:`~shardsink.shm.PartReceiver`); the coordinator's messages come on a
@@ -35,7 +36,7 @@ from ..process.roles import enter_member
 from ..shm import PartReceiver
 from .group import GroupBuilder
 from .host_link import HostLink
-from .shared_batch import BatchId
+from .shards import Finish, ShardBuilders
 
 log = logging.getLogger(__name__)
 
@@ -76,38 +77,49 @@ def run_builder(spec: protocol.ChildSpec, *, host: bool = False) -> int:
     handoff.setsockopt(zmq.ROUTER_MANDATORY, 1)
     handoff.setsockopt(zmq.LINGER, 0)
     receiver: PartReceiver | None = None
-    group: GroupBuilder | None = None
+    group: ShardBuilders | None = None
     upstream: HostLink | None = None
     blob = open_blob(config.blob_uri)
     try:
         spec.connect_coordinator(coord)
-        # the workload's schema: what the senders send is checked against it
-        schema = workloads.shard_schema(workloads.of(config), config.workload)
+        # the workload's shard schemas: what the senders send is checked against them
+        workload = workloads.of(config)
+        schemas = workloads.shard_schemas(workload, config.workload, config.shard)
         if spec.host_parts and not host:
-            upstream = HostLink(spec, ctx, schema)
+            upstream = HostLink(spec, ctx, list(schemas.values()))
         handoff.bind(check_address(spec.handoff, for_bind=True))
         coord.send(protocol.encode(protocol.Hello("builder", spec.group, 0, os.getpid())))
         members = _wait_members(coord, handoff, config.start_timeout_s)
         if members is None:
             return 0
+        # one schema: the receiver checks every part against it; several: each
+        # shard's builder checks its own parts
+        one = next(iter(schemas.values())) if len(schemas) == 1 else None
         receiver = PartReceiver(
-            spec.parts, spec.cluster_id, creators=members.worker_pids, schema=schema
+            spec.parts, spec.cluster_id, creators=members.worker_pids, schema=one
         )
         if upstream is not None:
             upstream.connect(config.start_timeout_s)
-        group = GroupBuilder(
-            spec.group,
-            (spec.host_groups or tuple(range(config.groups))) if host else config.workers,
-            blob,
-            config.shard,
-            inline_max_bytes=spec.inline_max_bytes,
-            target_bytes=config.blob_target_bytes,
-            ack=receiver.ack,
-            linger_s=config.best_effort_linger_ms / 1000,
-            upstream=upstream,
-            host=host,
-            host_index=spec.host,
-        )
+        senders = (spec.host_groups or tuple(range(config.groups))) if host else config.workers
+        builders = [
+            GroupBuilder(
+                spec.group,
+                senders,
+                blob,
+                name,
+                inline_max_bytes=spec.inline_max_bytes,
+                target_bytes=config.blob_target_bytes,
+                ack=receiver.ack,
+                linger_s=config.best_effort_linger_ms / 1000,
+                upstream=upstream,
+                host=host,
+                host_index=spec.host,
+                shard_index=index,
+                schema=None if one is not None else schema,
+            )
+            for index, (name, schema) in enumerate(schemas.items())
+        ]
+        group = ShardBuilders(builders, receiver.ack)
         _loop(receiver, group, coord, handoff)
         return 0
     except Exception as exc:
@@ -170,12 +182,12 @@ def _welcome(handoff: zmq.Socket) -> None:
 
 
 def _loop(
-    receiver: PartReceiver, group: GroupBuilder, coord: zmq.Socket, handoff: zmq.Socket
+    receiver: PartReceiver, group: ShardBuilders, coord: zmq.Socket, handoff: zmq.Socket
 ) -> None:
     upstream = group.upstream
     while True:
-        burst: list[tuple[BatchId, int]] = []
-        finishing: set[bytes] = set()  # senders with a finish in the burst
+        burst: list[Finish] = []
+        finishing: set[tuple[bytes, object]] = set()  # (sender, shard) with a finish in the burst
         deadline = group.next_deadline()
         wait = POLL_S if deadline is None else min(POLL_S, deadline - time.monotonic())
         if upstream is None:
@@ -185,7 +197,8 @@ def _loop(
             zmq.zmq_poll(ready, max(0, int(wait * 1000)))
             part = receiver.recv(0)
         while part is not None:
-            if part.sender in finishing:
+            handle = (part.sender, part.meta.get("shard", 0))
+            if handle in finishing:
                 # a group builder may finish a handle and join again in one
                 # burst: its finish is decided before its next join is taken
                 _decide(group, handoff, burst)
@@ -197,7 +210,7 @@ def _loop(
                 finish = None
             if finish is not None:
                 burst.append(finish)
-                finishing.add(part.sender)
+                finishing.add(handle)
             part = receiver.recv(0)
         _decide(group, handoff, burst)
         group.expire(time.monotonic())
@@ -212,17 +225,17 @@ def _loop(
         _welcome(handoff)
 
 
-def _decide(group: GroupBuilder, handoff: zmq.Socket, burst: list[tuple[BatchId, int]]) -> None:
+def _decide(group: ShardBuilders, handoff: zmq.Socket, burst: list[Finish]) -> None:
     """Decide and answer the finishes of ``burst``, emptying it."""
     now = time.monotonic()
-    for bid, worker in burst:
-        answer = group.finish(bid, worker, now)
+    for finish in burst:
+        answer = group.finish(finish, now)
         if answer is not None:
-            _send(handoff, group, worker, answer)
+            _send(handoff, group, finish[2], answer)
     burst.clear()
 
 
-def _send(handoff: zmq.Socket, group: GroupBuilder, worker: int, answer: protocol.Handoff) -> None:
+def _send(handoff: zmq.Socket, group: ShardBuilders, worker: int, answer: protocol.Handoff) -> None:
     if answer.shared is not None:
         faults.point("builder.before_handoff")
     try:
@@ -231,7 +244,7 @@ def _send(handoff: zmq.Socket, group: GroupBuilder, worker: int, answer: protoco
         log.warning("%s: cannot answer worker %d: %s", group.label, worker, exc)
 
 
-def _handle_coordinator(group: GroupBuilder, coord: zmq.Socket) -> bool:
+def _handle_coordinator(group: ShardBuilders, coord: zmq.Socket) -> bool:
     """Handle queued coordinator messages; ``True`` on :class:`Shutdown`."""
     for msg in protocol.queued(coord, protocol.decode_to_child, f"{group.label}'s coordinator"):
         if isinstance(msg, protocol.Shutdown):

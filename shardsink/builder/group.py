@@ -107,6 +107,14 @@ class GroupBuilder:
     batch names the group that receives it. ``senders``: how many workers
     (numbered from 0), or their numbers (a host builder's: the groups of its
     host). ``host_index``: the host whose host builder this is, or sends to.
+
+    ``shard``/``shard_index``: the shard whose batches these are (its name,
+    its index in the workload's order, which every answer carries); a group
+    of a workload of several shards runs one per shard
+    (:class:`~shardsink.builder.shards.ShardBuilders`). ``schema``, if
+    given, is what every part's rows must have (a part receiver checks one
+    schema for all its parts; with several shards each shard's builder
+    checks its own).
     """
 
     def __init__(
@@ -123,8 +131,12 @@ class GroupBuilder:
         upstream: HostLink | None = None,
         host: bool = False,
         host_index: int = 0,
+        shard_index: int = 0,
+        schema: pa.Schema | None = None,
     ) -> None:
         self.group = group
+        self.shard_index = shard_index
+        self.schema = schema
         self.label = protocol.host_builder_name(host_index) if host else f"group {group}"
         self.upstream = upstream
         self.host = host
@@ -145,20 +157,25 @@ class GroupBuilder:
         self._abandoned: BatchId | None = None
         self._senders = {protocol.worker_identity(w): w for w in self.machine.workers}
 
-    def take(self, part: Received) -> tuple[BatchId, int] | None:
-        """Take one part; return ``(bid, worker)`` if it finishes the worker's
-        handle (decide it with :meth:`finish`). Raises ``msgspec.ValidationError``
+    def take(
+        self, part: Received, c: protocol.Contribute | None = None
+    ) -> tuple[BatchId, int] | None:
+        """Take one part (``c``: its metadata, if the caller decoded it
+        already); return ``(bid, worker)`` if it finishes the worker's handle
+        (decide it with :meth:`finish`). Raises ``msgspec.ValidationError``
         if the part's metadata is not a contribution (the part is released).
 
         The worker is the one the part's socket names, never the one its
         metadata claims: a part that claims another worker is refused, and the
         sender's handle fails with an error naming both (a sender that is no
-        worker of the group is only logged)."""
-        try:
-            c = protocol.decode_contribute(part.meta)
-        except msgspec.ValidationError:
-            self._ack(part)
-            raise
+        worker of the group is only logged). So is a part of another shard's
+        schema."""
+        if c is None:
+            try:
+                c = protocol.decode_contribute(part.meta)
+            except msgspec.ValidationError:
+                self._ack(part)
+                raise
         bid = (c.interval, c.attempt)
         sender = self._senders.get(part.sender)
         if sender != c.worker:
@@ -172,6 +189,12 @@ class GroupBuilder:
                 return None
             self._fail((bid, sender), reason)
             return (bid, sender) if c.last else None
+        if self.schema is not None and not part.batch.schema.equals(self.schema):
+            self._ack(part)
+            self._fail(
+                (bid, sender), f"a part of worker {sender} is not of shard {self.shard}'s schema"
+            )
+            return (bid, sender) if c.last else None
         if self._stale(bid):
             self._ack(part)
             return (bid, c.worker) if c.last else None
@@ -179,7 +202,7 @@ class GroupBuilder:
             self._newest = bid
             swept = self.machine.sweep(lambda b: b >= bid)
             if self.upstream is not None:
-                self.upstream.forget(swept)
+                self.upstream.forget(swept, self.shard_index)
         key = (bid, c.worker)
         if c.last:
             self._finish_taken[key] = time.monotonic()
@@ -210,7 +233,7 @@ class GroupBuilder:
                     return None
                 return self._answer(bid, worker, decision)
         self._finish_taken.pop((bid, worker), None)
-        return protocol.Handoff(interval, attempt, 0, error=error)
+        return self._handoff(interval, attempt, 0, error=error)
 
     def expire(self, now: float) -> None:
         """End the lingers that ran out by ``now``."""
@@ -250,11 +273,25 @@ class GroupBuilder:
                 host=self.host_index,
             )
             shared = answer.shared if i == len(waiting) - 1 else None
-            handoff = protocol.Handoff(
+            handoff = self._handoff(
                 answer.interval, answer.attempt, r.generation, shared, answer.error, share
             )
             out.append((r.worker, handoff))
         return out
+
+    def _handoff(
+        self,
+        interval: int,
+        attempt: int,
+        generation: int,
+        shared: protocol.SharedBatch | None = None,
+        error: str | None = None,
+        share: protocol.GroupShare | None = None,
+    ) -> protocol.Handoff:
+        """A :class:`~shardsink.protocol.Handoff` of this builder's shard."""
+        return protocol.Handoff(
+            interval, attempt, generation, shared, error, share, shard=self.shard_index
+        )
 
     def _resolve(self, r: Resolved) -> protocol.Handoff | None:
         interval, attempt = r.bid
@@ -264,7 +301,7 @@ class GroupBuilder:
             if isinstance(r.decision, Last):  # handed off, then abandoned before the answer
                 self._orphan([Orphaned(r.bid, r.decision.generation)])
             error = f"attempt {attempt} of interval {interval} was abandoned"
-            return protocol.Handoff(interval, attempt, 0, error=error)
+            return self._handoff(interval, attempt, 0, error=error)
         return self._answer(r.bid, r.worker, r.decision)
 
     def _answer(
@@ -273,23 +310,23 @@ class GroupBuilder:
         interval, attempt = bid
         taken = self._finish_taken.pop((bid, worker), None)
         if isinstance(decision, NotLast):
-            return protocol.Handoff(interval, attempt, decision.generation)
+            return self._handoff(interval, attempt, decision.generation)
         assert isinstance(decision, Last)
         if self.upstream is not None:
             try:
                 self._forward(bid, worker, decision)
             except ValueError as exc:
-                return protocol.Handoff(
+                return self._handoff(
                     interval, attempt, decision.generation, error=f"{type(exc).__name__}: {exc}"
                 )
             return None
         try:
             shared = self._complete(bid, worker if self.host else self.group, decision, taken)
         except (ValueError, PersistError, StorageError) as exc:
-            return protocol.Handoff(
+            return self._handoff(
                 interval, attempt, decision.generation, error=f"{type(exc).__name__}: {exc}"
             )
-        return protocol.Handoff(interval, attempt, decision.generation, shared=shared)
+        return self._handoff(interval, attempt, decision.generation, shared=shared)
 
     def abandon(self, bid: BatchId) -> None:
         """Abort every shared batch of ``bid``; later parts of it are stale."""
@@ -301,7 +338,7 @@ class GroupBuilder:
         for b in gone:
             del self._relays[b]
         if self.upstream is not None:
-            self.upstream.forget([bid, *gone])
+            self.upstream.forget([bid, *gone], self.shard_index)
 
     def close(self) -> None:
         """Abort everything not handed off (deleting its parts); idempotent."""
@@ -323,7 +360,7 @@ class GroupBuilder:
         generation = self.machine.join(bid, description, c.worker)
         self.machine.push(bid, c.worker, c.rows)
         if self.upstream is not None:
-            self.upstream.join(bid, description)
+            self.upstream.join(bid, description, self.shard_index)
         if not c.rows:
             self._ack(part)
             return
@@ -389,7 +426,9 @@ class GroupBuilder:
         assert self.upstream is not None
         rows = [] if gen is None else [*gen.copied, *(p.batch for p in gen.held)]
         try:
-            self.upstream.forward(bid, rows, finish=self.machine.settled(bid))
+            self.upstream.forward(
+                bid, rows, finish=self.machine.settled(bid), shard=self.shard_index
+            )
         finally:
             if gen is not None:
                 self._ack(*gen.held)  # the sender copied them into its arena or message

@@ -89,7 +89,7 @@ FLAGS: dict[str, Flag] = {
     "blob": Flag("URI", "the blob store", default=f"${BLOB_ENV}, else file://D/blob"),
     "consensus": Flag("URI", "a store to serve or a running server's address (tcp://..., "
                       "ipc://...)", default=f"${STORE_ENV}, else sqlite:///D/consensus.db"),
-    "shard": Flag("NAME", "the shard's name"),
+    "shard": Flag("NAME", "the shard's name (a workload of several shards names its own)"),
     "consensus_bind": Flag("ADDR", "where the cluster's consensus process listens (ipc://... "
                            "or tcp://127.0.0.1:PORT)", default="a fresh ipc socket per run"),
     "coordinator_bind": Flag("ADDR", "where the coordinator listens for its builders and "
@@ -495,13 +495,19 @@ def _inner_flags(args: argparse.Namespace, config) -> list[str]:
     return flags
 
 
+def _shards_words(cluster) -> str:
+    """``shard 'default'``, or ``shards orders, lines`` of a workload of several."""
+    names = list(cluster.schemas)
+    return f"shard {names[0]!r}" if len(names) == 1 else f"shards {', '.join(names)}"
+
+
 def _announce(cluster, config, console) -> None:
     """``up``'s first two lines: the cluster, then its pid, addresses and
     how to stop it."""
     upper = cluster.shard.state(refresh=False).upper  # as the start read it
     console.print(
         f"cluster {cluster.cluster_id}: {config.groups}x{config.workers} {config.mode}"
-        f"{host_words(config)}, {config.workload}, shard {config.shard!r} from upper {upper}, "
+        f"{host_words(config)}, {config.workload}, {_shards_words(cluster)} from upper {upper}, "
         f"started in {cluster.startup_s:.2f}s ({config.start})",
         soft_wrap=True,
     )

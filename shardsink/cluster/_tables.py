@@ -88,6 +88,16 @@ def _by_host(parts: dict[int, float]) -> list[tuple[str, str]]:
     ]
 
 
+def _by_shard(stats) -> list[tuple[str, str]]:
+    """The summary's row of parts per append by shard, with more than one
+    (whose transactions' consensus work the server alone counts)."""
+    parts = stats.parts_per_append_by_shard
+    if len(parts) < 2:
+        return []
+    listed = ", ".join(f"{s}: {n:.2f}" for s, n in parts.items())
+    return [("parts / append by shard", f"{listed} (one transaction an append)")]
+
+
 def _open_loop(stats) -> list[tuple[str, str]]:
     """The summary's row of an open-loop run (``rate``): target against achieved."""
     if stats.target_rate is None:
@@ -129,10 +139,17 @@ def summary_table(stats):
         ("data parts / append", f"{stats.data_parts_per_append:.2f}"),
         ("inline parts / append", f"{stats.inline_parts_per_append:.2f}"),
         *_by_host(stats.parts_per_append_by_host),
+        *_by_shard(stats),
         ("inline bytes / append", f"{stats.inline_bytes_per_append:,.0f}"),
         ("blob PUTs", f"{stats.blob_puts} ({mib(stats.blob_put_bytes)})"),
-        ("diff bytes / append", f"{stats.diff_bytes_per_append:,.0f}"),
-        ("CaA calls / append", f"{stats.cas_per_append:.2f}"),
+        *(
+            [
+                ("diff bytes / append", f"{stats.diff_bytes_per_append:,.0f}"),
+                ("CaA calls / append", f"{stats.cas_per_append:.2f}"),
+            ]
+            if len(stats.shards) < 2
+            else []  # a transaction's are the consensus server's alone: not counted here
+        ),
         ("latency p50 / p99 / p99.9", stats.append_latency_ms.describe()),
         *_open_loop(stats),
         ("start-up", f"{stats.startup_s:.3f}s ({stats.start})"),

@@ -52,7 +52,7 @@ from .._bounds import this_machine
 from .._curve import key_dir, keys_for
 from .._histograms import Distribution, Latencies
 from ..config import ClusterConfig, check_machine
-from ..connect import open_shard
+from ..connect import open_shard, open_shards
 from ..coordinator.coordinator import STOP_S, Coordinator, consensus_call, interval_of
 from ..coordinator.errors import ClusterError
 from ..coordinator.groups import HostInfo
@@ -61,6 +61,7 @@ from ..coordinator.records import IntervalRecord
 from ..persist.config import ShardConfig
 from ..persist.errors import ShardNotFound
 from ..persist.shard import Shard
+from ..persist.shards import ShardSet
 from ..process import (
     ConsensusProcess,
     ConsensusStartError,
@@ -81,7 +82,7 @@ from .dashboard import ControlSource, Dashboard, Plan
 from .maintenance import MaintenanceWatch
 from .metrics import Metrics, Supervised
 from .stats import ClusterStats, ProcessInfo, Supervision
-from .verify import Verification, verify
+from .verify import Verification, verify_shards
 from .visibility import VisibilityWatch
 
 log = logging.getLogger(__name__)
@@ -109,7 +110,8 @@ class Cluster:
     :func:`~shardsink.config.check_machine`).
 
     Errors of :meth:`start`: ``ValueError`` for bad input (a shard with another
-    schema, an upper that is not a multiple of ``interval_ms``, a data dir
+    schema, an upper that is not a multiple of ``interval_ms``, a workload's
+    shards whose uppers differ, a data dir
     whose lock another process holds: :class:`~shardsink.datadir.DataDirBusy`
     naming it, a second start), storage errors
     (a ``consensus`` address nobody answers, an unreachable store),
@@ -119,14 +121,15 @@ class Cluster:
     def __init__(self, config: ClusterConfig | None = None) -> None:
         config = config or ClusterConfig()
         check_machine(config, this_machine())  # before prepare makes worker 0's first interval
-        self.config, self.workload, self.schema = workloads.prepare(config)
+        self.config, self.workload, self.schemas = workloads.prepare(config)
         self.cluster_id = f"c{uuid.uuid4().hex[:12]}"
-        self.shard: Shard | None = None
+        #: the workload's shards (one, ``config.shard``, for a workload of one schema)
+        self.shards: ShardSet | None = None
         self._visibility: VisibilityWatch | None = None
         self._address = ""  # the consensus address the shard was opened at
         self.consensus: ConsensusProcess | None = None
         self._maintenance = MaintenanceWatch(
-            lambda: self.shard_address, config.shard, config.data_path
+            lambda: self.shard_address, list(self.schemas), config.data_path
         )
         self.zygote: Zygote | None = None
         self.coordinator: Coordinator | None = None
@@ -181,10 +184,10 @@ class Cluster:
             if not config.external_server:
                 self._check_store()
             starter = self._starter(self.run_dir)
-            self._open_shard(self._start_consensus())
+            self._open_shards(self._start_consensus())
             self.config, agents = place_hosts(self.config, self.cluster_id)
             config = self.config
-            args = (config, self.cluster_id, self.run_dir, self.shard, self.consensus, starter)
+            args = (config, self.cluster_id, self.run_dir, self.shards, self.consensus, starter)
             try:
                 self.coordinator = Coordinator(*args, agents)
             except BaseException:  # its supervisor would have closed them; it never held them
@@ -234,8 +237,8 @@ class Cluster:
                 if self.metrics is not None:
                     self.metrics.close()
                 unlink_cluster(self.cluster_id)
-                if self.shard is not None:
-                    self.shard.close()
+                if self.shards is not None:
+                    self.shards.close()
                 if self.consensus is not None:
                     self.consensus.stop()
                 if self.zygote is not None:
@@ -286,16 +289,18 @@ class Cluster:
         return self.stats()
 
     def verify(self) -> Verification:
-        """Read the shard back and check it against its batches' digests and,
-        if the workload has one, its expected collection at its upper (also
-        recorded in :meth:`stats`); through restarts of the consensus process."""
-        coordinator, shard = self._running(), self.shard
-        assert shard is not None
+        """Read the shards back and check them against their batches'
+        digests and, if the workload has one, its expected collection at
+        their upper, and its ``check`` (also recorded in :meth:`stats`);
+        through restarts of the consensus process."""
+        coordinator, shards = self._running(), self.shards
+        assert shards is not None
         # The read-back's memory is measured apart from the coordinator's run.
         coordinator.supervisor.sample_rss(force=True)
         isolated = reset_own_peak_rss()
         self._verification = self._through_restarts(
-            lambda: verify(shard, self.workload, self.config.interval_ms), "reading the shard back"
+            lambda: verify_shards(shards.shards, self.workload, self.config.interval_ms),
+            "reading the shards back",
         )
         if isolated:
             peak = peak_rss(os.getpid()) or 0
@@ -350,7 +355,7 @@ class Cluster:
             cluster_id=self.cluster_id,
             coordinator_pid=os.getpid(),
             data_dir=config.data_path,
-            shard=config.shard,
+            shard=", ".join(self.schemas),
             groups=config.groups,
             workers=config.workers,
             mode=config.mode,
@@ -439,7 +444,7 @@ class Cluster:
 
     def _stats(self) -> ClusterStats:
         coordinator = self._running_or_closing()
-        assert self.shard is not None
+        assert self.shards is not None
         counters = coordinator.counters
         supervision = coordinator.supervisor.counters
         totals = counters.totals
@@ -470,6 +475,10 @@ class Cluster:
             own_batches_per_append=_per(totals.own_batches, appends),
             shared_batches_per_append=_per(totals.shared_batches, appends),
             parts_per_append_by_host={h: _per(n, appends) for h, n in totals.parts_by_host.items()},
+            parts_per_append_by_shard={
+                s: _per(n, appends) for s, n in totals.parts_by_shard.items()
+            },
+            shards=list(self.schemas),
             rows=rows,
             wall_s=wall,
             startup_s=self.startup_s,
@@ -492,7 +501,7 @@ class Cluster:
             restart_s=list(supervision.restart_s),
             consensus_restarts=self.consensus.restarts if self.consensus is not None else 0,
             abandoned_attempts=counters.abandoned,
-            rollup_puts=self.shard.stats().rollup_puts,
+            rollup_puts=sum(shard.stats().rollup_puts for shard in self.shards.shards.values()),
             peak_rss=dict(supervision.peak_rss),
             maintenance_failures=self._maintenance.failures(fresh=True),
             verified=None if v is None else v.ok,
@@ -563,23 +572,40 @@ class Cluster:
             self._lock.update(address=address)
         return address
 
-    def _open_shard(self, address: str) -> None:
-        """Open the shard at ``address`` and check its upper, through
-        restarts of the consensus process."""
+    @property
+    def shard(self) -> Shard | None:
+        """The cluster's handle on its shard: the first of the workload's
+        (they move together), once started."""
+        return None if self.shards is None else self.shards.shard(next(iter(self.schemas)))
+
+    def _open_shards(self, address: str) -> None:
+        """Open the workload's shards at ``address`` and check their upper,
+        through restarts of the consensus process."""
         config = self.config
         self._address = address
-        self.shard = shard = self._through_restarts(self._reopen_shard, "opening the shard")
-        upper = self._through_restarts(lambda: shard.upper, "reading the upper")
-        interval_of(upper, config.interval_ms, config.shard)
+        self.shards = shards = self._through_restarts(
+            lambda: open_shards(
+                self.schemas,
+                blob=config.blob_uri,
+                consensus=address,
+                config=self._shard_config(retry_for_s=0.0),
+                keys=keys_for(address, config.data_path),
+            ),
+            "opening the shards",
+        )
+        upper = self._through_restarts(shards.common_upper, "reading the upper")
+        interval_of(upper, config.interval_ms, ", ".join(shards.shards))
 
     def _reopen_shard(self) -> Shard:
-        """A handle of the cluster's shard of its own, at its consensus address."""
+        """A handle of the cluster's (first) shard of its own, at its
+        consensus address."""
         config = self.config
+        name, schema = next(iter(self.schemas.items()))
         return open_shard(
-            config.shard,
+            name,
             blob=config.blob_uri,
             consensus=self._address,
-            schema=self.schema,
+            schema=schema,
             config=self._shard_config(retry_for_s=0.0),
             keys=keys_for(self._address, config.data_path),
         )
@@ -605,21 +631,22 @@ class Cluster:
         )
 
     def _check_store(self) -> None:
-        """Schema and upper of an existing shard, read straight from the store
-        before any process starts (``ValueError`` naming the problem)."""
+        """Schema and upper of each existing shard, read straight from the
+        store before any process starts (``ValueError`` naming the problem)."""
         config = self.config
-        try:
-            with open_shard(
-                config.shard,
-                blob=config.blob_uri,
-                consensus=config.consensus_uri,
-                schema=self.schema,
-                config=self._shard_config(retry_for_s=config.consensus_timeout_s),
-                create=False,
-            ) as shard:
-                interval_of(shard.upper, config.interval_ms, config.shard)
-        except ShardNotFound:
-            pass
+        for name, schema in self.schemas.items():
+            try:
+                with open_shard(
+                    name,
+                    blob=config.blob_uri,
+                    consensus=config.consensus_uri,
+                    schema=schema,
+                    config=self._shard_config(retry_for_s=config.consensus_timeout_s),
+                    create=False,
+                ) as shard:
+                    interval_of(shard.upper, config.interval_ms, name)
+            except ShardNotFound:
+                pass
 
 
 def _per(total: float, appends: int) -> float:

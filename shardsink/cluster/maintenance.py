@@ -7,7 +7,7 @@ from a log file."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import msgspec
 
@@ -44,11 +44,12 @@ class MaintenanceFailures(msgspec.Struct, frozen=True, kw_only=True):
 
 class MaintenanceWatch:
     """Asks the consensus server at ``address()`` (CURVE keys from
-    ``data_dir``) for the failures of ``shard``'s maintenance, at most every
+    ``data_dir``) for the failures of the maintenance of ``shards``
+    (counted together; the last error of any), at most every
     :data:`CACHE_S` unless told to (``fresh``)."""
 
-    def __init__(self, address: Callable[[], str], shard: str, data_dir: str) -> None:
-        self._address, self._shard, self._data_dir = address, shard, data_dir
+    def __init__(self, address: Callable[[], str], shards: Sequence[str], data_dir: str) -> None:
+        self._address, self._shards, self._data_dir = address, set(shards), data_dir
         self._last = MaintenanceFailures(known=False)
         self._asked = -CACHE_S
 
@@ -76,8 +77,15 @@ class MaintenanceWatch:
             return MaintenanceFailures(known=False)
         finally:
             client.close()
+        failed: dict[str, int] = {}
+        found, last = False, ""
         for counters in reply.shards:
-            if counters.shard == self._shard:
-                failed = {kind: n for kind, n in counters.failures.items() if n}
-                return MaintenanceFailures(counts=failed, last=counters.last_failure)
-        return MaintenanceFailures(known=False)
+            if counters.shard in self._shards:
+                found = True
+                for kind, n in counters.failures.items():
+                    if n:
+                        failed[kind] = failed.get(kind, 0) + n
+                last = counters.last_failure or last
+        if not found:
+            return MaintenanceFailures(known=False)
+        return MaintenanceFailures(counts=failed, last=last)

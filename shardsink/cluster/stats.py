@@ -43,7 +43,13 @@ class ClusterStats(msgspec.Struct, frozen=True, kw_only=True):
     ``blob_put_bytes`` count data parts (rollups apart, in ``rollup_puts``).
     ``verified`` is ``None`` until the shard was read back.
     ``parts_per_append_by_host``: parts (data and inline) appended per
-    append by each host's builders, by host index. ``peak_rss`` maps
+    append by each host's builders, by host index;
+    ``parts_per_append_by_shard``: with a workload of several shards, the
+    parts (data and inline) appended to each per append, by name (the
+    per-append figures above are their sums; ``cas_per_append`` and
+    ``diff_bytes_per_append`` count no transaction's work, which the
+    consensus server does alone). ``shards``: the shards the workload
+    writes. ``peak_rss`` maps
     a process kind (coordinator, consensus, builder, worker) to the largest
     peak resident bytes of any process of it; ``read-back`` is the
     coordinator's peak while it read the shard back to verify it, measured
@@ -121,3 +127,5 @@ class ClusterStats(msgspec.Struct, frozen=True, kw_only=True):
     series_window_s: float = 1.0
     series: list[Window] = []
     parts_per_append_by_host: dict[int, float] = {}
+    parts_per_append_by_shard: dict[str, float] = {}
+    shards: list[str] = []

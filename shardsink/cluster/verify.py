@@ -1,7 +1,10 @@
 """Read a shard back and check it: against the digests its batches were
-written with, and against the workload's expected collection if it has one."""
+written with, and against the workload's expected collection if it has one;
+and a workload's shards together, as of one time, with its own ``check``."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import msgspec
 import pyarrow as pa
@@ -10,6 +13,7 @@ import pyarrow.compute as pc
 from .. import workloads
 from ..persist.digest import Digest, comparable, digest, total_known
 from ..persist.shard import Shard
+from ..persist.shards import at_one_upper
 from ..persist.state import ShardState
 
 
@@ -25,7 +29,12 @@ class Verification(msgspec.Struct, frozen=True):
     digests its writers recorded. A batch without a digest (``unverified``)
     leaves the second check unable to judge for a workload without
     ``expected``: then ``ok`` is false and ``detail`` says so. ``rows``: the
-    snapshot's rows. ``detail`` says how it differs if not."""
+    snapshot's rows. ``detail`` says how it differs if not.
+
+    Of a workload's shards together (:func:`verify_shards`): each shard so
+    checked (the figures summed; ``exact`` if every one was), all as of one
+    upper, and the snapshots of all of them given to the workload's
+    ``check`` (``checked``: it ran). ``shards``: their names, when several."""
 
     ok: bool
     intervals: int
@@ -35,22 +44,93 @@ class Verification(msgspec.Struct, frozen=True):
     digested: int = 0
     unverified: int = 0
     exact: bool = False
+    checked: bool = False
+    shards: tuple[str, ...] = ()
 
     def how(self) -> str:
         """How the shard was checked (for a verification that passed)."""
         digests = f"{self.digested} batches match their digests"
+        several = len(self.shards) > 1
         if self.exact:
-            return f"equals the expected collection, {digests}"
-        return f"by digest: the snapshot read back holds what was written, {digests}"
+            what = (
+                f"each of {', '.join(self.shards)} equals its expected collection"
+                if several
+                else "equals the expected collection"
+            )
+        else:
+            what = "by digest: the snapshot read back holds what was written"
+            if several:
+                what = f"by digest: each of {', '.join(self.shards)} holds what was written"
+        checked = ", the workload's check holds" if self.checked else ""
+        return f"{what}, {digests}{checked}"
 
 
-def verify(shard: Shard, workload: workloads.AnyWorkload, interval_ms: int) -> Verification:
+def verify(
+    shard: Shard,
+    workload: workloads.AnyWorkload,
+    interval_ms: int,
+    *,
+    state: ShardState | None = None,
+) -> Verification:
     """Check the shard (see :class:`Verification`) as of its upper - 1,
-    ``upper // interval_ms`` intervals of ``workload``."""
+    ``upper // interval_ms`` intervals of ``workload`` (of its shard of
+    ``shard``'s name, for a workload of several); the upper of ``state``,
+    the shard's latest when not given."""
+    return _verify(shard, workload, interval_ms, state)[0]
+
+
+def verify_shards(
+    shards: Mapping[str, Shard], workload: workloads.AnyWorkload, interval_ms: int
+) -> Verification:
+    """Check every shard of ``workload`` (``shards`` by name) as :func:`verify`
+    does, all as of one upper (their states are read until they agree: a
+    transaction moves them together), and give their snapshots as of it to
+    the workload's ``check``. One shard of a workload without ``check`` is
+    exactly :func:`verify`. Shards whose uppers keep differing fail it."""
+    states = at_one_upper(shards)
+    if states is None:
+        uppers = {name: shard.state(refresh=False).upper for name, shard in shards.items()}
+        return Verification(False, 0, 0, detail=f"the shards' uppers differ: {uppers}")
+    checked = {name: _verify(shard, workload, interval_ms, states[name])
+               for name, shard in shards.items()}  # fmt: skip
+    has_check = getattr(workload, "check", None) is not None
+    if len(shards) == 1 and not has_check:
+        return next(iter(checked.values()))[0]
+    problems = [f"shard {name}: {v.detail}" for name, (v, _) in checked.items() if not v.ok]
+    upper = next(iter(states.values())).upper
+    if has_check:
+        snapshots = {
+            name: table if table is not None else _snapshot(shards[name], upper)
+            for name, (_, table) in checked.items()
+        }
+        found = workloads.check(workload, snapshots)
+        if found is not None:
+            problems.append(f"the workload's check as of {max(upper - 1, 0)}: {found}")
+    results = [v for v, _ in checked.values()]
+    expected = [v.expected_rows for v in results]
+    return Verification(
+        not problems,
+        upper // interval_ms,
+        sum(v.rows for v in results),
+        sum(e for e in expected if e is not None) if None not in expected else None,
+        "; ".join(problems),
+        sum(v.digested for v in results),
+        sum(v.unverified for v in results),
+        exact=all(v.exact for v in results),
+        checked=has_check,
+        shards=tuple(shards),
+    )
+
+
+def _verify(
+    shard: Shard, workload: workloads.AnyWorkload, interval_ms: int, state: ShardState | None
+) -> tuple[Verification, pa.Table | None]:
+    """:func:`verify`, and the snapshot it read whole (``None`` when it
+    checked by digest, a batch at a time)."""
     # As of the upper of the state read here, not the latest: another writer
     # of the shard (a second cluster following as a replica) may append
     # meanwhile, and its rows lie at or past this upper.
-    state = shard.state(refresh=True)
+    state = state if state is not None else shard.state(refresh=True)
     upper = state.upper
     intervals = upper // interval_ms
     as_of = max(upper - 1, 0)
@@ -60,7 +140,7 @@ def verify(shard: Shard, workload: workloads.AnyWorkload, interval_ms: int) -> V
         rows, problem = _against_digests(shard, state, as_of)
         if problem:
             problems.append(problem)
-        return Verification(
+        verification = Verification(
             not problems,
             intervals,
             rows,
@@ -69,14 +149,14 @@ def verify(shard: Shard, workload: workloads.AnyWorkload, interval_ms: int) -> V
             report.digested,
             report.unverified,
         )
+        return verification, None
     # the snapshot first: its transient peak then holds nothing else
-    schema = shard.schema
-    actual = shard.snapshot(as_of) if upper else schema.empty_table()
-    expected = workloads.expected(workload, schema, intervals, as_of)
+    actual = _snapshot(shard, upper)
+    expected = workloads.expected(workload, shard.schema, intervals, as_of, shard.name)
     assert expected is not None
     if not actual.equals(expected):
         problems.append(difference(actual, expected))
-    return Verification(
+    verification = Verification(
         not problems,
         intervals,
         actual.num_rows,
@@ -86,6 +166,12 @@ def verify(shard: Shard, workload: workloads.AnyWorkload, interval_ms: int) -> V
         report.unverified,
         exact=True,
     )
+    return verification, actual
+
+
+def _snapshot(shard: Shard, upper: int) -> pa.Table:
+    """The shard's consolidated snapshot as of ``upper - 1`` (empty at 0)."""
+    return shard.snapshot(upper - 1) if upper else shard.schema.empty_table()
 
 
 def _against_digests(shard: Shard, state: ShardState, as_of: int) -> tuple[int, str]:

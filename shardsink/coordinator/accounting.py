@@ -15,12 +15,15 @@ doubled data. Then the content: the digests of the batches
 (:mod:`shardsink.persist.digest`, computed by whoever wrote each from the
 rows it wrote) must add up to those the workers report for what they
 produced, in sum of diffs and hash, so a batch that lost, doubled or changed
-a row is never appended (skipped when digests are off). Pure: no I/O.
+a row is never appended (skipped when digests are off). A workload of
+several shards is checked shard by shard (:func:`check_shards`): every
+worker reports on every shard, and each shard's reports, batches and
+digests must add up on their own. Pure: no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -57,16 +60,20 @@ def check(
     upper: int,
     *,
     host: bool = False,
+    shard: int = 0,
 ) -> Accepted:
     """Check the reports of attempt ``attempt`` of ``interval`` (``[lower,
-    upper)``), keyed by (group, worker); return what to append or raise
-    :class:`AccountingError`. ``host``: the shared batches were coalesced by
-    a host builder (``coalesce`` host), so every group generation must be in
-    exactly one host batch that exactly one worker received."""
-    # Two checks, in this order: every report alone (who, which attempt, its
-    # own batch), then the shared batches against what the reports say went
-    # into them; the first error of either rejects the attempt.
-    ledger = _check_reports(reports, groups, workers, interval, attempt, lower, upper, host)
+    upper)``) on shard ``shard`` (its index), keyed by (group, worker);
+    return what to append or raise :class:`AccountingError`. ``host``: the
+    shared batches were coalesced by a host builder (``coalesce`` host), so
+    every group generation must be in exactly one host batch that exactly
+    one worker received."""
+    # Two checks, in this order: every report alone (who, which attempt and
+    # shard, its own batch), then the shared batches against what the reports
+    # say went into them; the first error of either rejects the attempt.
+    ledger = _check_reports(
+        reports, groups, workers, (interval, attempt, shard), lower, upper, host
+    )
     shared_batches, segment_parts = _check_shared(ledger, lower, upper, host)
     batch_rows = sum(b.rows for b in ledger.batches)
     if batch_rows != ledger.reported_rows:
@@ -82,6 +89,48 @@ def check(
         blob_puts=ledger.blob_puts,
         blob_put_bytes=ledger.blob_put_bytes,
         segment_parts=segment_parts,
+    )
+
+
+def check_shards(
+    reports: Sequence[Mapping[tuple[int, int], Report]],
+    names: Sequence[str],
+    check_one: Callable[..., Accepted],
+) -> list[Accepted]:
+    """Every shard's check: ``reports[i]`` are shard ``i``'s (named
+    ``names[i]``), keyed by (group, worker), and ``check_one(reports[i],
+    shard=i)`` checks them (:func:`check` with the attempt's figures).
+    What to append to each, in order, or :class:`AccountingError` naming
+    the first shard whose reports do not add up (then nothing of the
+    attempt may be appended, to any shard)."""
+    if len(reports) != len(names):
+        raise AccountingError(f"reports on {len(reports)} shards, not the {len(names)} written")
+    accepted = []
+    for index, (by_worker, name) in enumerate(zip(reports, names, strict=True)):
+        try:
+            accepted.append(check_one(by_worker, shard=index))
+        except AccountingError as exc:
+            raise AccountingError(f"shard {name}: {exc}") from None
+    return accepted
+
+
+def total(accepted: Sequence[Accepted]) -> Accepted:
+    """What the shards' ``accepted`` add up to (their figures summed, their
+    batches together): an interval's figures, whatever its shards."""
+    if len(accepted) == 1:
+        return accepted[0]
+    shared: dict[int, int] = {}
+    for a in accepted:
+        for group, n in a.shared_batches.items():
+            shared[group] = shared.get(group, 0) + n
+    return Accepted(
+        batches=tuple(b for a in accepted for b in a.batches),
+        rows=sum(a.rows for a in accepted),
+        own_batches=sum(a.own_batches for a in accepted),
+        shared_batches=shared,
+        blob_puts=sum(a.blob_puts for a in accepted),
+        blob_put_bytes=sum(a.blob_put_bytes for a in accepted),
+        segment_parts=sum(a.segment_parts for a in accepted),
     )
 
 
@@ -110,14 +159,14 @@ def _check_reports(
     reports: Mapping[tuple[int, int], Report],
     groups: int,
     workers: int,
-    interval: int,
-    attempt: int,
+    attempt_of: tuple[int, int, int],
     lower: int,
     upper: int,
     host: bool,
 ) -> _Ledger:
     """The first check: every worker of the cluster reported, each report is
-    the one filed under its key, without an error, its rows split exactly
+    the one filed under its key (``attempt_of``: the interval, attempt and
+    shard it must be about), without an error, its rows split exactly
     between its own batch and its shared contribution, its own batch covers
     ``[lower, upper)``, and no shared batch was received nor group generation
     delivered twice. Returns what the reports say, for :func:`_check_shared`;
@@ -127,12 +176,14 @@ def _check_reports(
     if missing:
         raise AccountingError(f"no report from {', '.join(missing)}")
     ledger = _Ledger()
+    interval, attempt, shard = attempt_of
     for (g, w), r in sorted(reports.items()):
         who = f"g{g}/w{w}"
-        if (r.interval, r.attempt, r.group, r.worker) != (interval, attempt, g, w):
+        if (r.interval, r.attempt, r.shard, r.group, r.worker) != (*attempt_of, g, w):
             raise AccountingError(
-                f"report filed as {who} of attempt {attempt} of interval {interval} is "
-                f"g{r.group}/w{r.worker} of attempt {r.attempt} of interval {r.interval}"
+                f"report filed as {who} of attempt {attempt} of interval {interval} "
+                f"(shard {shard}) is g{r.group}/w{r.worker} of attempt {r.attempt} of interval "
+                f"{r.interval} (shard {r.shard})"
             )
         if r.error is not None:
             raise AccountingError(f"{who} failed: {r.error}")

@@ -30,6 +30,17 @@ An append refused because a part is not in blob is redone too. After an
 append whose earlier try may have committed fails, only the blobs the
 shard's current state does not reference are deleted.
 
+A workload of several shards appends each interval to all of them in one
+transaction (:class:`~shardsink.persist.shards.Transaction`, run by the
+consensus process): every worker reports on every shard, each shard's
+reports must add up (:func:`~shardsink.coordinator.accounting.check_shards`),
+and the coordinator holds a writer of each shard, minted together. All of
+the above holds of them together: an unknown outcome retried with the same
+tokens, an expired writer renewed (each shard's that expired), and another
+writer's interval (``TransactionMismatch``, every shard's upper) followed,
+so no shard ever holds an interval another does not. A workload of one
+shard appends with its writer alone, never through a transaction.
+
 Another writer on the same shard (a second cluster through the same
 consensus server) makes this one a replica: the workloads are deterministic,
 so an interval the other writer appended first holds exactly what this
@@ -44,13 +55,13 @@ the read-back at the end of a run (``verify``) is what catches it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import NamedTuple, TypeVar
+from typing import TypeVar
 
 import msgspec
 import zmq
@@ -61,12 +72,19 @@ from .._curve import CurveServer, ephemeral_keys
 from ..config import ClusterConfig, check_lease
 from ..hosts.ray import RemoteAgent
 from ..persist.errors import PartsNotFound, PersistError, UpperMismatch, WriterExpired
-from ..persist.shard import Shard
-from ..persist.writer import Writer
+from ..persist.shards import ShardSet, TransactionMismatch
 from ..process import Child, ConsensusProcess, ConsensusStartError, Starter, through_restarts
 from ..process.logs import log_dir
 from ..storage.errors import StorageError
-from .accounting import Accepted, AccountingError, batches_of, check, parts_by_host
+from .accounting import (
+    Accepted,
+    AccountingError,
+    check,
+    check_shards,
+    parts_by_host,
+    total,
+)
+from .appends import AppendCost, Appends, register
 from .errors import ClusterError
 from .groups import GroupHost, LocalGroups, Sockets
 from .ray_groups import RayGroups
@@ -135,27 +153,14 @@ class GroupFailed(Exception):
         self.groups = groups
 
 
-class AppendCost(NamedTuple):
-    """What one compare-and-append did, retries included: the parts it
-    appended (inline parts the shard's inline cap sent to blob count as data
-    parts, and their writes as blob puts) and its consensus work."""
-
-    diff_bytes: int
-    cas_calls: int
-    blob_puts: int
-    blob_put_bytes: int
-    data_parts: int
-    inline_parts: int
-    inline_bytes: int
-
-
 class Coordinator:
     """Drives the groups of one cluster (see the module doc).
 
-    ``shard``/``writer`` are the coordinator's handles on the shard (through
-    the consensus server); ``consensus`` is the consensus process to restart
-    when it dies, ``None`` for an external server; ``starter`` starts the
-    groups' processes on this machine.
+    ``shards`` are the coordinator's handles on the workload's shards
+    (through the consensus server), in the workload's order; ``appends`` its
+    writer of each and its appends as them. ``consensus`` is the consensus
+    process to restart when it dies, ``None`` for an external server;
+    ``starter`` starts the groups' processes on this machine.
     """
 
     def __init__(
@@ -163,7 +168,7 @@ class Coordinator:
         config: ClusterConfig,
         cluster_id: str,
         run_dir: Path,
-        shard: Shard,
+        shards: ShardSet,
         consensus: ConsensusProcess | None,
         starter: Starter,
         agents: list[RemoteAgent] | None = None,
@@ -171,20 +176,23 @@ class Coordinator:
         self.config = config
         self.cluster_id = cluster_id
         self.run_dir = run_dir
-        self.shard = shard
+        self.shards = shards
+        self.names = list(shards.shards)
+        first = shards.shard(self.names[0])
         # the machine's lease is the one its writers are expired by (a server's own)
-        lease_ms = shard.machine.config.writer_lease_ms
+        lease_ms = first.machine.config.writer_lease_ms
         try:
             check_lease(lease_ms, config.append_retry_s)
         except ValueError as exc:
             raise ClusterError(f"the consensus server's writer lease: {exc}") from None
-        name = f"cluster-{cluster_id}"  # nothing to poll yet: a sleep between its tries
-        self.writer: Writer = consensus_call(
-            config, lambda: shard.writer(name), f"registering writer {name}", consensus=consensus
+        writers = register(  # nothing to poll yet: a sleep between its tries
+            shards,
+            f"cluster-{cluster_id}",
+            lambda call, what: consensus_call(config, call, what, consensus=consensus),
         )
+        self.counters = Counters()
         self._heartbeat_s = lease_ms / 3000
         self._last_heartbeat = time.monotonic()
-        self.counters = Counters()
         self.threshold: Threshold = threshold_of(config.shared_max_bytes)
         self._random = random.Random(config.seed)
         self._ctx = zmq.Context()
@@ -208,13 +216,17 @@ class Coordinator:
             self.address = f"ipc://{run_dir / 'coord'}"
             self._sock.bind(check_address(self.address, for_bind=True))
         self._current: tuple[int, int] | None = None
-        self._minted_writer = self.writer.writer_id  # what the current attempt writes as
-        self._reports: dict[tuple[int, int], protocol.Report] = {}
+        self._minted: tuple[str, ...] = ()  # the writers the current attempt writes as
+        # by shard index: (group, worker) -> report
+        self._reports: list[dict[tuple[int, int], protocol.Report]] = [{} for _ in self.names]
         self._closed = False
         #: Called at the end of every poll (the cluster's control socket); what it
         #: raises propagates out of the operation in progress, as Ctrl-C does.
         self.on_poll: Callable[[], None] | None = None
-        inline_max_bytes = shard.state(refresh=False).inline_max_bytes
+        # a part inline in any shard's state is inline in every one's
+        inline_max_bytes = min(
+            shards.shard(n).state(refresh=False).inline_max_bytes for n in self.names
+        )
         sockets = Sockets(config, cluster_id, self.address, inline_max_bytes, self.child_keys)
         host: GroupHost = (
             LocalGroups(sockets, run_dir, starter)
@@ -226,6 +238,7 @@ class Coordinator:
         self.supervisor = Supervisor(
             config, host, self._send, self._poll, consensus, poll_ms=POLL_MS
         )
+        self.appends = Appends(shards, writers, self._through_restarts, self.counters)
 
     def start(self) -> None:
         """Start every group and wait until all are ready."""
@@ -258,30 +271,14 @@ class Coordinator:
             self.on_poll()
 
     def _heartbeat(self) -> None:
-        """Heartbeat the writer if a third of its lease passed since the last
-        try; a failure is logged and tried again a third of a lease later (a
-        dead consensus process is the supervisor's to restart)."""
+        """Heartbeat the writers if a third of their lease passed since the
+        last try (:meth:`Appends.heartbeat`); a dead consensus process is the
+        supervisor's to restart."""
         now = time.monotonic()
         if now - self._last_heartbeat < self._heartbeat_s:
             return
         self._last_heartbeat = now
-        try:
-            self.writer.heartbeat()
-        except WriterExpired as exc:
-            self._renew_writer(str(exc))
-        except (StorageError, PersistError) as exc:
-            log.warning("could not heartbeat the writer: %s", exc)
-
-    def _renew_writer(self, why: str) -> None:
-        """Register a new writer in place of the expired one (see the module
-        doc); attempts minted as the old one are refused at their append."""
-        old, name = self.writer.writer_id, self.writer.name
-        self.writer = self._through_restarts(
-            lambda: self.shard.writer(name), "registering a writer"
-        )
-        log.warning("%s; writing as %s from the next attempt on", why, self.writer.writer_id)
-        self.counters.writers_renewed += 1
-        assert old != self.writer.writer_id
+        self.appends.heartbeat()
 
     def _handle(self, identity: str, raw: bytes) -> None:
         try:
@@ -300,24 +297,26 @@ class Coordinator:
         elif isinstance(msg, protocol.Report):
             key = (msg.group, msg.worker)
             expected = f"g{msg.group}/w{msg.worker}"
-            if (msg.interval, msg.attempt) != self._current or expected != identity:
+            if msg.shard >= len(self.names):
+                log.warning(
+                    "a report from %s on shard %d, of %d", identity, msg.shard, len(self.names)
+                )
+            elif (msg.interval, msg.attempt) != self._current or expected != identity:
                 self._discard([msg], f"a stale report from {identity}")
-            elif key in self._reports:
+            elif key in self._reports[msg.shard]:
                 log.warning("a second report from %s for %s; ignored", identity, self._current)
             else:
-                self._reports[key] = msg
+                self._reports[msg.shard][key] = msg
+
+    def _all_reports(self) -> list[protocol.Report]:
+        """Every report of the current attempt so far, of every shard."""
+        return [r for by_worker in self._reports for r in by_worker.values()]
 
     def _discard(
         self, reports: Iterable[protocol.Report], why: str, *, tried: bool = False
     ) -> None:
-        """Delete the blobs of batches that will never be appended (``tried``:
-        as :meth:`~shardsink.persist.writer.Writer.discard`)."""
-        batches = batches_of(reports)
-        if any(b.blob_keys() for b in batches):
-            log.info("deleting the blobs of %s", why)
-            self._through_restarts(
-                lambda: self.writer.discard(batches, tried=tried), f"deleting the blobs of {why}"
-            )
+        """:meth:`Appends.discard`, through consensus restarts from the poll loop."""
+        self.appends.discard(reports, why, tried=tried)
 
     # --- intervals --------------------------------------------------------------------
 
@@ -327,7 +326,7 @@ class Coordinator:
         start = time.monotonic()
         if self.counters.started is None:
             self.counters.started = start
-        first = interval_of(self._upper(), self.config.interval_ms, self.shard.name)
+        first = interval_of(self._upper(), self.config.interval_ms, ", ".join(self.names))
         interval = first
         try:
             while interval < first + intervals:
@@ -364,13 +363,13 @@ class Coordinator:
     def _follow(self, interval: int) -> int:
         """The interval at the shard's upper, which another writer moved past
         ``interval``; its appends are counted as skipped."""
-        upper = interval_of(self._upper(), self.config.interval_ms, self.shard.name)
+        upper = interval_of(self._upper(), self.config.interval_ms, ", ".join(self.names))
         self.counters.skipped += upper - interval
         log.info(
-            "intervals %d to %d were appended by another writer of shard %r; following it",
+            "intervals %d to %d were appended by another writer of %s; following it",
             interval,
             upper - 1,
-            self.shard.name,
+            ", ".join(self.names),
         )
         return upper
 
@@ -393,16 +392,20 @@ class Coordinator:
                 self.counters.minted_at[interval] = minted
             self._mint(interval, attempt, lower, upper)
             try:
-                reports = self._collect(minted)
-                accepted = check(
-                    reports,
-                    self.config.groups,
-                    self.config.workers,
-                    interval,
-                    attempt,
-                    lower,
-                    upper,
-                    host=self.config.host_builder,
+                by_shard = self._collect(minted)
+                accepted = check_shards(
+                    by_shard,
+                    self.names,
+                    functools.partial(
+                        check,
+                        groups=self.config.groups,
+                        workers=self.config.workers,
+                        interval=interval,
+                        attempt=attempt,
+                        lower=lower,
+                        upper=upper,
+                        host=self.config.host_builder,
+                    ),
                 )
             except GroupFailed as failure:
                 self._abandon(interval, attempt, str(failure))
@@ -411,23 +414,24 @@ class Coordinator:
                 self._abandon(interval, attempt, f"the reports do not add up: {exc}")
             else:
                 self._current = None
+                reports = [r for by_worker in by_shard for r in by_worker.values()]
                 try:
                     cost = self._compare_and_append(accepted, lower, upper)
-                except UpperMismatch as exc:
-                    self._discard(reports.values(), f"interval {interval}: {exc}", tried=True)
+                except (UpperMismatch, TransactionMismatch) as exc:
+                    self._discard(reports, f"interval {interval}: {exc}", tried=True)
                     return None
                 except (WriterExpired, PartsNotFound) as exc:
                     log.warning("attempt %d of interval %d refused: %s", attempt, interval, exc)
-                    self._discard(reports.values(), f"refused attempt {attempt}", tried=True)
+                    self._discard(reports, f"refused attempt {attempt}", tried=True)
                     if isinstance(exc, WriterExpired):
-                        self._renew_writer(str(exc))
+                        self.appends.renew_expired()
                 else:
                     since = close if close is not None else minted
                     by_host = parts_by_host(
-                        reports.values(), self.supervisor.host.host_of, self.config.host_builder
+                        reports, self.supervisor.host.host_of, self.config.host_builder
                     )
-                    record = self._record(interval, attempt, accepted, cost, since, by_host)
-                    self.threshold = self.threshold.after(observe(reports.values()))
+                    record = self._record(interval, attempt, total(accepted), cost, since, by_host)
+                    self.threshold = self.threshold.after(observe(reports))
                     return record
             attempt = self._next_attempt(interval, attempt)
         return None
@@ -458,6 +462,7 @@ class Coordinator:
             segment_parts=accepted.segment_parts,
             shared_max_bytes=self.threshold.bytes,
             parts_by_host=by_host,
+            parts_by_shard=cost.parts_by_shard,
         )
 
     def _next_attempt(self, interval: int, attempt: int) -> int | None:
@@ -473,8 +478,8 @@ class Coordinator:
 
     def _mint(self, interval: int, attempt: int, lower: int, upper: int) -> None:
         self._current = (interval, attempt)
-        self._reports = {}
-        self._minted_writer = self.writer.writer_id
+        self._reports = [{} for _ in self.names]
+        self._minted = self.appends.writer_ids()
         mint = protocol.Mint(
             interval=interval,
             attempt=attempt,
@@ -482,24 +487,28 @@ class Coordinator:
             upper=upper,
             mode=self.config.mode,
             shared_max_bytes=self.threshold.bytes,
-            writer=self._minted_writer,
+            writers=self._minted,
         )
         workers = [w for group in self.supervisor.groups.values() for w in group.workers]
         self._random.shuffle(workers)
         for worker in workers:
             self._send(worker, mint)
 
-    def _collect(self, minted: float) -> dict[tuple[int, int], protocol.Report]:
-        """The reports of the current attempt; :class:`GroupFailed` if a group
-        fails or misses the deadline."""
+    def _collect(self, minted: float) -> list[dict[tuple[int, int], protocol.Report]]:
+        """The reports of the current attempt, by shard index; :class:`GroupFailed`
+        if a group fails or misses the deadline."""
         need = self.config.groups * self.config.workers
         deadline = minted + self.config.interval_timeout_s
-        while len(self._reports) < need:
+        while any(len(by_worker) < need for by_worker in self._reports):
             self._poll(POLL_MS)
             failed = self.supervisor.failed_groups()
             if not failed and time.monotonic() > deadline:
                 for g in self.supervisor.groups:
-                    late = [w for w in range(self.config.workers) if (g, w) not in self._reports]
+                    late = [
+                        w
+                        for w in range(self.config.workers)
+                        if any((g, w) not in by_worker for by_worker in self._reports)
+                    ]
                     if late:
                         workers = ", ".join(map(str, late))
                         failed[g] = (
@@ -508,48 +517,48 @@ class Coordinator:
                         )
             if failed:
                 raise GroupFailed(failed)
-        return dict(self._reports)
+        return [dict(by_worker) for by_worker in self._reports]
 
     def _abandon(self, interval: int, attempt: int, why: str) -> None:
         log.warning("abandoning attempt %d of interval %d: %s", attempt, interval, why)
         abandon = protocol.Abandon(interval, attempt)
         for child in self.supervisor.members():
             self._send(child, abandon)
-        self._discard(self._reports.values(), f"abandoned attempt {attempt}")
-        self._reports = {}
+        self._discard(self._all_reports(), f"abandoned attempt {attempt}")
+        self._reports = [{} for _ in self.names]
         self._current = None  # reports of it that arrive later are discarded too
 
-    def _compare_and_append(self, accepted: Accepted, lower: int, upper: int) -> AppendCost:
-        """Append ``accepted`` once; retried through consensus restarts with one
-        idempotency token, so a try whose answer was lost makes the next one
-        ``AlreadyAppended`` rather than an append twice or an ``UpperMismatch``.
-        ``UpperMismatch`` (another writer appended first), ``WriterExpired``
-        (also when the attempt was minted as a writer renewed since) and
-        ``PartsNotFound`` are raised at once."""
-        if self._minted_writer != self.writer.writer_id:
-            raise WriterExpired(f"attempt minted as expired writer {self._minted_writer}")
-        before = self.shard.stats()
+    def _compare_and_append(self, accepted: list[Accepted], lower: int, upper: int) -> AppendCost:
+        """Append ``accepted`` (each shard's, in order) once
+        (:meth:`Appends.one_try`); retried through consensus restarts with
+        the same idempotency tokens, so a try whose answer was lost makes the
+        next one ``AlreadyAppended`` rather than an append twice or a
+        mismatch. ``UpperMismatch`` or ``TransactionMismatch`` (another writer
+        appended first), ``WriterExpired`` (also when the attempt was minted
+        as a writer renewed since) and ``PartsNotFound`` are raised at once."""
+        if self._minted != self.appends.writer_ids():
+            raise WriterExpired(f"attempt minted as expired writers {self._minted}")
+        before = self.appends.stats()
         deadline = time.monotonic() + self.config.append_retry_s
         self.supervisor.check_consensus()
-        token = uuid.uuid4().hex
+        commit = self.appends.one_try(accepted, lower, upper)
         while True:
             try:
                 faults.point("append.before_cas")
-                self.writer.compare_and_append(list(accepted.batches), lower, upper, token=token)
+                commit()
                 faults.point("append.after_cas")
                 break
-            except (UpperMismatch, WriterExpired, PartsNotFound):
+            except (UpperMismatch, TransactionMismatch, WriterExpired, PartsNotFound):
                 raise  # no retry changes another writer's upper, or brings a writer or part back
             except (StorageError, PersistError) as exc:
                 if time.monotonic() > deadline:
                     raise
                 log.warning("append of [%d, %d) failed, retrying: %s", lower, upper, exc)
                 self._poll(POLL_MS)
-        after = self.shard.stats()
-        return AppendCost(*(getattr(after, f) - getattr(before, f) for f in AppendCost._fields))
+        return self.appends.cost(before)
 
     def _upper(self) -> int:
-        return self._through_restarts(lambda: self.shard.upper, "reading the shard's upper")
+        return self.appends.upper()
 
     def _through_restarts(self, call: Callable[[], T], what: str) -> T:
         """:func:`consensus_call` from the poll loop: children are heard and
@@ -573,10 +582,7 @@ class Coordinator:
         try:
             self.supervisor.stop(timeout_s)
         finally:
-            try:
-                self.writer.close()
-            except (StorageError, PersistError) as exc:
-                log.warning("could not expire the writer: %s", exc)
+            self.appends.close()
             self._sock.close()
             if self._curve is not None:
                 self._curve.close()

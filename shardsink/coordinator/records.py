@@ -20,7 +20,9 @@ class IntervalRecord(msgspec.Struct, frozen=True):
     shared-memory segment rather than inline in a ZeroMQ message;
     ``shared_max_bytes`` is the threshold the interval was minted with;
     ``parts_by_host`` the parts appended by host index (one host on this
-    machine alone)."""
+    machine alone); with a workload of several shards, ``parts_by_shard``
+    the parts (data and inline) appended to each, by name (empty with one:
+    all its parts are ``data_parts + inline_parts``)."""
 
     interval: int
     attempt: int
@@ -38,6 +40,7 @@ class IntervalRecord(msgspec.Struct, frozen=True):
     segment_parts: int
     shared_max_bytes: int
     parts_by_host: dict[int, int] = {}
+    parts_by_shard: dict[str, int] = {}
     #: intervals due by the schedule (``rate``) and not appended when this
     #: one was: 0 when the run keeps up
     backlog: int = 0
@@ -66,6 +69,7 @@ class Totals:
     own_batches: int = 0
     shared_batches: int = 0
     parts_by_host: dict[int, int] = field(default_factory=dict)
+    parts_by_shard: dict[str, int] = field(default_factory=dict)
 
     def add(self, record: IntervalRecord) -> None:
         self.appends += 1
@@ -81,6 +85,8 @@ class Totals:
         self.shared_batches += sum(record.shared_batches.values())
         for host, parts in record.parts_by_host.items():
             self.parts_by_host[host] = self.parts_by_host.get(host, 0) + parts
+        for shard, parts in record.parts_by_shard.items():
+            self.parts_by_shard[shard] = self.parts_by_shard.get(shard, 0) + parts
 
 
 @dataclass

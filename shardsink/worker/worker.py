@@ -1,14 +1,16 @@
 """The worker process: its slice of every minted interval, shared or its own.
 
 For each :class:`~shardsink.protocol.Mint` the worker produces the
-updates its workload assigns it (:func:`shardsink.workloads.updates`, with
-the interval's time; docs/workloads.md), consolidates them, digests them
+updates its workload assigns it (:func:`shardsink.workloads.shard_updates`,
+with the interval's time; docs/workloads.md), consolidates them, digests them
 (:mod:`shardsink.persist.digest`, reported to the coordinator) and stages
 them as Arrow. In ``best-effort`` and ``barrier`` mode, staged
 updates of at most ``shared_max_bytes`` go to the group's builder through
 shared memory (the last part finishes the worker's handle); larger ones, and
 every interval in ``off`` mode, become the worker's own batch, written in
-parallel with the others.
+parallel with the others. A workload of several shards is all of that once
+per shard, apart: a handle, a threshold, an own batch and a report per
+shard (one shard's rows never go into another's batch).
 
 In best-effort mode the worker joins the shared batch as soon as the mint
 arrives (an empty part), so its handle is open while it works on the
@@ -29,6 +31,7 @@ import contextlib
 import logging
 import os
 import time
+from typing import NamedTuple
 
 import msgspec
 import pyarrow as pa
@@ -36,8 +39,9 @@ import zmq
 
 from .. import faults, protocol, workloads
 from ..persist.batches import build_batch
-from ..persist.digest import written
+from ..persist.digest import Digest, written
 from ..persist.errors import PersistError
+from ..persist.state import Batch
 from ..persist.stats import ShardStats
 from ..process.roles import enter_member
 from ..shm import PartSender
@@ -55,6 +59,16 @@ class ShutdownRequested(Exception):
     """The coordinator asked the worker to exit."""
 
 
+class _Own(NamedTuple):
+    """A worker's own batch of one shard and an interval: the batch (``None``
+    if it wrote none), its writes, why writing it failed, how long it took."""
+
+    batch: Batch | None
+    stats: ShardStats
+    error: str | None
+    write_s: float
+
+
 class Worker:
     """One worker's sockets and state (see the module doc)."""
 
@@ -66,8 +80,10 @@ class Worker:
         self.index = spec.index
         self.global_index = spec.group * config.workers + spec.index
         self.workload = workloads.of(config)
-        self.schema = workloads.shard_schema(self.workload, config.workload)
-        self.empty = protocol.empty_part(self.schema)
+        # by shard index, in the workload's order (the mint's writers')
+        self.schemas = workloads.shard_schemas(self.workload, config.workload, config.shard)
+        self.names = list(self.schemas)
+        self.empty = [protocol.empty_part(schema) for schema in self.schemas.values()]
         self.blob = blob
         self.coord = ctx.socket(zmq.DEALER)
         self.coord.setsockopt(zmq.IDENTITY, f"g{self.group}/w{self.index}".encode())
@@ -112,76 +128,107 @@ class Worker:
                 return
             if isinstance(msg, protocol.Mint):
                 try:
-                    report = self.interval(msg)
+                    reports = self.interval(msg)
                 except Abandoned:
                     continue
                 except ShutdownRequested:
                     return
                 faults.point("worker.before_report")
-                self.coord.send(protocol.encode(report))
+                for report in reports:
+                    self.coord.send(protocol.encode(report))
 
-    def interval(self, mint: protocol.Mint) -> protocol.Report:
-        """Produce, stage, write or share one interval; the report on it."""
+    def interval(self, mint: protocol.Mint) -> list[protocol.Report]:
+        """Produce, stage, write or share one interval; the reports on it,
+        one per shard (each shard's rows are shared or written apart)."""
         joins = mint.mode != "off"
         if mint.mode == "best-effort":
             # The handle is open while the worker works on the interval, so the
             # workers of a group that work on it at the same time share a batch.
-            self._send(mint, self.empty, last=False)
+            for shard, empty in enumerate(self.empty):
+                self._send(mint, shard, empty, last=False)
         n = self.config.n_workers
-        table = workloads.updates(
-            self.workload, self.schema, mint.interval, self.global_index, n, mint.lower
+        tables = workloads.shard_updates(
+            self.workload, self.schemas, mint.interval, self.global_index, n, mint.lower
         )
-        content = written(table)
+        staged = [(table, written(table)) for table in tables.values()]
         faults.point("worker.after_encode")
+        shares = [joins and t.num_rows > 0 and t.nbytes <= mint.shared_max_bytes for t, _ in staged]
+        for shard, (table, _) in enumerate(staged):
+            if shares[shard]:
+                self._share(mint, shard, table)
+            elif joins:  # finish with nothing, so that the batch can be handed off
+                self._finish(mint, shard, self.empty[shard])
+        owns = [
+            self._own(mint, shard, table, content)
+            if table.num_rows and not shares[shard]
+            else _Own(None, ShardStats(), None, 0.0)
+            for shard, (table, content) in enumerate(staged)
+        ]
+        answers = self._await_handoffs(mint) if joins else {}
+        if any(answer.shared is not None for answer in answers.values()):
+            faults.point("worker.last_finisher")
+        return [
+            self._report(
+                mint, shard, *staged[shard], shares[shard], owns[shard], answers.get(shard)
+            )
+            for shard in range(len(staged))
+        ]
+
+    def _report(
+        self,
+        mint: protocol.Mint,
+        shard: int,
+        table: pa.Table,
+        content: Digest | None,
+        share: bool,
+        own: _Own,
+        answer: protocol.Handoff | None,
+    ) -> protocol.Report:
+        """The report on ``shard``: its rows ``table`` (digest ``content``),
+        shared or not, its own batch and the builder's ``answer``."""
         rows = table.num_rows
-        share = joins and rows > 0 and table.nbytes <= mint.shared_max_bytes
-        stats = ShardStats()
-        own = answer = error = None
-        write_s = 0.0
-        if share:
-            self._share(mint, table)
-        elif joins:  # finish with nothing, so that the batch can be handed off
-            self._finish(mint, self.empty)
-        if rows and not share:
-            started = time.monotonic()
-            try:
-                own = build_batch(
-                    self.blob,
-                    self.config.shard,
-                    table,
-                    mint.lower,
-                    mint.upper,
-                    writer=mint.writer,
-                    inline_max_bytes=self.spec.inline_max_bytes,
-                    target_bytes=self.config.blob_target_bytes,
-                    stats=stats,
-                    content=content,
-                )
-            except (StorageError, PersistError, ValueError) as exc:
-                error = f"writing its own batch failed: {type(exc).__name__}: {exc}"
-            write_s = time.monotonic() - started
-        if joins:
-            answer = self._await_handoff(mint)
-            error = error or answer.error
-            if answer.shared is not None:
-                faults.point("worker.last_finisher")
         return protocol.Report(
             interval=mint.interval,
             attempt=mint.attempt,
             group=self.group,
             worker=self.index,
             rows=rows,
-            own=own,
+            shard=shard,
+            own=own.batch,
             shared=protocol.Contribution(answer.generation, rows) if share and answer else None,
             received=answer.shared if answer is not None else None,
             delivered=answer.share if answer is not None else None,
-            blob_puts=stats.blob_puts,
-            blob_put_bytes=stats.blob_put_bytes,
-            error=error,
+            blob_puts=own.stats.blob_puts,
+            blob_put_bytes=own.stats.blob_put_bytes,
+            error=own.error or (answer.error if answer is not None else None),
             staged_bytes=table.nbytes if rows else 0,
-            write_s=write_s,
+            write_s=own.write_s,
             digest=content,
         )
+
+    def _own(
+        self, mint: protocol.Mint, shard: int, table: pa.Table, content: Digest | None
+    ) -> _Own:
+        """Write ``table`` as this worker's own batch of ``shard``."""
+        stats = ShardStats()
+        started = time.monotonic()
+        try:
+            batch = build_batch(
+                self.blob,
+                self.names[shard],
+                table,
+                mint.lower,
+                mint.upper,
+                writer=mint.writers[shard],
+                inline_max_bytes=self.spec.inline_max_bytes,
+                target_bytes=self.config.blob_target_bytes,
+                stats=stats,
+                content=content,
+            )
+        except (StorageError, PersistError, ValueError) as exc:
+            error = f"writing its own batch failed: {type(exc).__name__}: {exc}"
+            return _Own(None, stats, error, time.monotonic() - started)
+        return _Own(batch, stats, None, time.monotonic() - started)
 
     def close(self) -> None:
         """Unlink the arena and close the sockets; idempotent."""
@@ -191,19 +238,20 @@ class Worker:
         self.coord.close()
         self.handoff.close()
 
-    def _share(self, mint: protocol.Mint, table: pa.Table) -> None:
+    def _share(self, mint: protocol.Mint, shard: int, table: pa.Table) -> None:
         pieces = protocol.parts_of(table)
         for batch in pieces[:-1]:
-            self._send(mint, batch, last=False)
-        self._finish(mint, pieces[-1])
+            self._send(mint, shard, batch, last=False)
+        self._finish(mint, shard, pieces[-1])
 
-    def _finish(self, mint: protocol.Mint, batch: pa.RecordBatch) -> None:
-        """Send the part that finishes this worker's handle (fault points around it)."""
+    def _finish(self, mint: protocol.Mint, shard: int, batch: pa.RecordBatch) -> None:
+        """Send the part that finishes this worker's handle on ``shard``
+        (fault points around it)."""
         faults.point("worker.before_finish")
-        self._send(mint, batch, last=True)
+        self._send(mint, shard, batch, last=True)
         faults.point("worker.after_push")
 
-    def _send(self, mint: protocol.Mint, batch: pa.RecordBatch, *, last: bool) -> None:
+    def _send(self, mint: protocol.Mint, shard: int, batch: pa.RecordBatch, *, last: bool) -> None:
         assert self.sender is not None
         meta = protocol.Contribute(
             interval=mint.interval,
@@ -214,15 +262,17 @@ class Worker:
             worker=self.index,
             rows=batch.num_rows,
             last=int(last),
-            writer=mint.writer,
+            writer=mint.writers[shard],
+            shard=shard,
         )
         self.sender.send(batch, protocol.contribute_meta(meta))
 
-    def _await_handoff(self, mint: protocol.Mint) -> protocol.Handoff:
-        """The builder's answer to this attempt's finish. Raises
+    def _await_handoffs(self, mint: protocol.Mint) -> dict[int, protocol.Handoff]:
+        """The builder's answers to this attempt's finishes, by shard. Raises
         :class:`Abandoned` or :class:`ShutdownRequested` if the coordinator
         gives up on the attempt first."""
-        while True:
+        answers: dict[int, protocol.Handoff] = {}
+        while len(answers) < len(self.empty):
             events = dict(self.poller.poll())
             if self.handoff in events:
                 answer = self._decode(protocol.decode_handoff, self.handoff.recv())
@@ -230,7 +280,7 @@ class Worker:
                     mint.interval,
                     mint.attempt,
                 ):
-                    return answer
+                    answers[answer.shard] = answer
             if self.coord in events:
                 msg = self._decode(protocol.decode_to_child, self.coord.recv())
                 if isinstance(msg, protocol.Shutdown):
@@ -243,6 +293,7 @@ class Worker:
                 if isinstance(msg, protocol.Mint):  # a newer attempt: this one is over
                     self._queued.append(msg)
                     raise Abandoned
+        return answers
 
     def _next_message(self) -> protocol.ToChild:
         if self._queued:

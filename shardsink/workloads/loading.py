@@ -1,7 +1,8 @@
 """The workload protocol, and finding the workload a cluster runs.
 
-A workload is any object with a ``schema`` and an ``updates`` method
-(:class:`AnyWorkload`); ``ClusterConfig.workload`` names one:
+A workload is any object with a ``schema`` (one shard) or ``shards``
+(several) and an ``updates`` method (:class:`AnyWorkload`);
+``ClusterConfig.workload`` names one:
 
 - a built-in: ``trickle``, ``churn``, ``hydrate`` (:mod:`.builtin`),
   ``synth`` (:mod:`.synth`) or ``replay`` (:mod:`.replay`);
@@ -17,6 +18,11 @@ any of those its ``__init__`` takes by name and the table does not set.
 Every process of a cluster loads the workload itself from the config (a
 workload never crosses a socket), so the same arguments must make the same
 workload.
+
+The functions here see every workload as shards by name
+(:func:`shard_schemas`, :func:`shard_updates`): a workload with ``schema``
+writes one shard, the one ``ClusterConfig.shard`` names; one with ``shards``
+writes each shard it names, every interval to all of them at once.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import importlib
 import importlib.util
 import inspect
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -35,6 +42,7 @@ import pyarrow as pa
 from ..config import WORKLOADS, ClusterConfig
 from ..persist import parts as P
 from ..persist import values
+from ..persist.state import check_shard_name
 
 #: Built-in names besides ``WORKLOADS`` (the key-range ones), as specs.
 BUILTIN_SPECS = {
@@ -52,24 +60,30 @@ class AnyWorkload(Protocol):
     - ``schema``: a ``pyarrow.Schema`` of exactly the fields ``key`` and
       ``val``, of any types Arrow can sort and group (a struct for several
       columns); the shard's schema is it plus ``ts: uint64`` and
-      ``diff: int64``.
+      ``diff: int64``. Or, for a workload of several shards, ``shards``
+      instead: a dict of shard name -> such a schema (at least one; names as
+      :func:`~shardsink.persist.state.check_shard_name` takes them).
     - ``updates(interval, worker, workers)``: a ``pyarrow.Table`` (or record
       batch) with columns ``key``, ``val`` and optionally ``diff`` (``int64``;
       missing means +1): the updates global worker ``worker`` of ``workers``
-      writes in interval ``interval``. The cluster sets every ``ts`` to the
-      interval's time and consolidates. It must return the same rows for the
-      same arguments, in any process: an interval is redone after a failure,
-      by a restarted worker.
+      writes in interval ``interval``; with ``shards``, a dict of shard name
+      -> such a table (a shard missing from it gets no rows from this call).
+      The cluster sets every ``ts`` to the interval's time and consolidates.
+      It must return the same rows for the same arguments, in any process:
+      an interval is redone after a failure, by a restarted worker.
     - optional ``expected(intervals)``: the consolidated collection after
-      intervals ``0 .. intervals-1`` (``key``, ``val``, ``diff``), for an
-      exact check; without it a run is verified by digest
+      intervals ``0 .. intervals-1`` (``key``, ``val``, ``diff``), with
+      ``shards`` a dict of them by shard (a shard missing from it: empty),
+      for an exact check; without it a run is verified by digest
       (:mod:`shardsink.persist.digest`).
+    - optional ``check(snapshots)``: the workload's own invariant over the
+      snapshots read back as of one time (a dict of shard name ->
+      consolidated table, ``key, val, ts, diff``): ``None`` if it holds, else
+      a string saying what is wrong. With several shards it is where an
+      invariant across them lives (every order line's order exists).
     """
 
-    @property
-    def schema(self) -> pa.Schema: ...
-
-    def updates(self, interval: int, worker: int, workers: int) -> pa.Table: ...
+    def updates(self, interval: int, worker: int, workers: int) -> Any: ...
 
 
 def resolve(spec: str) -> str:
@@ -110,32 +124,82 @@ def of(config: ClusterConfig) -> AnyWorkload:
         )
     else:
         workload = target
-    if not isinstance(workload, AnyWorkload) or not isinstance(workload.schema, pa.Schema):
+    if not isinstance(workload, AnyWorkload) or not (
+        is_sharded(workload) or isinstance(getattr(workload, "schema", None), pa.Schema)
+    ):
         raise ValueError(
             f"workload {config.workload!r} is not a workload: it needs a pyarrow.Schema "
-            "'schema' and an 'updates(interval, worker, workers)' method"
+            "'schema' (or a dict 'shards' of them) and an 'updates(interval, worker, workers)' "
+            "method"
         )
     return workload
 
 
-def prepare(config: ClusterConfig) -> tuple[ClusterConfig, AnyWorkload, pa.Schema]:
+def is_sharded(workload: object) -> bool:
+    """Whether ``workload`` declares ``shards`` rather than one ``schema``."""
+    return getattr(workload, "shards", None) is not None
+
+
+def prepare(config: ClusterConfig) -> tuple[ClusterConfig, AnyWorkload, dict[str, pa.Schema]]:
     """What a cluster starts from: ``config`` with its workload's file made
     absolute (:func:`resolve`: every process of the run finds it from
-    there), the workload and its shard schema. Worker 0's first interval is
-    made too, so a workload that writes the wrong columns is refused here,
-    in one ``ValueError``, not by workers restarted over it."""
+    there), the workload and its shard schemas by name
+    (:func:`shard_schemas`). Worker 0's first interval is made too, so a
+    workload that writes the wrong columns or shards is refused here, in one
+    ``ValueError``, not by workers restarted over it."""
     config = msgspec.structs.replace(config, workload=resolve(config.workload))
     workload = of(config)
-    schema = shard_schema(workload, config.workload)
-    updates(workload, schema, 0, 0, config.n_workers, 0)
-    return config, workload, schema
+    schemas = shard_schemas(workload, config.workload, config.shard)
+    shard_updates(workload, schemas, 0, 0, config.n_workers, 0)
+    return config, workload, schemas
 
 
-def shard_schema(workload: AnyWorkload, spec: str = "") -> pa.Schema:
-    """The shard schema of ``workload`` (``key``, ``val``, ``ts``, ``diff``);
+def shard_schemas(
+    workload: AnyWorkload, spec: str = "", default: str = "default"
+) -> dict[str, pa.Schema]:
+    """The shard schemas of ``workload`` by shard name, in its order: those
+    of its ``shards``, or of its one ``schema`` as shard ``default``.
+    ``ValueError`` as :func:`shard_schema`'s, or for ``shards`` that is not
+    a non-empty dict of valid shard names and schemas."""
+    if not is_sharded(workload):
+        return {default: shard_schema(workload, spec)}
+    declared = workload.shards  # type: ignore[attr-defined]
+    if not isinstance(declared, Mapping) or not declared:
+        raise ValueError(
+            f"workload {spec!r}: its shards must be a non-empty dict of shard name -> "
+            f"pyarrow.Schema, not {declared!r}"
+        )
+    schemas = {}
+    for name, schema in declared.items():
+        try:
+            check_shard_name(name)
+        except ValueError as exc:
+            raise ValueError(f"workload {spec!r}: {exc}") from None
+        if not isinstance(schema, pa.Schema):
+            raise ValueError(
+                f"workload {spec!r}: shard {name!r} has a {type(schema).__name__}, not a "
+                "pyarrow.Schema"
+            )
+        schemas[name] = _full_schema(schema, f"{spec}, shard {name}")
+    return schemas
+
+
+def shard_schema(workload: AnyWorkload, spec: str = "", shard: str | None = None) -> pa.Schema:
+    """The shard schema (``key``, ``val``, ``ts``, ``diff``) of ``workload``'s
+    one ``schema``, or of its shard ``shard`` if it declares ``shards``.
     ``ValueError`` naming the workload and the field unless ``key`` and
-    ``val`` are its fields and can be sorted and hashed."""
-    schema = workload.schema
+    ``val`` are its fields and can be sorted and hashed, or naming the
+    workload's shards for a ``shard`` it does not write."""
+    if not is_sharded(workload):
+        return _full_schema(workload.schema, spec)  # type: ignore[attr-defined]
+    schemas = shard_schemas(workload, spec)
+    if shard not in schemas:
+        which = "which one?" if shard is None else f"not {shard!r}"
+        raise ValueError(f"workload {spec!r} writes shards {', '.join(schemas)}: {which}")
+    return schemas[shard]
+
+
+def _full_schema(schema: pa.Schema, spec: str) -> pa.Schema:
     if tuple(schema.names) != ("key", "val"):
         raise ValueError(
             f"workload {spec!r}: its schema must have exactly the fields key and val "
@@ -153,25 +217,102 @@ def updates(
 ) -> pa.Table:
     """``workload``'s updates for global worker ``worker`` in ``interval``,
     with ``ts`` set, cast to the shard ``schema`` and consolidated;
-    ``ValueError`` naming what is wrong with them."""
+    ``ValueError`` naming what is wrong with them. A workload of one shard
+    (``schema``); :func:`shard_updates` takes any."""
+    (table,) = shard_updates(workload, {"": schema}, interval, worker, workers, ts).values()
+    return table
+
+
+def shard_updates(
+    workload: AnyWorkload,
+    schemas: Mapping[str, pa.Schema],
+    interval: int,
+    worker: int,
+    workers: int,
+    ts: int,
+) -> dict[str, pa.Table]:
+    """:func:`updates` of every shard of ``schemas`` (:func:`shard_schemas`),
+    by name, in its order: an empty table for a shard the workload gave no
+    rows. ``ValueError`` as :func:`updates`', or for a workload of
+    ``shards`` that does not return a dict of tables by shard name or names
+    a shard it does not declare."""
     call = f"updates({interval}, {worker}, {workers})"
-    try:
-        table = workload.updates(interval, worker, workers)
-    except Exception as exc:  # the user's code: whatever it raises is named, in one line
-        raise ValueError(f"workload {call} raised {type(exc).__name__}: {exc}") from exc
-    return P.consolidate(_conform(table, schema, ts, call))
+    returned = _call(workload.updates, call, interval, worker, workers)
+    tables = _by_shard(workload, schemas, returned, call)
+    return {
+        name: P.consolidate(_conform(tables[name], schema, ts, _named(call, name, workload)))
+        if name in tables else schema.empty_table()
+        for name, schema in schemas.items()
+    }  # fmt: skip
 
 
 def expected(
-    workload: AnyWorkload, schema: pa.Schema, intervals: int, as_of: int
+    workload: AnyWorkload, schema: pa.Schema, intervals: int, as_of: int, shard: str = ""
 ) -> pa.Table | None:
     """``workload``'s expected collection after ``intervals`` intervals, at
-    ``ts = as_of``, consolidated; ``None`` if it has no ``expected``."""
+    ``ts = as_of``, consolidated: of its shard ``shard`` if it declares
+    ``shards`` (empty if its ``expected`` leaves that shard out); ``None``
+    if it has no ``expected``."""
     method = getattr(workload, "expected", None)
     if method is None:
         return None
-    table = method(intervals)
-    return P.consolidate(_conform(table, schema, as_of, f"expected({intervals})"))
+    call = f"expected({intervals})"
+    tables = _by_shard(workload, {shard: schema}, _call(method, call, intervals), call)
+    if shard not in tables:
+        return schema.empty_table()
+    return P.consolidate(_conform(tables[shard], schema, as_of, _named(call, shard, workload)))
+
+
+def check(workload: AnyWorkload, snapshots: Mapping[str, pa.Table]) -> str | None:
+    """What ``workload``'s ``check`` finds wrong with ``snapshots`` (by shard
+    name); ``None`` if it holds or the workload has no ``check``.
+    ``ValueError`` naming the call if it raises or returns neither ``None``
+    nor a string."""
+    method = getattr(workload, "check", None)
+    if method is None:
+        return None
+    call = f"check({', '.join(snapshots)})"
+    found = _call(method, call, dict(snapshots))
+    if found is not None and not isinstance(found, str):
+        raise ValueError(f"workload {call} returned {type(found).__name__}, not None or a str")
+    return found
+
+
+def _call(method: Any, call: str, *args: Any) -> Any:
+    """``method(*args)``, ``call`` naming it in the one-line ``ValueError``
+    that whatever it raises becomes."""
+    try:
+        return method(*args)
+    except Exception as exc:  # the user's code: whatever it raises is named, in one line
+        raise ValueError(f"workload {call} raised {type(exc).__name__}: {exc}") from exc
+
+
+def _by_shard(
+    workload: AnyWorkload, schemas: Mapping[str, pa.Schema], returned: Any, call: str
+) -> Mapping[str, Any]:
+    """What ``call`` returned, by shard name: a workload of one ``schema``
+    returned the table of the one shard of ``schemas``; one of ``shards`` a
+    dict, whose names must be shards it declares."""
+    if not is_sharded(workload):
+        (name,) = schemas
+        return {name: returned}
+    if not isinstance(returned, Mapping):
+        raise ValueError(
+            f"workload {call} returned {type(returned).__name__}, not a dict of tables by shard"
+        )
+    declared = workload.shards  # type: ignore[attr-defined]
+    unknown = [name for name in returned if name not in declared]
+    if unknown:
+        raise ValueError(
+            f"workload {call} returned shards {', '.join(map(repr, unknown))} it does not "
+            f"declare (its shards: {', '.join(declared)})"
+        )
+    return returned
+
+
+def _named(call: str, shard: str, workload: AnyWorkload) -> str:
+    """``call`` naming the shard its table is for, if the workload has several."""
+    return f"{call}[{shard!r}]" if is_sharded(workload) else call
 
 
 def _conform(table: Any, schema: pa.Schema, ts: int, call: str) -> pa.Table:

@@ -3,12 +3,20 @@ up means no append; and the cluster's wire messages decode strictly."""
 
 from __future__ import annotations
 
+import functools
+
 import msgspec
 import pytest
 
 from shardsink import protocol
 from shardsink.config import ClusterConfig
-from shardsink.coordinator.accounting import AccountingError, check, parts_by_host
+from shardsink.coordinator.accounting import (
+    AccountingError,
+    check,
+    check_shards,
+    parts_by_host,
+    total,
+)
 from shardsink.persist.state import Batch, BlobPart, InlinePart
 
 LOWER, UPPER = 3000, 4000
@@ -54,6 +62,36 @@ def test_reports_that_add_up_are_appended_together():
     assert accepted.own_batches == 1 and accepted.shared_batches == {0: 1}
     assert accepted.blob_puts == 1 and len(accepted.batches) == 2
     assert accepted.segment_parts == 1  # the shared batch's; own batches use no channel
+
+
+def _on_shard(reports: dict, shard: int) -> dict:
+    return {k: msgspec.structs.replace(r, shard=shard) for k, r in reports.items()}
+
+
+def test_every_shards_reports_must_add_up_on_their_own():
+    """Shard 1's reports are shard 0's, filed anew: each shard's append holds
+    its own batches; a report of the wrong shard, or a shard whose reports do
+    not add up, refuses the whole attempt naming the shard."""
+    names = ["orders", "lines"]
+
+    check_one = functools.partial(
+        check, groups=2, workers=2, interval=3, attempt=1, lower=LOWER, upper=UPPER
+    )
+    both = [_good(), _on_shard(_good(), 1)]
+    accepted = check_shards(both, names, check_one)
+    assert [a.rows for a in accepted] == [21, 21]
+    summed = total(accepted)
+    assert (summed.rows, summed.own_batches, summed.shared_batches) == (42, 2, {0: 2})
+    assert summed.batches == accepted[0].batches + accepted[1].batches
+    assert total(accepted[:1]) == accepted[0]
+    swapped = [_good(), _good()]  # shard 0's reports filed as shard 1's
+    with pytest.raises(AccountingError, match=r"shard lines: report filed as g0/w0 .*\(shard 1\)"):
+        check_shards(swapped, names, check_one)
+    missing = [_good(), {k: r for k, r in _on_shard(_good(), 1).items() if k != (1, 1)}]
+    with pytest.raises(AccountingError, match="shard lines: no report from g1/w1"):
+        check_shards(missing, names, check_one)
+    with pytest.raises(AccountingError, match="reports on 1 shards, not the 2 written"):
+        check_shards([_good()], names, check_one)
 
 
 def test_parts_are_counted_by_the_host_that_built_them():
@@ -128,7 +166,7 @@ def test_wire_messages_decode_strictly():
     assert protocol.decode_from_child(protocol.encode(report)) == report
     with pytest.raises(msgspec.DecodeError):
         protocol.decode_from_child(
-            protocol.encode(protocol.Mint(1, 0, 0, 1, "off", 0, "w.1"))
+            protocol.encode(protocol.Mint(1, 0, 0, 1, "off", 0, ("w.1",)))
         )  # not a child's message
     with pytest.raises(msgspec.DecodeError):
         protocol.decode_to_child(b"\x81\xa4type\xa4mint")

@@ -3,8 +3,11 @@ and checks that a cluster left nothing behind."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 import uuid
@@ -17,14 +20,17 @@ import pytest
 import zmq
 
 from shardsink import open_shard, protocol
+from shardsink._curve import KEYS_ENV
 from shardsink.cluster import Cluster, ClusterStats, IntervalRecord, Workload
 from shardsink.config import ClusterConfig
 from shardsink.persist.config import OFFLINE
-from shardsink.process import Child, Launch, SpawnStarter, kill_all
+from shardsink.process import Child, ConsensusProcess, Launch, SpawnStarter, kill_all
+from shardsink.server.config import ServeConfig
 from shardsink.shm import PartSender, list_segments
 from shardsink.workloads import SCHEMA
 
 TIMEOUT = 30.0
+ROOT = Path(__file__).resolve().parents[2]
 #: The writer the harness's parts are written as (a coordinator's mint names one).
 WRITER = "cluster-test.1"
 
@@ -243,3 +249,45 @@ def sweep_leaked(data_dir: Path, rows: int) -> list[str]:
 def workers_with_rows(workload: Workload, interval: int, n_workers: int) -> int:
     """How many of ``n_workers`` global workers have rows in ``interval``."""
     return sum(workload.updates(interval, w, n_workers).num_rows > 0 for w in range(n_workers))
+
+
+def two_ups(tmp_path: Path, popen, flags: list[str], timeout_s: float) -> tuple[list[dict], list]:
+    """Two ``shardsink up --json FLAGS`` at once through ``popen``, each with
+    a data dir of its own under ``tmp_path``, run to their end: what each
+    printed, and when each ended (monotonic). Fails the test if either is
+    still running after ``timeout_s`` (naming its last words) or exits
+    other than 0."""
+    outputs = [(tmp_path / f"out{i}", tmp_path / f"err{i}") for i in range(2)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = []
+    for i, (out, err) in enumerate(outputs):
+        argv = [sys.executable, "-m", "shardsink.cli", "up", "--json", *flags,
+                "--data-dir", str(tmp_path / f"d{i}")]  # fmt: skip
+        with out.open("w") as stdout, err.open("w") as stderr:
+            procs.append(popen(argv, cwd=ROOT, env=env, stdout=stdout, stderr=stderr))
+    deadline = time.monotonic() + timeout_s
+    ended: dict[int, float] = {}
+    while len(ended) < 2:
+        for i, proc in enumerate(procs):
+            if i not in ended and proc.poll() is not None:
+                ended[i] = time.monotonic()
+        if time.monotonic() > deadline:
+            logs = [outputs[i][1].read_text()[-3000:] for i in range(2) if i not in ended]
+            pytest.fail(f"still running after {timeout_s} s: {logs}")
+        time.sleep(0.05)
+    for proc, (_, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err.read_text()
+    return [json.loads(out.read_text()) for out, _ in outputs], [ended[0], ended[1]]
+
+
+@contextlib.contextmanager
+def replica_server(tmp_path: Path, monkeypatch):
+    """A consensus server on ``tcp://`` loopback over SQLite and file stores
+    under ``tmp_path``, whose CURVE keys every client of the test finds
+    (``SHARDSINK_KEYS``): for clusters writing the same shards. Yields it
+    and the blob URI."""
+    blob = f"file://{tmp_path / 'blob'}"
+    store = f"sqlite://{tmp_path / 'consensus.db'}"
+    monkeypatch.setenv(KEYS_ENV, str(tmp_path / "keys"))
+    with ConsensusProcess(store, blob, ServeConfig(bind="tcp://127.0.0.1:0")) as server:
+        yield server, blob

@@ -24,6 +24,7 @@ import msgspec
 from ..._units import MIB
 from ...config import AUTO, ClusterConfig
 from .. import scale
+from ..peers import PEERS
 from . import hosts, peer_matrix, rates, saturation
 
 UNLIMITED = 1 << 50  # "everything through the builder"
@@ -186,7 +187,9 @@ def describe(row: dict) -> str:
     text = shape_of(row)
     if row.get("snapshot_rows"):
         text += f" S={row['snapshot_rows']:,}"
-    if row.get("snapshot_rows") or row.get("shared_max_bytes", MIB) != MIB:
+    if row["mode"] not in PEERS and (
+        row.get("snapshot_rows") or row.get("shared_max_bytes", MIB) != MIB
+    ):
         text += f" B={bytes_label(row['shared_max_bytes'])}"
     if row.get("compaction"):
         text += " +compaction"

@@ -113,7 +113,7 @@ def headline(rows: list[dict]) -> list[str]:
                 continue
             against = [strongest, *(p for p in HEADLINE_PEERS if p != strongest and p in ranked)]
             said = [
-                _versus(ours, peers[p], p + (" (the strongest peer)" if p == strongest else ""))
+                _versus(ours, peers[p], p, ", the strongest peer" if p == strongest else "")
                 for p in against
             ]
             mine = _latencies(ours).distribution().p99_9
@@ -128,14 +128,14 @@ def headline(rows: list[dict]) -> list[str]:
     return lines
 
 
-def _versus(ours: list[dict], theirs: list[dict], label: str) -> str:
-    """``N.NNx label (R rows/s; per repeat a-b)``."""
+def _versus(ours: list[dict], theirs: list[dict], label: str, note: str = "") -> str:
+    """``N.NNx label (R rows/s<note>; per repeat a-b)``."""
     ratios = _ratios(ours, theirs)
     if not ratios:
         return f"no repeat of {label} to compare"
     return (
         f"{statistics.median(ratios):.2f}x {label} ({statistics.median(_rates(theirs)):,.0f} "
-        f"rows/s; per repeat {min(ratios):.2f}-{max(ratios):.2f}x)"
+        f"rows/s{note}; per repeat {min(ratios):.2f}-{max(ratios):.2f}x)"
     )
 
 
@@ -204,28 +204,27 @@ def plot(plt, rows: list[dict], out: Path, caption: str = "") -> list[Path]:
     if not cells:
         return []
     shapes = list(dict.fromkeys(s for s, _ in cells))
+    # rows/s, latency and metadata bytes span orders of magnitude across
+    # the peers: log scales, so the small bars are seen too
     panels = (
-        ("rows/s", "rows a second (closed loop)", lambda r: r["rows_per_s"], "{:,.0f}"),
-        (
-            "p99.9 latency",
-            "p99.9 per interval (ms, each repeat's)",
-            lambda r: r["append_latency_ms"]["p99.9"],
-            "{:,.0f}",
-        ),
-        ("data files per interval", "files per interval", _FIGURES[0][1], "{:.1f}"),
-        (
-            "metadata bytes per interval",
-            "bytes per interval",
-            lambda r: r["diff_bytes_per_append"],
-            "{:,.0f}",
-        ),
-    )
+        ("rows/s", "rows a second (closed loop, log scale)", lambda r: r["rows_per_s"],
+         "{:,.0f}", True),
+        ("p99.9 latency", "p99.9 per interval (ms, each repeat's; log scale)",
+         lambda r: r["append_latency_ms"]["p99.9"], "{:,.0f}", True),
+        ("data files per interval", "files per interval", _FIGURES[0][1], "{:.1f}", False),
+        ("metadata bytes per interval", "bytes per interval (log scale)",
+         lambda r: r["diff_bytes_per_append"], "{:,.0f}", True),
+    )  # fmt: skip
     fig, axes = plt.subplots(2, 2, figsize=(14, 9))
-    for ax, (title, unit, value, fmt) in zip(axes.flat, panels, strict=True):
+    for ax, (title, unit, value, fmt, log) in zip(axes.flat, panels, strict=True):
         series: dict[str, dict[str, list[float]]] = {}
         for (shape, variant), runs in cells.items():
             series.setdefault(variant, {})[shape] = [value(r) for r in runs if r.get("verified")]
         grouped_bars(ax, shapes, series, fmt)
+        values = [v for by_shape in series.values() for vs in by_shape.values() for v in vs]
+        if log and any(v > 0 for v in values):
+            ax.set_yscale("log")
+            ax.set_ylim(min(v for v in values if v > 0) / 3, max(values) * 5)
         ax.set_title(title, fontsize=10)
         ax.set_ylabel(unit)
         ax.set_xlabel("shape: groups x workers, R = rows per interval")

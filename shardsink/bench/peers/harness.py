@@ -233,7 +233,6 @@ def _figures(
         "rows_per_interval": workload.rows_per_interval,
         "intervals": intervals,
         "snapshot_rows": workload.snapshot_rows,
-        "shared_max_bytes": 0,
         "appends": written.intervals,
         "commits": stored.commits,
         "cas_per_append": stored.commits / per,

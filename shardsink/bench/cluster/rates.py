@@ -244,9 +244,10 @@ def series_plot(plt, rows: list[dict], out: Path, caption: str = "") -> list[Pat
             axes[2][col].set_yscale("log")
             axes[2][col].set_xlabel("time into the run (s)")
         window = mine[0].get("series_window_s", 1.0)
-        axes[0][0].set_ylabel(f"appends/s per {window:g} s window")
-        axes[1][0].set_ylabel("backlog (intervals due, not appended; most in the window)")
-        axes[2][0].set_ylabel("p99 latency per window (ms from the due time, log scale)")
+        # short lines: the three panels' labels stack beside each other
+        axes[0][0].set_ylabel(f"appends/s\n(per {window:g} s window)")
+        axes[1][0].set_ylabel("backlog: intervals due,\nnot appended (most)")
+        axes[2][0].set_ylabel("p99 latency (ms from\nthe due time, log scale)")
         handles = [Line2D([], [], color=colors[t], label=f"target {t:g}/s") for t in targets]
         repeats = sorted({r["repeat"] for r in mine})
         handles += [

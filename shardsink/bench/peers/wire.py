@@ -3,7 +3,8 @@ how: length-prefixed msgpack frames of :class:`~shardsink._wire.Message`
 unions over the worker's stdin (driver to worker) and stdout (worker to
 driver). Nothing is pickled: an interval's rows cross as Arrow IPC bytes.
 
-Driver to worker: :class:`Go` (write interval ``i``), :class:`Stop`.
+Driver to worker: :class:`Go` (write interval ``i``); the end of its
+stdin tells a worker to stop.
 Worker to driver: :class:`Ready` once, then per interval one of
 :class:`Committed` (it committed its slice itself), :class:`Handed` (its
 slice's rows, for the coalesced committer) or :class:`Written` (the
@@ -28,13 +29,6 @@ _LENGTH = struct.Struct(">I")
 
 class Go(Message, tag="go"):
     interval: int
-
-
-class Stop(Message, tag="stop"):
-    pass
-
-
-ToWorker = Go | Stop
 
 
 class Ready(Message, tag="ready"):
@@ -83,7 +77,7 @@ class Written(Message, tag="written"):
 FromWorker = Ready | Committed | Handed | Written
 
 encode = msgspec.msgpack.Encoder().encode
-decode_to_worker = msgspec.msgpack.Decoder(ToWorker).decode
+decode_to_worker = msgspec.msgpack.Decoder(Go).decode
 decode_from_worker = msgspec.msgpack.Decoder(FromWorker).decode
 
 
@@ -94,7 +88,7 @@ def send(stream: BinaryIO, message: Message) -> None:
     stream.flush()
 
 
-def receive_blocking(stream: BinaryIO) -> ToWorker | None:
+def receive_blocking(stream: BinaryIO) -> Go | None:
     """The next frame to a worker from ``stream``; ``None`` at its end (the
     driver is gone)."""
     head = stream.read(_LENGTH.size)

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from ...workloads import Workload
 from .formats import Committer, format_named
-from .wire import Committed, FromWorker, Go, Handed, Outcome, Ready, Written, receive_blocking, send
+from .wire import Committed, FromWorker, Handed, Outcome, Ready, Written, receive_blocking, send
 
 #: How a peer commits an interval: every worker its own commit, every worker
 #: a file and the driver one commit of them all, or the driver one file and
@@ -50,7 +50,7 @@ def main(argv: list[str]) -> None:
     if spec.commit != "coalesced":
         committer = format_named(spec.format).open(Path(spec.location), spec.retries)
     send(out, Ready())
-    while isinstance(message := receive_blocking(sys.stdin.buffer), Go):
+    while (message := receive_blocking(sys.stdin.buffer)) is not None:
         data = spec.workload.updates(message.interval, spec.worker, spec.workers)
         send(out, _written(spec.commit, committer, message.interval, data))
 

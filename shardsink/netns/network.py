@@ -5,7 +5,13 @@ loopback up and one interface ``eth0`` at ``10.77.<k>.<i+1>/24``, the other
 end of whose veth is a port of the bridge ``br0`` in a namespace of its own,
 the switch. Nothing is made in the root namespace: its interfaces and
 firewall never see the run's traffic (with ``br_netfilter`` loaded, a bridge
-there would pass its frames through the root's iptables).
+there would pass its frames through the root's iptables), but for the
+*observer's port* when asked (``observer=True``): one veth from the root
+namespace to the bridge at ``10.77.<k>.254`` (:attr:`Network.observer`), so
+this process (a chaos run's readers and checks, as Jepsen's control node)
+reaches the hosts' services over the emulated network. It is in no fault's
+sides: a partition leaves it connected to both, an isolated host drops it
+too. Deleting the switch namespace deletes it, root end and all.
 
 Commands run in a host through ``ip netns exec`` (:meth:`Network.exec`,
 :meth:`Network.popen`); faults are injected through :attr:`Network.nemesis`
@@ -20,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -46,13 +53,17 @@ class Network:
     or run id, ``CommandFailed`` if ``ip`` fails (what was made is removed).
     """
 
-    def __init__(self, hosts: int, *, run: str = "net", clocks: bool = False) -> None:
-        if not 1 <= hosts <= MAX_HOSTS:
-            raise ValueError(f"hosts={hosts}: a network has 1 to {MAX_HOSTS} hosts")
+    def __init__(
+        self, hosts: int, *, run: str = "net", clocks: bool = False, observer: bool = False
+    ) -> None:
+        if not 1 <= hosts <= MAX_HOSTS - 1:
+            raise ValueError(f"hosts={hosts}: a network has 1 to {MAX_HOSTS - 1} hosts")
         self.check(clocks=clocks)
         self.name: RunName = new_run(run)
         self.hosts: tuple[Host, ...] = tuple(self.name.host(i) for i in range(hosts))
         self.switch = self.name.netns("sw")
+        #: this process's address on the network (the observer's port), if asked
+        self.observer = f"10.77.{self.name.k}.254" if observer else None
         self._started: list[subprocess.Popen] = []
         self._closed = False
         self.clocks: Clocks | None = None
@@ -68,9 +79,10 @@ class Network:
             raise
 
     @staticmethod
-    def check(*, clocks: bool = False) -> None:
+    def check(*, clocks: bool = False, observer: bool = False) -> None:
         """Raise ``MissingCapability`` if this process cannot make a network
-        (not root, no ``ip netns``; no libfaketime with ``clocks``)."""
+        (not root, no ``ip netns``; no libfaketime with ``clocks``); an
+        ``observer``'s port needs nothing more."""
         tools.require_ip_netns()
         if clocks:
             tools.libfaketime()
@@ -156,6 +168,8 @@ class Network:
         steps = [
             self.nemesis.heal_all,
             lambda: tools.each(self._started[::-1], self.stop),
+            # at once: the switch's deletion takes its veths with it, a moment later
+            *([self._remove_observer] if self.observer is not None else []),
             lambda: remove_namespaces(self.namespaces),
             *([self.clocks.close] if self.clocks is not None else []),
             lambda: shutil.rmtree(self.name.state_dir, ignore_errors=True),
@@ -173,6 +187,18 @@ class Network:
         for h in self.hosts:
             lines = ["link set lo up", f"addr add {h.address}/24 dev eth0", "link set eth0 up"]
             tools.run(["ip", "-n", h.netns, "-batch", "-"], input="\n".join(lines) + "\n")
+        if self.observer is not None:
+            port = f"ssk{self.name.k}obs"  # in the root namespace: 15 bytes at most, unique by k
+            tools.run(["ip", "-n", self.switch, "link", "add", "obs", "type", "veth", "peer",
+                       "name", port, "netns", "1"])  # fmt: skip
+            tools.run(["ip", "-n", self.switch, "link", "set", "obs", "master", "br0", "up"])
+            tools.run(["ip", "addr", "add", f"{self.observer}/24", "dev", port])
+            tools.run(["ip", "link", "set", port, "up"])
+
+    def _remove_observer(self) -> None:
+        port = f"ssk{self.name.k}obs"
+        if port in {name for _, name in socket.if_nameindex()}:
+            tools.run(["ip", "link", "del", port])
 
     def inodes(self) -> dict[str, int]:
         """The namespace inode of each of the run's namespaces that exists

@@ -18,7 +18,17 @@ import time
 import msgspec
 
 from .._curve import ClientKeys, keys_for
-from ..persist.commands import Command, Result
+from ..persist.commands import (
+    AlreadyAppended,
+    Appended,
+    Command,
+    CompareAndAppend,
+    Leased,
+    LeaseSeqno,
+    RegisterReader,
+    Result,
+    WrongUpper,
+)
 from ..persist.compaction import CompactionReport
 from ..persist.config import ShardConfig
 from ..persist.gc import GcReport
@@ -26,6 +36,7 @@ from ..persist.state import ShardState
 from ..persist.stats import MachineStats
 from ..storage.contracts import VersionedData
 from ..storage.errors import DeterminateError, IndeterminateError
+from . import history
 from .rpc import RpcClient
 from .wire import (
     ErrorReply,
@@ -129,6 +140,51 @@ class ServerClient:
         self._rpc.close()
 
 
+class _History:
+    """What this process's clients record of the consensus protocol, if a
+    history file is named (:func:`.history.from_environment`): each
+    compare-and-append as an ``append`` op and each state read (a fetch, a
+    long poll, a reader's lease) as a ``read`` of the upper, invoked before
+    the request is sent and completed with what came back."""
+
+    def __init__(self) -> None:
+        got = history.from_environment()
+        self.writer, self.process = got if got is not None else (None, "")
+
+    def append(self, shard: str, command: Command) -> history.Handle | None:
+        if self.writer is None or not isinstance(command, CompareAndAppend):
+            return None
+        return self.writer.invoke(
+            process=self.process, shard=shard, kind="append", writer=command.writer_id,
+            token=command.token, lower=command.expected_upper, upper=command.new_upper,
+        )  # fmt: skip
+
+    def read(self, shard: str) -> history.Handle | None:
+        if self.writer is None:
+            return None
+        return self.writer.invoke(process=self.process, shard=shard, kind="read")
+
+    def done(self, handle: history.Handle | None, outcome: object) -> None:
+        """Complete ``handle`` with a result, a state or the error raised."""
+        if handle is None or self.writer is None:
+            return
+        if isinstance(outcome, Appended):
+            self.writer.complete(handle, "ok")
+        elif isinstance(outcome, AlreadyAppended):
+            self.writer.complete(handle, "already")
+        elif isinstance(outcome, WrongUpper):
+            self.writer.complete(handle, "mismatch", actual=outcome.actual)
+        elif isinstance(outcome, ShardState | Leased):
+            state = outcome if isinstance(outcome, ShardState) else outcome.state
+            self.writer.complete(handle, "ok", upper=state.upper)
+        elif isinstance(outcome, DeterminateError):
+            self.writer.complete(handle, "fail")
+        elif isinstance(outcome, BaseException):  # a lost answer, a crash: it may have happened
+            self.writer.complete(handle, "info")
+        else:  # refused: WriterGone, PartsMissing, Rejected, InlineCapExceeded, ...
+            self.writer.complete(handle, "fail")
+
+
 class RemoteTransactions:
     """:class:`~shardsink.persist.transactions.Transactions` run by the
     consensus server ``client`` reaches (its shards must be loaded there:
@@ -136,10 +192,19 @@ class RemoteTransactions:
 
     def __init__(self, client: ServerClient) -> None:
         self._client = client
+        self._history = _History()
 
     def run_all(self, items) -> list[Result]:
         request = RunTransaction(tuple(TransactionItem(shard, command) for shard, command in items))
-        reply = self._client.request(request)
+        handles = [self._history.append(shard, command) for shard, command in items]
+        try:
+            reply = self._client.request(request)
+        except BaseException as exc:
+            for handle in handles:
+                self._history.done(handle, exc)
+            raise
+        for handle, result in zip(handles, getattr(reply, "results", ()), strict=False):
+            self._history.done(handle, result)
         if not isinstance(reply, TransactionReply):
             raise IndeterminateError(
                 f"consensus server {self._client.address} answered {type(reply).__name__}, "
@@ -161,6 +226,7 @@ class RemoteMachine:
         self._state: ShardState | None = None
         self._stats = MachineStats()
         self._closed = False
+        self._history = _History()
 
     @classmethod
     def open(
@@ -195,15 +261,30 @@ class RemoteMachine:
 
     def run(self, command: Command) -> Result:
         self._check_open()
-        reply = self._expect(self._client.request(RunCommand(self.shard, command)), RunReply)
+        if isinstance(command, RegisterReader | LeaseSeqno):
+            handle = self._history.read(self.shard)
+        else:
+            handle = self._history.append(self.shard, command)
+        try:
+            reply = self._expect(self._client.request(RunCommand(self.shard, command)), RunReply)
+        except BaseException as exc:
+            self._history.done(handle, exc)
+            raise
+        self._history.done(handle, reply.result)
         _accumulate(self._stats, reply.work)
         return reply.result
 
     def state(self, refresh: bool = False) -> ShardState:
         self._check_open()
         if refresh:
-            reply = self._client.request(FetchState(self.shard))
-            self._state = self._expect(reply, StateReply).state
+            handle = self._history.read(self.shard)
+            try:
+                reply = self._client.request(FetchState(self.shard))
+                self._state = self._expect(reply, StateReply).state
+            except BaseException as exc:
+                self._history.done(handle, exc)
+                raise
+            self._history.done(handle, self._state)
         return self._state
 
     def wait_for_upper_past(self, upper: int, timeout: float | None) -> ShardState:

@@ -45,8 +45,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from shardsink.chaos.history import HistoryError, HistoryWriter, Op, describe, load
 from shardsink.chaos.linearizability import Register, Result, ShardModel, check, verdict
+from shardsink.server.history import HistoryError, HistoryWriter, Op, describe, load
 
 MS = 1_000_000
 
@@ -414,7 +414,7 @@ def test_a_killed_client_leaves_its_operation_as_info(tmp_path) -> None:
     path = tmp_path / "history.jsonl"
     code = (
         "import os, signal, sys\n"
-        "from shardsink.chaos.history import HistoryWriter\n"
+        "from shardsink.server.history import HistoryWriter\n"
         "h = HistoryWriter(sys.argv[1])\n"
         "h.complete(h.invoke(process='c0', shard='s', kind='read'), 'ok', upper=0)\n"
         "h.invoke(process='c0', shard='s', kind='append', writer='w', token='t', lower=0,"

@@ -1,6 +1,9 @@
 """The history of a chaos run: every client operation of the consensus
 protocol, as ``history.jsonl``, for the linearizability checker
-(:mod:`.linearizability`).
+(:mod:`shardsink.chaos.linearizability`). A process records its own when
+:data:`HISTORY_ENV` names the file (:func:`from_environment`): the server's
+clients (:mod:`.client`) record each compare-and-append and each read of
+the upper they make.
 
 An operation is an :class:`Op`: who did it (``process``), on which shard,
 what (``append(writer, token, lower, upper)`` or ``read``), when it was
@@ -283,3 +286,25 @@ def _joined(before: Op | None, op: Op, line: int | None) -> str | None:
     if not same or (op.kind == "append" and op.upper != before.upper):
         return f"its completion does not match its invocation (line {line})"
     return None
+
+
+#: The history file every client of this process records to, if set
+#: (``shardsink chaos`` sets it for the processes of a run), and the name
+#: its operations go under (default: the process's fault role, else its pid).
+HISTORY_ENV = "SHARDSINK_HISTORY"
+PROCESS_ENV = "SHARDSINK_HISTORY_PROCESS"
+_FROM_ENV: dict[str, HistoryWriter] = {}
+_FROM_ENV_LOCK = threading.Lock()
+
+
+def from_environment() -> tuple[HistoryWriter, str] | None:
+    """This process's history writer and process name, if :data:`HISTORY_ENV`
+    names a file (one writer per file per process, opened on first use)."""
+    path = os.environ.get(HISTORY_ENV)
+    if not path:
+        return None
+    with _FROM_ENV_LOCK:
+        writer = _FROM_ENV.get(path)
+        if writer is None:
+            writer = _FROM_ENV[path] = HistoryWriter(path)
+    return writer, os.environ.get(PROCESS_ENV) or f"pid {os.getpid()}"

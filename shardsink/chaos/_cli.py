@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from .._http import FREE_PORT
-from ..options import Flag, add_options, build, layered
+from ..options import PLACE_HELP, Flag, add_options, build, layered, placement
 from .config import ChaosConfig
 from .schedule import FAULT_KINDS
 
@@ -19,8 +19,10 @@ FLAGS: dict[str, Flag] = {
     "seed": Flag("X", "seeds the fault schedule"),
     "data_dir": Flag("D", "a new or empty directory for the run",
                      default="a temporary one, kept only when a violation is found"),
-    "blob": Flag("URI", "blob store", default="file://D/data/blob"),
-    "consensus": Flag("URI", "consensus store, e.g. postgresql://...",
+    "blob": Flag("URI", "blob store; with --hosts netns:N, s3: a throwaway S3 server on its "
+                 "host", default="file://D/data/blob"),
+    "consensus": Flag("URI", "consensus store, e.g. postgresql://...; with --hosts netns:N, "
+                      "postgresql: a throwaway server on its host",
                       default="sqlite:///D/data/consensus.db"),
     "groups": Flag("G", "process groups"),
     "workers": Flag("W", "workers per group"),
@@ -49,13 +51,18 @@ FLAGS: dict[str, Flag] = {
                       f"{FREE_PORT}, a free port", const=FREE_PORT),
     "writer_lease_ms": Flag("MS", "the consensus process's writer lease; a coordinator retries "
                             "an append for two thirds of it"),
-    "hosts": Flag("local|ray:ADDRESS", "the cluster's --hosts: with ray:ADDRESS, --groups groups "
-                  "on each node of that Ray cluster, whose nodes run on this machine (the "
-                  "faults kill-host and pause-host need it)"),
+    "hosts": Flag("local|ray:ADDRESS|netns:N", "the cluster's --hosts: with ray:ADDRESS, "
+                  "--groups groups on each node of that Ray cluster, whose nodes run on this "
+                  "machine (the faults kill-host and pause-host need it); with netns:N, N "
+                  "emulated hosts the run makes (root), a Ray node on each, the consensus "
+                  "server and the stores on hosts of their own (--place); the network faults "
+                  "need them"),
     "blob_shared": Flag(None, "the cluster's --blob-shared"),
     "max_hosts": Flag("N", "the cluster's --max-hosts"),
     "host_timeout_s": Flag("S", "the cluster's --host-timeout-s"),
     "host_lost": Flag(None, "the cluster's --host-lost"),
+    "network_max_s": Flag("S", "a network fault (--hosts netns:N) lasts 1 to S seconds, then "
+                          "heals"),
 }  # fmt: skip
 
 
@@ -73,6 +80,12 @@ def register(commands, bench) -> None:
         "same fault schedule.",
     )
     add_options(chaos, ChaosConfig, FLAGS, 'duration_s = 30.0, faults = ["kill-worker"]')
+    chaos.add_argument(
+        "--place",
+        type=placement,
+        metavar="ROLE=HOST,...",
+        help=PLACE_HELP,
+    )
     chaos.add_argument(
         "--json", action="store_true", default=False, help="print the report as JSON"
     )
@@ -191,6 +204,12 @@ def report_table(report):
             f"{report.snapshots_checked} checked; skipped: {counts(report.snapshots_skipped)}",
         ),
         ("maintenance", counts(report.maintenance)),
+        (
+            "history",
+            f"{report.history.ops:,} ops, {report.history.appends:,} appends committed, "
+            f"{report.history.info:,} unknown; {report.history.verdict} "
+            f"({report.history.check_s:.2f} s)",
+        ),
         ("leaked blobs swept", str(report.leaked_blobs_swept)),
         ("segments left", str(report.segments_swept)),
         ("violations", str(len(report.violations)) if report.violations else "none"),

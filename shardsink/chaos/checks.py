@@ -12,10 +12,12 @@ from ..persist.config import OFFLINE
 from ..persist.errors import PersistError, ShardNotFound
 from ..persist.shard import Shard
 from ..process import remove_dead_run_dirs
+from ..server import history
 from ..shm.sweep import list_segments, unlink_segment
 from ..storage.contracts import temp_files
 from ..storage.errors import StorageError
-from .config import INTERVAL_MS, SHARD, ChaosReport
+from . import linearizability
+from .config import INTERVAL_MS, SHARD, ChaosReport, HistoryCheck
 from .context import RunContext
 from .nemesis import Nemesis
 from .schedule import kind_of
@@ -35,6 +37,7 @@ def final_checks(run: RunContext, events: list, nemesis: Nemesis, watched) -> Ch
     remove_dead_run_dirs()
     swept = 0
     intervals = 0
+    final_upper: int | None = None
     unknown = []  # what leaves the run unable to judge, beyond too few intervals
     try:
         with open_shard(
@@ -51,6 +54,7 @@ def final_checks(run: RunContext, events: list, nemesis: Nemesis, watched) -> Ch
             swept = len(shard.sweep_leaked_blobs())
             shard.collect_garbage()
             intervals = check_shard(run, shard, "after sweeping leaked blobs and GC", swept=True)
+            final_upper = shard.upper
     except ShardNotFound:  # nothing was ever appended, so nothing can be lost
         unknown.append("no shard was ever created")
     except (StorageError, PersistError) as exc:
@@ -60,6 +64,9 @@ def final_checks(run: RunContext, events: list, nemesis: Nemesis, watched) -> Ch
     injected = fired + nemesis.signalled
     counts = run.counts
     config = run.config
+    history = check_history(run, final_upper)
+    if history.verdict == "unknown":
+        unknown.append(f"the history: {history.reason}")
     verdict, reasons = judge(run, intervals, watched, unknown)
     return ChaosReport(
         seed=config.seed,
@@ -87,6 +94,41 @@ def final_checks(run: RunContext, events: list, nemesis: Nemesis, watched) -> Ch
         violations=list(run.violations),
         verdict=verdict,
         reasons=reasons,
+        history=history,
+    )
+
+
+def check_history(run: RunContext, final_upper: int | None) -> HistoryCheck:
+    """Check the run's history for linearizability, with a last read of the
+    shard's ``final_upper`` (as the final checks found it, every process
+    stopped; ``None``: no shard); an invalid one is a violation naming the
+    shortest failing sub-history."""
+    history.close_from_environment(run.history_path)  # this process's readers are done
+    if final_upper is not None:
+        with history.HistoryWriter(run.history_path) as writer:
+            handle = writer.invoke(process="final checks", shard=SHARD, kind="read")
+            writer.complete(handle, "ok", upper=final_upper)
+    try:
+        ops = history.load(run.history_path) if run.history_path.exists() else []
+    except history.HistoryError as exc:
+        run.violation(f"the history cannot be checked: {exc}")
+        return HistoryCheck(verdict="invalid", reason=str(exc))
+    began = time.monotonic()
+    result = linearizability.check(ops)
+    took = time.monotonic() - began
+    appends = sum(op.kind == "append" and op.outcome in ("ok", "already") for op in ops)
+    verdict = linearizability.verdict(result, appends, run.config.min_intervals)
+    lines = result.lines()
+    if verdict.verdict == "invalid":
+        run.violation("the history is not linearizable:\n" + "\n".join(lines))
+    return HistoryCheck(
+        ops=len(ops),
+        appends=appends,
+        info=sum(op.outcome == "info" for op in ops),
+        verdict=verdict.verdict,
+        reason=verdict.reason,
+        check_s=round(took, 3),
+        lines=lines,
     )
 
 

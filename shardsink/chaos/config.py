@@ -13,7 +13,18 @@ import pyarrow as pa
 from .. import workloads
 from .._bounds import at_least, positive
 from .._http import parse_listen
-from ..config import COALESCES, MODES, ClusterConfig, Coalesce, HostLost, Mode
+from ..config import (
+    COALESCES,
+    EMULATED_BLOB,
+    EMULATED_STORE,
+    MODES,
+    ClusterConfig,
+    Coalesce,
+    HostLost,
+    Mode,
+    Placement,
+    emulated_hosts,
+)
 from .schedule import FAULT_KINDS, injectable
 
 SHARD = "default"
@@ -50,7 +61,12 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     ``host_lost``: the cluster's (``ray:ADDRESS``: ``groups`` groups on each
     node of that Ray cluster, whose nodes must run on this machine for the
     nemesis to reach their processes; the fault kinds ``kill-host`` and
-    ``pause-host`` need it). ``workload`` and ``workload_args`` (the
+    ``pause-host`` need it; ``netns:N``: N emulated hosts this run makes,
+    a Ray node on each, the consensus server and the stores on hosts of
+    their own, ``place`` says which; the network kinds need them: each
+    fault lasts 1 to ``network_max_s`` seconds, then heals; ``consensus``
+    ``postgresql`` and ``blob`` ``s3`` are throwaway servers on their
+    hosts). ``workload`` and ``workload_args`` (the
     ``[workload]`` table of ``--config``): what the cluster writes, as
     ``up --workload`` takes it (docs/workloads.md); readers check snapshots
     against its ``expected`` if it has one, and the shard is checked by
@@ -83,6 +99,8 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     max_hosts: int = 0
     host_timeout_s: float = 10.0
     host_lost: HostLost = "move"
+    place: Placement = Placement()
+    network_max_s: float = 20.0
 
     def __post_init__(self) -> None:
         stores = ClusterConfig(  # their own checks
@@ -92,6 +110,7 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             max_hosts=self.max_hosts,
             host_timeout_s=self.host_timeout_s,
             host_lost=self.host_lost,
+            place=self.place,
         )
         if stores.external_server:
             raise ValueError(
@@ -105,7 +124,8 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             raise ValueError(
                 f"unknown coalesce {self.coalesce!r}; choose one of {', '.join(COALESCES)}"
             )
-        injectable(self.faults, self.mode, hosts=self.on_hosts)
+        injectable(self.faults, self.mode, hosts=self.on_hosts, network=self.network > 0)
+        positive(self, "network_max_s")
         at_least(self, 1, "groups", "workers", "rows_per_interval")
         at_least(self, 0, "readers")
         positive(self, "mean_gap_s", "pause_max_s", "maintenance_every_s")
@@ -167,14 +187,44 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
     @property
     def on_hosts(self) -> bool:
-        """Whether the groups run on the hosts of a Ray cluster."""
+        """Whether the groups run on the hosts of a Ray cluster (emulated
+        hosts run one)."""
         return self.hosts != "local"
+
+    @property
+    def network(self) -> int:
+        """How many emulated hosts the run makes (``netns:N``), 0 for none."""
+        return emulated_hosts(self.hosts) or 0
+
+    @property
+    def emulated_stores(self) -> tuple[bool, bool]:
+        """Whether the emulated hosts run a PostgreSQL server (consensus
+        ``postgresql``) and an S3 server (blob ``s3``) for the run."""
+        return self.consensus == EMULATED_STORE, self.blob == EMULATED_BLOB
 
     @property
     def append_retry_s(self) -> float:
         """How long a coordinator retries an append: the most its writer
         lease allows (:func:`~shardsink.config.check_lease`)."""
         return self.writer_lease_ms * 2 / 3 / 1000
+
+
+class HistoryCheck(msgspec.Struct, kw_only=True):
+    """The run's history (``history.jsonl``) and its linearizability check:
+    ``ops`` recorded, of them ``appends`` committed (``ok`` or ``already``)
+    and ``info`` (outcome unknown), the checker's ``verdict`` (``valid``,
+    ``invalid``, ``unknown``) and why, and how long it took. ``lines``: the
+    check in words, with the shortest failing sub-history of an invalid
+    shard. The final checks add a read of the shard's upper when the run has
+    stopped, so a committed append the shard lost is a violation here too."""
+
+    ops: int = 0
+    appends: int = 0
+    info: int = 0
+    verdict: str = "unknown"
+    reason: str = ""
+    check_s: float = 0.0
+    lines: list[str] = msgspec.field(default_factory=list)
 
 
 class ChaosReport(msgspec.Struct, kw_only=True):
@@ -203,9 +253,11 @@ class ChaosReport(msgspec.Struct, kw_only=True):
     cluster to append again, shorter if ``interrupted`` (Ctrl-C stops the
     run early; the checks still run). ``verdict``: ``invalid`` with any
     violation; ``unknown`` when the run judged too little (fewer intervals
-    than ``min_intervals``, readers that checked no snapshot), never passed
-    off as ``valid``; ``valid`` otherwise; ``reasons`` says why it is not
-    ``valid``."""
+    than ``min_intervals``, readers that checked no snapshot, a history the
+    checker could not decide), never passed off as ``valid``; ``valid``
+    otherwise; ``reasons`` says why it is not ``valid``. ``history``: the
+    history's check (:class:`HistoryCheck`); ``heals``: each network fault
+    healed (emulated hosts) and the time to the cluster's next append."""
 
     seed: int
     duration_s: float
@@ -236,6 +288,8 @@ class ChaosReport(msgspec.Struct, kw_only=True):
     unfired: dict[str, int] = msgspec.field(default_factory=dict)
     verdict: str = "unknown"
     reasons: list[str] = msgspec.field(default_factory=list)
+    history: HistoryCheck = msgspec.field(default_factory=HistoryCheck)
+    heals: list[dict] = msgspec.field(default_factory=list)
 
     @property
     def ok(self) -> bool:

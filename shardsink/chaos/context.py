@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from .. import faults
+from .._curve import KEYS_ENV
 from .._pids import process_start
 from ..cluster.cluster import Supervision
 from ..config import ClusterConfig
@@ -19,6 +20,7 @@ from ..connect import open_shard
 from ..persist.config import ShardConfig
 from ..persist.shard import Shard
 from ..process import RUN_MARK, Child, marked
+from ..server.history import HISTORY_ENV, PROCESS_ENV
 from ..storage.uri import BLOB_ENV, STORE_ENV
 from .config import SHARD, ChaosConfig
 from .nemesis import cluster_processes
@@ -51,12 +53,20 @@ class RunContext:
         self.appended = AppendLog(self.events_path)
         # ipc paths are short-lived and length-limited: a 0700 directory in /tmp
         self.sock_dir = Path(tempfile.mkdtemp(prefix="shardsink-chaos-"))
+        #: where clients reach the consensus process (emulated hosts': a
+        #: server of theirs, :meth:`use_hosts`)
         self.bind = f"ipc://{self.sock_dir / 'consensus'}"
         self.mark = f"{os.getpid()}.{uuid.uuid4().hex[:12]}"
-        self.cluster = ClusterConfig(
+        #: every client operation of the consensus protocol the run's
+        #: processes make (:mod:`shardsink.server.history`)
+        self.history_path = work / "history.jsonl"
+        #: the CURVE keys of a ``tcp://`` consensus server's clients
+        self.keys: Path | None = None
+        postgres, s3 = config.emulated_stores
+        self.cluster = ClusterConfig(  # emulated hosts' own stores: once they run
             data_dir=str(self.data),
-            blob=config.blob,
-            consensus=config.consensus,
+            blob=None if s3 else config.blob,
+            consensus=None if postgres else config.consensus,
             consensus_bind=self.bind,
         )
         self.stop = threading.Event()
@@ -67,6 +77,15 @@ class RunContext:
         # start as ``sweep.process_start`` gives it (a reused pid is a new entry)
         self.seen: dict[int, tuple[int, str]] = {}
         self.counts: Counter[str] = Counter()
+
+    def use_hosts(self, hosts) -> None:
+        """Point the run at the stores and the consensus server of its
+        emulated ``hosts`` (a :class:`~.emulation.RunHosts`)."""
+        self.bind = hosts.consensus_address
+        self.keys = hosts.keys_dir
+        self.cluster = ClusterConfig(
+            data_dir=str(self.data), blob=hosts.blob, consensus=hosts.store
+        )
 
     def violation(self, what: str) -> None:
         with self.lock:
@@ -98,11 +117,30 @@ class RunContext:
         """The run's mark, for the environment of the processes it starts
         (those of maintenance apart: they may outlive a coordinator), and the
         store URIs, which there, unlike on a command line, show in no ``ps``."""
-        return {
+        env = {
             RUN_MARK: self.mark + ("/maintenance" if maintenance else ""),
             STORE_ENV: self.cluster.consensus_uri,
             BLOB_ENV: self.cluster.blob_uri,
         }
+        return env | ({KEYS_ENV: str(self.keys)} if self.keys is not None else {})
+
+    def history_env(self, process: str) -> dict[str, str]:
+        """The environment that has a process record its client operations
+        in the run's history, under the name ``process``."""
+        return {HISTORY_ENV: str(self.history_path), PROCESS_ENV: process}
+
+    def client_env(self) -> dict[str, str]:
+        """What this process's own clients (the readers) read from its
+        environment while the run lasts: the history, CURVE keys."""
+        env = self.history_env(f"readers (pid {os.getpid()})")
+        return env | ({KEYS_ENV: str(self.keys)} if self.keys is not None else {})
+
+    @staticmethod
+    def server_env(env: dict[str, str]) -> dict[str, str]:
+        """``env`` (:meth:`env` and the armed points) for a consensus server
+        of emulated hosts: unmarked, since it outlives coordinators (the
+        nemesis finds it by pid)."""
+        return {name: value for name, value in env.items() if name != RUN_MARK}
 
     def left_running(self, *, maintenance: bool = False) -> dict[int, str]:
         """Processes of the run still running, found by their mark, so a

@@ -119,9 +119,13 @@ class ShardModel:
     """The shard's compare-and-append (``persist.transitions``), as a
     :class:`Model` over :class:`Register` states: an append whose token is
     its writer's last is ``already`` and changes nothing (the server looks at
-    the token before the upper); otherwise it commits (``ok``) iff the
-    upper is its ``lower``, moving it to its ``upper``, else is a
-    ``mismatch`` seeing the upper as ``actual``. A read returns the upper.
+    the token before the upper); otherwise it commits iff the upper is its
+    ``lower``, moving it to its ``upper``, else is a ``mismatch`` seeing the
+    upper as ``actual``. A read returns the upper. A commit is ``ok``, or
+    ``already`` too: a server whose store call failed without knowing
+    whether it stored retries from the head, finds the token its own call
+    applied, and answers ``already`` (so an ``already`` took effect before
+    its op returned, in it or before it).
 
     With ``retried`` (:meth:`of` a shard's history), a writer's last token
     is kept only if it is among these (writer, token) pairs, those more than
@@ -156,8 +160,6 @@ class ShardModel:
             return state if op.upper == state.upper else None
         if (op.writer, op.token) in state.tokens:
             return state if op.outcome == "already" else None
-        if op.outcome == "already":
-            return None
         if op.outcome == "mismatch":
             return state if state.upper == op.actual != op.lower else None
         if state.upper != op.lower:

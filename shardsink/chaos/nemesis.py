@@ -31,6 +31,7 @@ import psutil
 
 from .. import faults
 from ..process import RUN_MARK, marked
+from .network import NetworkFaults
 from .schedule import PAUSES, SIGNAL_TARGETS, Event, kind_of
 
 _TITLE = re.compile(r"^shardsink (consensus|builder|worker)\b ?(\S*)")
@@ -131,8 +132,16 @@ class Nemesis:
         coordinator: Callable[[], int | None],
         start: float,
         mark: str = "",
+        *,
+        network: NetworkFaults | None = None,
+        servers: Callable[[], list[Target]] | None = None,
     ) -> None:
         self.events = events
+        #: network events' faults, healed on time (between emulated hosts only)
+        self.network = network
+        #: processes of the run that are none of the coordinator's descendants
+        #: (the consensus server of emulated hosts)
+        self.servers = servers
         self.mark = mark
         self.fault_dir = fault_dir
         self.coordinator = coordinator
@@ -157,10 +166,13 @@ class Nemesis:
         self._thread.start()
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Stop before the next event (a pause in progress ends first)."""
+        """Stop before the next event (a pause in progress ends first), and
+        heal every network fault still active."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
+        if self.network is not None:
+            self.network.heal_all()
 
     def untaken(self) -> int:
         """Point firings released that no process has taken yet."""
@@ -180,8 +192,8 @@ class Nemesis:
         return out
 
     def settled(self) -> bool:
-        """Whether every event has been carried out (begun, not stopped) and
-        every firing released has been taken."""
+        """Whether every event has been carried out (begun, not stopped),
+        every firing released has been taken and every network fault healed."""
         return (
             self._thread.ident is not None
             and not self._thread.is_alive()
@@ -203,14 +215,40 @@ class Nemesis:
     def _run(self) -> None:
         try:
             for event in self.events:
-                if self._stop.wait(max(0.0, self.start + event.at_s - time.monotonic())):
+                if self._wait_until(self.start + event.at_s):
                     return
                 if event.how == "point":
                     self._release(event)
+                elif event.how == "network":
+                    self._inject(event)
                 else:
                     self._signal(event)
+            while self.network is not None and self.network.next_heal() is not None:
+                if self._wait_until(self.network.next_heal()):
+                    return
         except BaseException as exc:  # reported by the runner as a violation
             self.error = exc
+
+    def _wait_until(self, when: float) -> bool:
+        """Wait until ``when`` (monotonic), healing network faults as they
+        come due; whether the nemesis was stopped meanwhile."""
+        while True:
+            if self.network is not None:
+                self.network.heal_due()
+                heal = self.network.next_heal()
+            else:
+                heal = None
+            until = when if heal is None else min(when, heal)
+            if self._stop.wait(max(0.0, until - time.monotonic())):
+                return True
+            if until >= when:
+                return False
+
+    def _inject(self, event: Event) -> None:
+        assert self.network is not None
+        # a fault carried out is counted from fired.jsonl once healed
+        if not self.network.inject(event):
+            self.missed[event.kind] += 1
 
     def _release(self, event: Event) -> None:
         name, action = event.point.split(":")
@@ -237,6 +275,8 @@ class Nemesis:
             hosts = host_processes(self.mark, coordinator) if coordinator is not None else []
             return bool(hosts) and _hit_all(hosts[event.pick % len(hosts)], event)
         processes = cluster_processes(coordinator, self.mark) if coordinator is not None else []
+        if self.servers is not None:
+            processes += self.servers()
         kind = "builder" if target == "group" else target
         pool = [p for p in processes if target == "any" or p.kind == kind]
         if not pool:

@@ -51,7 +51,7 @@ import msgspec
 from .. import faults
 from ..connect import open_shard
 from ..persist.errors import ShardNotFound
-from ..process import MODULE, Child, Launch, SpawnStarter, module_payload
+from ..process import MODULE, Child, Launch, SpawnStarter, Starter, module_payload
 from ..storage.uri import redact
 from . import timeline
 from .checks import final_checks
@@ -66,6 +66,7 @@ from .config import (
 )
 from .context import RunContext, exit_reason, fault_dir_of
 from .dashboard import open_dashboard
+from .emulation import RunHosts
 from .nemesis import Nemesis
 from .schedule import firings, point_specs, schedule
 from .words import describe
@@ -140,7 +141,9 @@ def _check_fresh_fault_dir(fault_dir: Path) -> None:
 
 def _check_fresh(run: RunContext) -> None:
     """``ValueError`` if the shard exists already (the expected collection
-    starts from interval 0)."""
+    starts from interval 0); throwaway stores of emulated hosts are new."""
+    if any(run.config.emulated_stores):
+        return
     try:
         with open_shard(
             SHARD, blob=run.cluster.blob_uri, consensus=run.cluster.consensus_uri, create=False
@@ -200,18 +203,58 @@ def _run(
         mean_gap_s=config.mean_gap_s,
         pause_max_s=config.pause_max_s,
         hosts=config.on_hosts,
+        network=config.network > 0,
+        network_max_s=config.network_max_s,
     )
     specs = point_specs(events)
+    env = _arm(run, specs)
+    hosts = _emulated_hosts(run, env) if config.network else None
+    env.update(run.env())  # emulated hosts': their stores, their keys
+    try:
+        with _environ(run.client_env()):  # this process's readers: keys, history
+            return _run_on(run, hosts, events, specs, env, interrupt, on_tick, out, command)
+    finally:
+        if hosts is not None:
+            hosts.close()
+
+
+def _emulated_hosts(run: RunContext, env: dict[str, str]) -> RunHosts:
+    """The run's emulated hosts, started (and ``run`` pointed at them)."""
+    log.info("starting %s emulated hosts", run.config.network)
+    hosts = RunHosts(run.config, run.data, run.fault_dir, run.server_env(env))
+    run.use_hosts(hosts)
+    return hosts
+
+
+def _run_on(
+    run: RunContext,
+    hosts: RunHosts | None,
+    events: list,
+    specs: list[faults.FaultSpec],
+    env: dict[str, str],
+    interrupt: threading.Event,
+    on_tick: Callable[[dict], None] | None,
+    out: Path | None,
+    command: str | None,
+) -> ChaosReport:
+    config = run.config
     start, started = time.monotonic(), time.time()
     mark = run.mark if config.on_hosts else ""
-    nemesis = Nemesis(events, run.fault_dir, run.coordinator_pid, start, mark)
+    nemesis = Nemesis(
+        events,
+        run.fault_dir,
+        run.coordinator_pid,
+        start,
+        mark,
+        network=None if hosts is None else hosts.faults,
+        servers=None if hosts is None else hosts.servers,
+    )
     nemesis.hold_points(specs)
-    env = _arm(run, specs)
     threads = _client_threads(run, env)
     watched = _Watched()
     board = open_dashboard(run, nemesis)
     try:
-        _watch(run, nemesis, env, threads, start, interrupt, on_tick, watched)
+        _watch(run, hosts, nemesis, env, threads, start, interrupt, on_tick, watched)
     finally:
         ran_s = time.monotonic() - start
         nemesis.stop()
@@ -222,26 +265,32 @@ def _run(
                     thread.join(MAINTENANCE_TIMEOUT_S)
         finally:
             _stop_coordinator(run)
+            if hosts is not None:
+                hosts.stop_servers()
             faults.disarm()
             if board is not None:
                 board.close()
     if nemesis.error is not None:
         run.violation(f"the nemesis failed: {nemesis.error!r}")
     report = final_checks(run, events, nemesis, watched)
+    if hosts is not None:
+        report.supervision["server_restarts"] = hosts.restarts
     report.ran_s = round(ran_s, 1)
     report.interrupted = interrupt.is_set()
     report.lost = dict(nemesis.lost())
     report.unfired = dict(firings(events) - Counter(report.injected) - Counter(report.lost))
+    line = timeline.collect(
+        started=started,
+        duration_s=run.config.duration_s,
+        ran_s=report.ran_s,
+        events_path=run.events_path,
+        fault_dir=run.fault_dir,
+        schedule=events,
+        coordinator_starts=watched.started_at,
+        host_names=None if hosts is None else hosts.names(),
+    )
+    report.heals = timeline.recoveries(line)
     if out is not None:
-        line = timeline.collect(
-            started=started,
-            duration_s=run.config.duration_s,
-            ran_s=report.ran_s,
-            events_path=run.events_path,
-            fault_dir=run.fault_dir,
-            schedule=events,
-            coordinator_starts=watched.started_at,
-        )
         write_out(out, report, line, settle_s(run.config), command)
     return report
 
@@ -327,6 +376,7 @@ class _Watched:
 
 def _watch(
     run: RunContext,
+    hosts: RunHosts | None,
     nemesis: Nemesis,
     env: dict[str, str],
     threads: list[threading.Thread],
@@ -339,10 +389,11 @@ def _watch(
     ``interrupt``, or the duration is over and the run settled (every fault
     fired and an interval appended since), or :func:`settle_s` after the
     duration. A coordinator that exits is started again once its processes
-    are gone; every check (about every 0.2 s) that finds no append in the last
+    are gone, and so is the consensus server of emulated ``hosts``; every
+    check (about every 0.2 s) that finds no append in the last
     ``stall_after_s`` records a violation."""
     config = run.config
-    _start_coordinator(run, env)
+    _start_coordinator(run, env, hosts)
     watched.started()
     nemesis.begin()
     for thread in threads:
@@ -358,6 +409,8 @@ def _watch(
         if now >= end + settle or (settled_at is not None and last_appends > settled_at):
             break
         interrupt.wait(0.2)
+        if hosts is not None:
+            hosts.revive()
         run.note_processes()
         child = run.coordinator
         assert child is not None
@@ -372,7 +425,7 @@ def _watch(
             lines = [s for s in child.log_tail().strip().splitlines() if not s.startswith("[")]
             watched.last_words = lines[-1] if lines else ""
             time.sleep(0.2)
-            _start_coordinator(run, env)
+            _start_coordinator(run, env, hosts)
             watched.started()
         appended = run.appended.poll()
         if appended > last_appends:
@@ -395,12 +448,21 @@ def _status(run: RunContext, nemesis: Nemesis, start: float, appended: int) -> d
     }
 
 
-def _start_coordinator(run: RunContext, env: dict[str, str]) -> None:
+def _start_coordinator(run: RunContext, env: dict[str, str], hosts: RunHosts | None) -> None:
+    """``shardsink up`` for the run: on this machine, its consensus process
+    at the run's fixed address; on emulated ``hosts``, on the coordinator's
+    host, a client of theirs."""
     config = run.config
+    if hosts is None:
+        where = ["--data-dir", str(run.data), "--consensus-bind", run.bind, *_host_args(config)]
+        starter: Starter = SpawnStarter()
+    else:
+        where = [*hosts.coordinator_flags(), *_host_args(config, emulated=True)]
+        env = {**env, **hosts.coordinator_env()}
+        starter = hosts.starter()
     args = [
         "up",
-        "--data-dir",
-        str(run.data),
+        *where,
         "--groups",
         str(config.groups),
         "--workers",
@@ -418,8 +480,6 @@ def _start_coordinator(run: RunContext, env: dict[str, str]) -> None:
         str(10**9),
         "--pace",
         "max",
-        "--consensus-bind",
-        run.bind,
         "--retain",
         str(SINCE_LAG * INTERVAL_MS),
         "--writer-lease-ms",
@@ -437,27 +497,46 @@ def _start_coordinator(run: RunContext, env: dict[str, str]) -> None:
         "--no-verify",
         "--json",
         "-v",
-        *_host_args(config),
     ]
     launch = Launch(
         kind="coordinator",
         name="up",
         role=MODULE,
         payload=module_payload("shardsink.cli", args),
-        env=env,
+        env={**env, **run.history_env("coordinator")},
         stdout=str(run.logs / "summaries.jsonl"),
     )
-    run.coordinator = Child(launch, SpawnStarter(), run.logs).start()
+    run.coordinator = Child(launch, starter, run.logs).start()
     run.note(run.coordinator.pid, "coordinator")
 
 
-def _host_args(config: ChaosConfig) -> list[str]:
-    """``up``'s flags for the run's hosts (none on this machine alone)."""
+def _host_args(config: ChaosConfig, *, emulated: bool = False) -> list[str]:
+    """``up``'s flags for the run's hosts (none on this machine alone);
+    emulated hosts give the rest (:meth:`RunHosts.coordinator_flags`)."""
     if not config.on_hosts:
         return []
-    args = ["--hosts", config.hosts, "--max-hosts", str(config.max_hosts)]
-    args += ["--host-timeout-s", str(config.host_timeout_s), "--host-lost", config.host_lost]
+    args = ["--max-hosts", str(config.max_hosts), "--host-timeout-s", str(config.host_timeout_s)]
+    args += ["--host-lost", config.host_lost]
+    if emulated:
+        return args
+    args += ["--hosts", config.hosts]
     return args + (["--blob-shared"] if config.blob_shared else [])
+
+
+@contextlib.contextmanager
+def _environ(values: dict[str, str]) -> Iterator[None]:
+    """``values`` in this process's environment while open (what its
+    clients read there: CURVE keys, the history file), as it was after."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _stop_coordinator(run: RunContext) -> None:

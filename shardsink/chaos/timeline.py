@@ -9,7 +9,10 @@ process); a signal (a kill or a pause, which has a window: until the process
 is continued) at the time the schedule gave it, since the nemesis sends it
 then (later only while the cluster restarts and there is no process of the
 kind to hit). Group and consensus restarts are where a coordinator's
-counts of them grow; coordinator restarts are its new starts.
+counts of them grow; coordinator restarts are its new starts. A network
+fault between emulated hosts is a band from its start to its heal on the
+hosts it hit (and, lighter, on the other side of a partition), drawn in a
+panel of the hosts beside the parts each append took from each host.
 """
 
 from __future__ import annotations
@@ -37,10 +40,26 @@ class Mark(msgspec.Struct, frozen=True):
     until: float | None = None
 
 
+class Band(msgspec.Struct, frozen=True):
+    """A network fault from ``t`` to its heal ``until`` (seconds since the
+    start): its ``kind``, the ``hosts`` it hit, the ``peers`` they were cut
+    from (a partition's other side), its parameters in words."""
+
+    t: float
+    until: float
+    kind: str
+    hosts: tuple[str, ...]
+    peers: tuple[str, ...]
+    text: str
+
+
 class Timeline(msgspec.Struct, kw_only=True):
     """A run: wall-clock ``started`` (seconds since the epoch), its
     ``duration_s`` of faults and ``ran_s`` in all, the appends as ``(t,
-    latency_ms)``, the faults and the restarts."""
+    latency_ms)``, the faults and the restarts; the network faults
+    (``network``) and the parts of each append by host (``host_parts``:
+    ``(t, host, parts)``, a host by its emulated name, ``h0``, or else
+    ``host N`` by its index in the cluster)."""
 
     started: float
     duration_s: float
@@ -48,6 +67,8 @@ class Timeline(msgspec.Struct, kw_only=True):
     appends: list[tuple[float, float]]
     faults: list[Mark]
     restarts: list[Mark]
+    network: list[Band] = []
+    host_parts: list[tuple[float, str, int]] = []
 
 
 def collect(
@@ -59,17 +80,23 @@ def collect(
     fault_dir: Path,
     schedule: list[Event],
     coordinator_starts: list[float],
+    host_names: dict[str, str] | None = None,
 ) -> Timeline:
     """The timeline of a run that ``started`` (wall clock) from its files:
     the ``--events`` lines at ``events_path``, the firings in ``fault_dir``,
-    its ``schedule`` and the wall-clock times its coordinators were started."""
-    appends, restarts = _appends(events_path, started)
+    its ``schedule`` and the wall-clock times its coordinators were started;
+    ``host_names``: emulated hosts' names by address."""
+    appends, restarts, host_parts = _appends(events_path, started, host_names or {})
     restarts += [
         Mark(t - started, "coordinator restart", "the coordinator started again")
         for t in coordinator_starts[1:]
     ]
     marks = [_signal_mark(e) for e in schedule if e.how == "signal"]
+    bands = []
     for fired in faults.fired(fault_dir):
+        if fired["action"] == "network":
+            bands.append(_band(fired, started))
+            continue
         kind = kind_of(fired["point"], fired["action"])
         where = fired.get("role") or "a process"
         text = f"{fired['point']} {fired['action']} in {where}"
@@ -81,7 +108,37 @@ def collect(
         appends=appends,
         faults=sorted(marks, key=lambda m: m.t),
         restarts=sorted(restarts, key=lambda m: m.t),
+        network=sorted(bands, key=lambda b: b.t),
+        host_parts=host_parts,
     )
+
+
+def _band(fired: dict, started: float) -> Band:
+    """A network fault's record in ``fired.jsonl`` as a band."""
+    params = ", ".join(f"{k} {v:g}" for k, v in fired.get("params", {}).items())
+    return Band(
+        round(fired["time"] - started, 3),
+        round(fired["end"] - started, 3),
+        fired["point"],
+        tuple(fired.get("hosts", ())),
+        tuple(fired.get("peers", ())),
+        params,
+    )
+
+
+def recoveries(timeline: Timeline) -> list[dict]:
+    """Each network fault's heal and the time from it to the next append
+    (``recovered_s``; ``None``: no append came after it)."""
+    times = sorted(t for t, _ in timeline.appends)
+    out = []
+    for band in timeline.network:
+        after = next((t for t in times if t >= band.until), None)
+        out.append({
+            "kind": band.kind, "hosts": list(band.hosts), "peers": list(band.peers),
+            "start_s": band.t, "healed_s": band.until,
+            "recovered_s": None if after is None else round(after - band.until, 3),
+        })  # fmt: skip
+    return out
 
 
 def _signal_mark(event: Event) -> Mark:
@@ -92,11 +149,15 @@ def _signal_mark(event: Event) -> Mark:
     return Mark(event.at_s, event.kind, "killed (SIGKILL)")
 
 
-def _appends(path: Path, started: float) -> tuple[list[tuple[float, float]], list[Mark]]:
-    """The appends of the ``--events`` file at ``path`` and the group and
-    consensus restarts its counts show, each where the count grew."""
+def _appends(
+    path: Path, started: float, host_names: dict[str, str]
+) -> tuple[list[tuple[float, float]], list[Mark], list[tuple[float, str, int]]]:
+    """The appends of the ``--events`` file at ``path``, the group and
+    consensus restarts its counts show, each where the count grew, and the
+    parts of each append by host (named by ``host_names`` of its address)."""
     appends: list[tuple[float, float]] = []
     restarts: list[Mark] = []
+    host_parts: list[tuple[float, str, int]] = []
     last: dict[int, dict[str, int]] = {}
     try:
         lines = path.read_text().splitlines()
@@ -112,6 +173,10 @@ def _appends(path: Path, started: float) -> tuple[list[tuple[float, float]], lis
         t = record["time"] - started
         if record.get("kind", "append") == "append":
             appends.append((round(t, 3), record["latency_ms"]))
+            addresses = record.get("host_addresses", {})
+            for index, parts in record.get("parts_by_host", {}).items():
+                name = host_names.get(addresses.get(index, ""), f"host {index}")
+                host_parts.append((round(t, 3), name, parts))
         before = last.setdefault(record["coordinator"], {})
         for key, kind in (
             ("restarts", "group restart"),
@@ -122,7 +187,7 @@ def _appends(path: Path, started: float) -> tuple[list[tuple[float, float]], lis
                 text = f"{grew} {kind}{'s' if grew > 1 else ''} before this line"
                 restarts.append(Mark(round(t, 3), kind, text))
             before[key] = record.get(key, 0)
-    return appends, restarts
+    return appends, restarts, host_parts
 
 
 def write(timeline: Timeline, out: Path, caption_text: str) -> list[Path]:
@@ -147,7 +212,16 @@ def plot(timeline: Timeline, path: Path, caption_text: str) -> None:
     from .._figures import add_caption
 
     end = max(timeline.ran_s, max((t for t, _ in timeline.appends), default=0.0))
-    fig, (rate, latency) = plt.subplots(2, 1, figsize=(13, 7.5), sharex=True)
+    hosts = sorted({name for _, name, _ in timeline.host_parts}
+                   | {h for b in timeline.network for h in (*b.hosts, *b.peers)})  # fmt: skip
+    if timeline.network or len(hosts) > 1:
+        fig, (rate, latency, by_host) = plt.subplots(
+            3, 1, figsize=(13, 10), sharex=True, height_ratios=(3, 3, 1 + 0.5 * len(hosts))
+        )
+        _draw_hosts(timeline, by_host, hosts)
+    else:
+        fig, (rate, latency) = plt.subplots(2, 1, figsize=(13, 7.5), sharex=True)
+        by_host = None
     bins = max(1, int(end / BIN_S) + 1)
     counts = [0] * bins
     for t, _ in timeline.appends:
@@ -165,19 +239,20 @@ def plot(timeline: Timeline, path: Path, caption_text: str) -> None:
     latency.set_xlabel("seconds since the run started")
     _draw_faults(timeline, (rate, latency))
     _draw_restarts(timeline, (rate, latency))
-    for ax in (rate, latency):
+    for ax in (rate, latency, *([by_host] if by_host is not None else [])):
         ax.axvline(timeline.duration_s, color="black", linestyle="--", linewidth=1)
         stopping = "stopping: readers, maintenance,\nthen the coordinator (SIGINT)"
         ax.axvspan(timeline.ran_s, end + BIN_S, color="grey", alpha=0.12, label=stopping)
         ax.set_xlim(0, end + BIN_S)
     rate.annotate("faults end", (timeline.duration_s, 1), xycoords=("data", "axes fraction"),
                   xytext=(3, -12), textcoords="offset points", fontsize=8)  # fmt: skip
+    faults_n = len(timeline.faults) + len(timeline.network)
     rate.set_title(
-        f"chaos run: {len(timeline.appends)} intervals appended, {len(timeline.faults)} faults, "
+        f"chaos run: {len(timeline.appends)} intervals appended, {faults_n} faults, "
         f"{len(timeline.restarts)} restarts marked"
     )
     handles: dict[str, object] = {}
-    for ax in (rate, latency):
+    for ax in (rate, latency, *([by_host] if by_host is not None else [])):
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             handles.setdefault(label, handle)
     fig.legend(handles.values(), handles.keys(), loc="center left", fontsize=8,
@@ -201,6 +276,29 @@ def _draw_faults(timeline: Timeline, axes) -> None:
             else:
                 ax.axvline(mark.t, color=colours[mark.kind], linewidth=1.2, alpha=0.9,
                            label=f"fault: {mark.kind}")  # fmt: skip
+
+
+def _draw_hosts(timeline: Timeline, ax, hosts: list[str]) -> None:
+    """A row per host: a dot per append the host had parts in (larger for
+    more parts), each network fault a bar on the hosts it hit (hatched on
+    a partition's other side); one colour per kind."""
+    rows = {name: i for i, name in enumerate(hosts)}
+    kinds = sorted({b.kind for b in timeline.network})
+    colours = {kind: f"C{1 + i}" for i, kind in enumerate(kinds)}
+    for band in timeline.network:
+        width = [(band.t, band.until - band.t)]
+        for names, hatch, alpha in ((band.hosts, None, 0.45), (band.peers, "//", 0.15)):
+            for name in names:
+                ax.broken_barh(width, (rows[name] - 0.4, 0.8), color=colours[band.kind],
+                               alpha=alpha, hatch=hatch, label=f"network: {band.kind}")  # fmt: skip
+    if timeline.host_parts:
+        t, names, parts = zip(*timeline.host_parts, strict=True)
+        ax.scatter(t, [rows[n] for n in names], s=[4 + 2 * p for p in parts], color="#2f6fdf",
+                   label="parts appended from a host")  # fmt: skip
+    ax.set_yticks(range(len(hosts)), hosts)
+    ax.set_ylim(-0.6, len(hosts) - 0.4)
+    ax.set_ylabel("hosts: appends' parts,\nnetwork faults (hatched:\nthe side cut off from)")
+    ax.set_xlabel("seconds since the run started")
 
 
 def _draw_restarts(timeline: Timeline, axes) -> None:

@@ -20,6 +20,13 @@ DOES = {
     "pause-host": "every process of a host paused",
     "blob-errors": "a blob store call failed",
     "consensus-errors": "a consensus store call failed",
+    "partition-host": "one host cut off from every other",
+    "partition-halves": "the hosts split into a minority and a majority",
+    "partition-store": "one host cut off from a server's host only",
+    "partition-one-way": "what one host sends another lost, not the reverse",
+    "loss": "packets a host receives lost at random",
+    "delay": "packets a host receives held back",
+    "clock-skew": "a host's wall clock set off",
 }
 
 
@@ -63,6 +70,9 @@ def describe(
     out.append(_cluster_line(report))
     out.append(_reader_line(report))
     out.append(_maintenance_line(report))
+    if report.heals:
+        out.append(_heal_line(report))
+    out.append(_history_line(report))
     if report.violations:
         found = [f"{times(len(report.violations), 'violation')}:"]
         out.append("\n".join(found + [f"- {v}" for v in report.violations]))
@@ -181,3 +191,28 @@ def _maintenance_line(report: ChaosReport) -> str:
         f"{times(abandoned, 'compaction')}"
     )
     return "Maintenance: " + "; ".join(parts) + "."
+
+
+def _heal_line(report: ChaosReport) -> str:
+    """How soon the cluster appended after each network fault healed."""
+    took = sorted(h["recovered_s"] for h in report.heals if h["recovered_s"] is not None)
+    text = f"Network faults healed {times(len(report.heals))}"
+    if took:
+        text += (
+            f"; the cluster's next append came {took[len(took) // 2]:.1f} s after a heal at "
+            f"the median, {took[-1]:.1f} s at most"
+        )
+    never = len(report.heals) - len(took)
+    if never:
+        text += f"; after {times(never, 'heal')} none came before the run ended"
+    return text + "."
+
+
+def _history_line(report: ChaosReport) -> str:
+    """The history's size and its check."""
+    h = report.history
+    return (
+        f"The history holds {h.ops:,} client operations of the consensus protocol "
+        f"({h.appends:,} appends committed, {h.info:,} of unknown outcome); the "
+        f"linearizability check took {h.check_s:.2f} s: {h.verdict}, {h.reason}."
+    )

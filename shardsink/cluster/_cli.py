@@ -28,15 +28,15 @@ import msgspec
 
 from .._http import FREE_PORT
 from ..datadir import DATA_DIR_ENV
-from ..options import Flag, add_options, build, flag_of, layered
+from ..options import PLACE_HELP, Flag, add_options, build, flag_of, layered, placement
 from ..persist.config import ShardConfig
 from ..storage.uri import BLOB_ENV, STORE_ENV
 from . import _logs
 from ._tables import host_words, status_tables, summary_table
 
-#: Runs with at least this many intervals get a progress bar.
 #: How often ``--events`` looks for restarts between appends.
 SUPERVISION_POLL_S = 0.5
+#: Runs with at least this many intervals get a progress bar.
 PROGRESS_MIN_INTERVALS = 10
 #: How long ``shardsink stop`` waits for the coordinator to exit by default.
 STOP_TIMEOUT_S = 60.0
@@ -160,17 +160,17 @@ def register(commands, bench) -> None:
         help="append one JSON line per appended interval to FILE, flushed as it happens: "
         "kind 'append', the coordinator's pid, when it was appended (time, seconds since the "
         "epoch), the interval's figures (interval, attempt, rows, latency_ms, "
-        "...), the supervision counts so far (restarts, consensus_restarts, "
+        "parts_by_host, ...), host_addresses (each host index's node address on a Ray "
+        "cluster's hosts), the supervision counts so far (restarts, consensus_restarts, "
         "abandoned_attempts) and restart_s, the durations of the group restarts since the "
         "previous line; and a line of kind 'supervision' (pid, time, counts) whenever the "
         "counts change between appends (default: none)",
     )
     up.add_argument(
         "--place",
-        type=_placement,
+        type=placement,
         metavar="ROLE=HOST,...",
-        help="with --hosts netns:N, the host (an index) of the coordinator, consensus, postgres "
-        "and s3 (default coordinator=0,consensus=1,postgres=2,s3=2, each modulo N)",
+        help=PLACE_HELP,
     )
     up.add_argument("--json", action="store_true", default=False, help="print the summary as JSON")
     up.add_argument(
@@ -236,16 +236,6 @@ def _register_control(commands, data_dir: str) -> None:
         help=f"wait this long for the cluster to exit (default {STOP_TIMEOUT_S:g})",
     )
     stop.set_defaults(func=_stop)
-
-
-def _placement(text: str) -> dict[str, int]:
-    """``--place``'s value as :class:`~shardsink.config.Placement` fields."""
-    from ..config import Placement
-
-    try:
-        return Placement.parse(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def config_of(args: argparse.Namespace):
@@ -681,6 +671,8 @@ def _run(cluster, intervals: int, console, events=None) -> None:
                 timed += len(restart_s)
                 supervision = msgspec.structs.asdict(cluster.supervision())
                 fields = {**msgspec.structs.asdict(rec), **supervision, "restart_s": restart_s}
+                # which machine each host index of parts_by_host is, on Ray's hosts
+                fields["host_addresses"] = {h.index: h.address for h in cluster.hosts()}
                 write("append", fields)
 
     def watch(stop: threading.Event) -> None:

@@ -200,7 +200,7 @@ class Cluster:
                 self._lock.update(control=self.control.address)
             if config.metrics_port is not None:
                 self.metrics = Metrics(
-                    config.metrics_port, Supervised(self._supervised, self._members, self._hosts)
+                    config.metrics_port, Supervised(self._supervised, self._members, self.hosts)
                 )
             self.dashboard = self._open_dashboard(self.control.address)
             if config.listen:
@@ -386,7 +386,7 @@ class Cluster:
             metrics=self.metrics.url if self.metrics is not None else None,
             dashboard=self.dashboard.url if self.dashboard is not None else None,
             processes=[self._process_status(*p) for p in self._members()],
-            hosts=self._hosts(),
+            hosts=self.hosts(),
         )
 
     @property
@@ -408,7 +408,7 @@ class Cluster:
         s = self.supervision()
         return s.restarts, s.consensus_restarts, s.abandoned_attempts
 
-    def _hosts(self) -> list[HostInfo]:
+    def hosts(self) -> list[HostInfo]:
         """Every host placed (none before the coordinator is built)."""
         return self.coordinator.supervisor.hosts() if self.coordinator is not None else []
 

@@ -39,12 +39,12 @@ from .processes import popen_in
 from .processes import stop as stop_process
 from .sweep import remove_namespaces
 
-#: Hosts in one /24 (.1 to .254).
-MAX_HOSTS = 254
+#: Hosts in one /24 (.1 to .253; .254 is the observer's port).
+MAX_HOSTS = 253
 
 
 class Network:
-    """``hosts`` emulated hosts (1 to 254) of the run ``run`` (1-16 of
+    """``hosts`` emulated hosts (1 to 253) of the run ``run`` (1-16 of
     ``A-Za-z0-9``); with ``clocks``, every process started on a host follows
     that host's wall clock, which :meth:`Nemesis.clock_skew` moves.
 
@@ -56,8 +56,8 @@ class Network:
     def __init__(
         self, hosts: int, *, run: str = "net", clocks: bool = False, observer: bool = False
     ) -> None:
-        if not 1 <= hosts <= MAX_HOSTS - 1:
-            raise ValueError(f"hosts={hosts}: a network has 1 to {MAX_HOSTS - 1} hosts")
+        if not 1 <= hosts <= MAX_HOSTS:
+            raise ValueError(f"hosts={hosts}: a network has 1 to {MAX_HOSTS} hosts")
         self.check(clocks=clocks)
         self.name: RunName = new_run(run)
         self.hosts: tuple[Host, ...] = tuple(self.name.host(i) for i in range(hosts))

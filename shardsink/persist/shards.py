@@ -229,7 +229,7 @@ class Transaction:
     def _to_blob(self, name: str, command: CompareAndAppend) -> tuple[str, CompareAndAppend]:
         shard = self._set.shard(name)
         flushed = tuple(
-            flush_inline(shard.blob, name, command.writer, b, shard.schema, shard._counters)
+            flush_inline(shard.blob, name, command.writer_id, b, shard.schema, shard._counters)
             for b in command.batches
         )
         writer, _, lower, upper = self._items[name]

@@ -15,7 +15,7 @@ import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -53,10 +53,15 @@ class SpawnStarter:
 
     name = "spawn"
 
+    def __init__(self, popen: Callable[..., subprocess.Popen] = subprocess.Popen) -> None:
+        #: what starts the interpreter: ``subprocess.Popen``'s signature, and
+        #: another host's (an emulated one's) where the child runs elsewhere
+        self._popen = popen
+
     def run(self, launch: Launch, *, log_path: Path, pgid: int) -> Running:
         with open(log_path, "ab") as err, _stdout(launch.stdout, err) as out:
             os.fchmod(err.fileno(), 0o600)
-            proc = subprocess.Popen(
+            proc = self._popen(
                 entry_argv("spawn", launch.role),
                 stdin=subprocess.PIPE,
                 stdout=out,

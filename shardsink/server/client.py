@@ -14,6 +14,7 @@ applied answers as already appended instead of appending twice.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 
 import msgspec
 
@@ -95,7 +96,16 @@ class ServerClient:
         self.retries = 0
         self._rpc = RpcClient(address, timeout_s, keys if keys is not None else keys_for(address))
 
-    def request(self, request: ServerRequest, *, extra_timeout_s: float = 0.0) -> ServerReply:
+    def request(
+        self,
+        request: ServerRequest,
+        *,
+        extra_timeout_s: float = 0.0,
+        on_resend: Callable[[], None] | None = None,
+    ) -> ServerReply:
+        """Send ``request`` and return the server's reply; ``on_resend`` is
+        called before each resend after an attempt timed out (the server may
+        have run the earlier one: a history records each send)."""
         payload = encode(request)
         deadline = time.monotonic() + self.retry_for_s
         while True:
@@ -106,6 +116,8 @@ class ServerClient:
                 if time.monotonic() >= deadline:
                     raise
                 self.retries += 1
+                if on_resend is not None:
+                    on_resend()
         try:
             reply = decode_reply(raw)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -145,24 +157,32 @@ class _History:
     history file is named (:func:`.history.from_environment`): each
     compare-and-append as an ``append`` op and each state read (a fetch, a
     long poll, a reader's lease) as a ``read`` of the upper, invoked before
-    the request is sent and completed with what came back."""
+    the request is sent and completed with what came back.
+
+    A request the client sends again after a timeout is one op per send
+    (:meth:`calls`): the earlier send is ``info`` (the server may have run
+    it, even after the resend), so a resend answered ``already`` is
+    explained by it, as the checker requires."""
 
     def __init__(self) -> None:
         got = history.from_environment()
         self.writer, self.process = got if got is not None else (None, "")
 
-    def append(self, shard: str, command: Command) -> history.Handle | None:
-        if self.writer is None or not isinstance(command, CompareAndAppend):
+    def calls(self, items: Sequence[tuple[str, Command | None]]) -> _Calls:
+        """The ops of one request of ``items`` (shard, command; ``None``: a read)."""
+        return _Calls(self, items)
+
+    def invoke(self, shard: str, command: Command | None) -> history.Handle | None:
+        if self.writer is None:
+            return None
+        if command is None:
+            return self.writer.invoke(process=self.process, shard=shard, kind="read")
+        if not isinstance(command, CompareAndAppend):
             return None
         return self.writer.invoke(
             process=self.process, shard=shard, kind="append", writer=command.writer_id,
             token=command.token, lower=command.expected_upper, upper=command.new_upper,
         )  # fmt: skip
-
-    def read(self, shard: str) -> history.Handle | None:
-        if self.writer is None:
-            return None
-        return self.writer.invoke(process=self.process, shard=shard, kind="read")
 
     def done(self, handle: history.Handle | None, outcome: object) -> None:
         """Complete ``handle`` with a result, a state or the error raised."""
@@ -185,6 +205,29 @@ class _History:
             self.writer.complete(handle, "fail")
 
 
+class _Calls:
+    """The ops of one request in flight (see :class:`_History`): one per
+    item, invoked again at each resend, the earlier ones left ``info``."""
+
+    def __init__(self, recorder: _History, items: Sequence[tuple[str, Command | None]]) -> None:
+        self._recorder = recorder
+        self._items = list(items)
+        self._handles = [recorder.invoke(shard, command) for shard, command in self._items]
+
+    def resent(self) -> None:
+        for handle in self._handles:
+            self._recorder.done(handle, IndeterminateError("sent again after a timeout"))
+        self._handles = [self._recorder.invoke(shard, command) for shard, command in self._items]
+
+    def done(self, outcomes: Sequence[object]) -> None:
+        """Complete each op with its item's outcome (one for all: the error raised)."""
+        for handle, outcome in zip(self._handles, outcomes, strict=False):
+            self._recorder.done(handle, outcome)
+
+    def failed(self, exc: BaseException) -> None:
+        self.done([exc] * len(self._handles))
+
+
 class RemoteTransactions:
     """:class:`~shardsink.persist.transactions.Transactions` run by the
     consensus server ``client`` reaches (its shards must be loaded there:
@@ -196,15 +239,13 @@ class RemoteTransactions:
 
     def run_all(self, items) -> list[Result]:
         request = RunTransaction(tuple(TransactionItem(shard, command) for shard, command in items))
-        handles = [self._history.append(shard, command) for shard, command in items]
+        calls = self._history.calls(items)
         try:
-            reply = self._client.request(request)
+            reply = self._client.request(request, on_resend=calls.resent)
         except BaseException as exc:
-            for handle in handles:
-                self._history.done(handle, exc)
+            calls.failed(exc)
             raise
-        for handle, result in zip(handles, getattr(reply, "results", ()), strict=False):
-            self._history.done(handle, result)
+        calls.done(getattr(reply, "results", ()))
         if not isinstance(reply, TransactionReply):
             raise IndeterminateError(
                 f"consensus server {self._client.address} answered {type(reply).__name__}, "
@@ -261,30 +302,29 @@ class RemoteMachine:
 
     def run(self, command: Command) -> Result:
         self._check_open()
-        if isinstance(command, RegisterReader | LeaseSeqno):
-            handle = self._history.read(self.shard)
-        else:
-            handle = self._history.append(self.shard, command)
+        read = isinstance(command, RegisterReader | LeaseSeqno)
+        calls = self._history.calls([(self.shard, None if read else command)])
         try:
-            reply = self._expect(self._client.request(RunCommand(self.shard, command)), RunReply)
+            reply = self._client.request(RunCommand(self.shard, command), on_resend=calls.resent)
+            reply = self._expect(reply, RunReply)
         except BaseException as exc:
-            self._history.done(handle, exc)
+            calls.failed(exc)
             raise
-        self._history.done(handle, reply.result)
+        calls.done([reply.result])
         _accumulate(self._stats, reply.work)
         return reply.result
 
     def state(self, refresh: bool = False) -> ShardState:
         self._check_open()
         if refresh:
-            handle = self._history.read(self.shard)
+            calls = self._history.calls([(self.shard, None)])
             try:
-                reply = self._client.request(FetchState(self.shard))
+                reply = self._client.request(FetchState(self.shard), on_resend=calls.resent)
                 self._state = self._expect(reply, StateReply).state
             except BaseException as exc:
-                self._history.done(handle, exc)
+                calls.failed(exc)
                 raise
-            self._history.done(handle, self._state)
+            calls.done([self._state])
         return self._state
 
     def wait_for_upper_past(self, upper: int, timeout: float | None) -> ShardState:

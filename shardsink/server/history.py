@@ -10,9 +10,10 @@ what (``append(writer, token, lower, upper)`` or ``read``), when it was
 invoked and when it completed, and how it ended (``outcome``):
 
 - ``ok``: an append committed (``Appended``), or a read returned ``upper``;
-- ``already``: an append answered ``AlreadyAppended`` (a retry of the
-  writer's last append, same token: it had taken effect before and this
-  call changed nothing);
+- ``already``: an append answered ``AlreadyAppended``: its token is the
+  writer's last applied, so it took effect, before this call (a retry
+  of an earlier one with the same token) or during it (the server retried a
+  store call whose outcome it could not know, and found its token);
 - ``mismatch``: an append answered ``WrongUpper`` (the upper was not
   ``lower``; nothing happened; ``actual`` is the upper it saw);
 - ``fail``: a determinate error: nothing happened;
@@ -308,3 +309,12 @@ def from_environment() -> tuple[HistoryWriter, str] | None:
         if writer is None:
             writer = _FROM_ENV[path] = HistoryWriter(path)
     return writer, os.environ.get(PROCESS_ENV) or f"pid {os.getpid()}"
+
+
+def close_from_environment(path: str | Path) -> None:
+    """Close this process's writer to ``path`` opened by :func:`from_environment`
+    (the run that recorded there is over); a later operation opens it again."""
+    with _FROM_ENV_LOCK:
+        writer = _FROM_ENV.pop(str(path), None)
+    if writer is not None:
+        writer.close()

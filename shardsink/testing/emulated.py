@@ -70,6 +70,7 @@ from ..netns import MissingCapability, NetnsError, Network
 from ..netns.processes import group_members, processes_in
 from ..netns.tools import each
 from ..process.parent import dies_with_this_process
+from ..process.spawn import SpawnStarter
 from ..shm.sweep import SegmentName, list_segments, unlink_segment
 from ..storage.uri import BLOB_ENV, STORE_ENV
 from .postgres import find_bindir
@@ -141,8 +142,11 @@ class EmulatedCluster:
     ``postgres`` and ``s3`` a server each on its host. ``place`` says which
     host runs what; ``clocks`` lets ``network.nemesis.clock_skew`` move a
     host's clock (every process started on a host follows it); ``consensus_args`` go to
-    ``consensus serve`` (``--retain``, ...). Started when constructed, within
-    ``timeout_s`` in all.
+    ``consensus serve`` (``--retain``, ...), ``consensus_env`` into its
+    environment (a chaos run's armed fault points, its history file);
+    ``observer``: this process gets a port on the emulated network
+    (:attr:`shardsink.netns.Network.observer`), to reach the services
+    itself. Started when constructed, within ``timeout_s`` in all.
 
     Raises ``MissingCapability`` (one line: not root, no ``ip netns``, Ray,
     PostgreSQL, SeaweedFS or libfaketime missing) before making anything,
@@ -162,6 +166,8 @@ class EmulatedCluster:
         blob: str | None = None,
         clocks: bool = False,
         consensus_args: Sequence[str] = (),
+        consensus_env: Mapping[str, str] | None = None,
+        observer: bool = False,
         run: str = "emu",
         timeout_s: float = START_TIMEOUT_S,
     ) -> None:
@@ -173,13 +179,14 @@ class EmulatedCluster:
         self.keys_dir = self.data_dir / "keys"
         server_keys(self.keys_dir)  # the server's, and its one client's (the coordinator's)
         self._consensus_args = tuple(consensus_args)
+        self._consensus_env = dict(consensus_env or {})
         self._stores = tuple(name for name, on in (("postgres", postgres), ("s3", s3)) if on)
         self._services: dict[str, _Service] = {}
         self._callers: list[subprocess.Popen] = []
         self._closed = False
         self.network: Network | None = None
         try:
-            self.network = Network(hosts, run=run, clocks=clocks)
+            self.network = Network(hosts, run=run, clocks=clocks, observer=observer)
             # short enough for Ray's socket paths under it; the sweep removes it
             self.run_dir = self.network.scratch
             self._start(postgres, s3, time.monotonic() + timeout_s)
@@ -280,6 +287,19 @@ class EmulatedCluster:
         self._callers.append(proc)
         return proc
 
+    def starter(self, host: int) -> SpawnStarter:
+        """A :class:`~shardsink.process.Starter` of shardsink's children
+        (:class:`~shardsink.process.Child`) on ``host``, as :meth:`popen_on`
+        starts processes there; each leads a process group of its own
+        (``ValueError`` for a launch that joins another's)."""
+
+        def popen(argv: Sequence[str], *, process_group: int, **kwargs) -> subprocess.Popen:
+            if process_group:
+                raise ValueError("a child on an emulated host leads a process group of its own")
+            return self.popen_on(host, argv, **kwargs)
+
+        return SpawnStarter(popen)
+
     def stop(self, proc: subprocess.Popen, **bounds: float) -> int:
         """Stop a process :meth:`popen_on` started: SIGTERM to its group,
         SIGKILL after ``term_timeout`` (:func:`shardsink.netns.processes.stop`);
@@ -302,6 +322,13 @@ class EmulatedCluster:
         service = self._services.pop("consensus", None)
         if service is not None:
             _signal_group(service.proc, signal.SIGKILL)  # its group: the server alone
+            self._net.stop(service.proc, term_timeout=SERVER_TERM_S)
+
+    def stop_consensus(self) -> None:
+        """Stop the consensus server cleanly (SIGTERM, SIGKILL after
+        :data:`SERVER_TERM_S`) and reap it; nothing if it is not running."""
+        service = self._services.pop("consensus", None)
+        if service is not None:
             self._net.stop(service.proc, term_timeout=SERVER_TERM_S)
 
     def start_consensus(self, timeout_s: float = START_TIMEOUT_S) -> None:
@@ -392,7 +419,7 @@ class EmulatedCluster:
         argv = [sys.executable, "-m", "shardsink.cli", "consensus", "serve"]
         argv += ["--data-dir", str(self.data_dir), "--bind", self.consensus_address]
         argv += ["--keys", str(self.keys_dir), *self._consensus_args]
-        env = {STORE_ENV: self.store, BLOB_ENV: self.blob}
+        env = {**self._consensus_env, STORE_ENV: self.store, BLOB_ENV: self.blob}
         self._launch("consensus", self.place.consensus, argv, env=env)
 
     def _launch(

@@ -10,8 +10,9 @@ corruption injected, invalid whenever the corruption is detectable at all:
   moved past), a future read (of an upper no append invoked before the
   read completed could make), a mismatch whose actual the upper never was,
   a lost update (a mismatch recorded as ok where another append from the
-  same lower committed), an ``already`` for a token never sent again:
-  always detectable, and the witness names the corrupted op;
+  same lower committed), an ``already`` for a token never sent again
+  once the upper is past its lower: always detectable, and the witness
+  names the corrupted op;
 - an ok recorded as mismatch seeing its own upper: detectable when no
   ``info`` append from the same lower could have moved the upper (the
   witness may name an op that saw its effect instead of the op itself).
@@ -125,6 +126,17 @@ def test_info_ops_that_took_effect_and_ones_that_did_not() -> None:
     h.append("c0", "a3", 20, 30, at=83, until=84, outcome="fail")  # dropped: did not happen
     result = _valid(h.ops)
     assert (result.shards[0].ops, result.shards[0].info, result.shards[0].dropped) == (8, 3, 2)
+
+
+def test_an_already_may_be_its_own_commit() -> None:
+    """The server's store call failed not knowing whether it stored; its
+    retry found the token applied and answered ``already``: the op's own
+    commit, which a read after it sees."""
+    h = _Ops()
+    h.append("c0", "a1", 0, 10, at=0, until=1)
+    h.append("c0", "a2", 10, 20, at=2, until=5, outcome="already")
+    h.read("r0", 6, 7, upper=20)
+    _valid(h.ops)
 
 
 def test_a_retry_is_answered_already_and_changes_nothing() -> None:
@@ -484,6 +496,9 @@ class Shape(NamedTuple):
     fail_p: float = 0.05  # a determinate error: nothing happened
     abandon_p: float = 0.2  # of info ops: the client dies, a new writer takes its place
     interval: int = 1000
+    #: a commit answered already: the server's store call lost its answer,
+    #: and its retry found the token it had written
+    own_already_p: float = 0.05
 
 
 class _Client:
@@ -540,6 +555,9 @@ def simulate(seed: int, shape: Shape) -> list[Op]:
         result = {}
         if fate == "ok" or (fate == "info" and rng.random() < 0.5):
             result = apply(client.shard, args)
+            own = args["kind"] == "append" and result["outcome"] == "ok"
+            if own and rng.random() < shape.own_already_p:
+                result = {"outcome": "already"}
         if fate != "ok":
             result = {"outcome": fate}
         gone = fate == "info" and rng.random() < shape.abandon_p
@@ -647,12 +665,32 @@ def _lost_update(ops: list[Op]) -> list[Op]:
 
 
 def _already_never_applied(ops: list[Op]) -> list[Op]:
-    """Mismatches recorded as already, whose token nothing else may have applied."""
+    """Mismatches recorded as already, whose token nothing else may have
+    applied, and which could not have applied it themselves: an op that
+    completed before they began saw the upper past their lower (an
+    ``already`` may be its own commit, the server's retry finding the token
+    its store call wrote)."""
     return [
         msgspec.structs.replace(m, outcome="already", actual=None)
         for m in ops
-        if m.outcome == "mismatch" and not _applied(ops, m)
+        if m.outcome == "mismatch" and _past_before(ops, m) and not _applied(ops, m)
     ]
+
+
+def _past_before(ops: list[Op], op: Op) -> bool:
+    """Whether an op that completed before ``op`` began saw its shard's
+    upper past ``op``'s lower (the upper never goes back)."""
+
+    def seen(o: Op) -> int | None:
+        if o.kind == "read":
+            return o.upper
+        return {"ok": o.upper, "mismatch": o.actual}.get(o.outcome)
+
+    return any(
+        o.shard == op.shard and o.complete_ns is not None and o.complete_ns < op.invoke_ns
+        and (seen(o) or 0) > op.lower
+        for o in ops
+    )  # fmt: skip
 
 
 def _ok_as_mismatch(ops: list[Op]) -> list[Op]:

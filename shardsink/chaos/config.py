@@ -100,7 +100,7 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     host_timeout_s: float = 10.0
     host_lost: HostLost = "move"
     place: Placement = Placement()
-    network_max_s: float = 20.0
+    network_max_s: float = 10.0
 
     def __post_init__(self) -> None:
         stores = ClusterConfig(  # their own checks

@@ -68,6 +68,10 @@ NETWORK_KINDS = (
     "delay",
     "clock-skew",
 )
+#: How long after a network fault heals the next may begin: time for an
+#: append retried through the fault to land and the cluster to show it
+#: recovered, short enough for a 300 s run to draw each kind a few times.
+NETWORK_QUIET_S = 5.0
 #: What a network fault's ``amount`` is drawn from: a probability, a delay
 #: in ms (its jitter a quarter of it), a skew in seconds (either way).
 NETWORK_AMOUNTS: dict[str, tuple[float, float]] = {
@@ -215,27 +219,33 @@ def schedule(
     quiet_s: float = 2.0,
     hosts: bool = False,
     network: bool = False,
-    network_max_s: float = 20.0,
+    network_max_s: float = 10.0,
 ) -> list[Event]:
     """The events of a run in ``mode`` (on hosts of a Ray cluster with
     ``hosts``, between emulated hosts with ``network``): gaps drawn from an
     exponential distribution of mean ``mean_gap_s``, none in the first or
     last ``quiet_s`` seconds; each event's kind uniform over those of
     ``kinds`` that can fire, then one of the kind's :func:`ways` with equal
-    chance; a network fault lasts 1 to ``network_max_s`` seconds.
-    ``ValueError`` if none of ``kinds`` can fire."""
+    chance; a network fault lasts 1 to ``network_max_s`` seconds, and the
+    next waits until it has healed and :data:`NETWORK_QUIET_S` more (one at
+    a time, as Jepsen's nemesis starts and stops them: faults piled on
+    faults left a cluster of three hosts no moment to recover, 1 interval
+    in 60 s by hand). ``ValueError`` if none of ``kinds`` can fire."""
     if mean_gap_s <= 0 or pause_max_s <= 0 or network_max_s < 1:
         raise ValueError("mean_gap_s and pause_max_s must be > 0, network_max_s >= 1")
     kinds = injectable(kinds, mode, hosts=hosts, network=network)
     rng = random.Random(f"chaos:{seed}")
     events = []
     at = quiet_s
+    network_free = 0.0  # when the last network fault has healed, and a quiet spell after
     while True:
         at += rng.expovariate(1.0 / mean_gap_s)
-        if at > duration_s - quiet_s:
-            return events
         kind = rng.choice(kinds)
         how, point = rng.choice(ways(kind, mode, hosts=hosts, network=network))
+        if how == "network":
+            at = max(at, network_free)
+        if at > duration_s - quiet_s:
+            return events
         event = Event(
             at_s=round(at, 3),
             kind=kind,
@@ -247,6 +257,7 @@ def schedule(
         )
         if how == "network":  # drawn only for these: other kinds' schedules stay as they were
             event = _network_event(event, rng, network_max_s)
+            network_free = at + event.lasts_s + NETWORK_QUIET_S
         events.append(event)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from shardsink.chaos import FAULT_KINDS, ChaosConfig, schedule
@@ -9,6 +11,7 @@ from shardsink.chaos.schedule import (
     HOST_KINDS,
     NETWORK_AMOUNTS,
     NETWORK_KINDS,
+    NETWORK_QUIET_S,
     PAUSES,
     POINTS,
     SHARED_POINTS,
@@ -135,3 +138,14 @@ def test_network_kinds_fire_only_between_emulated_hosts_and_heal() -> None:
     plain = tuple(k for k in FAULT_KINDS if k not in NETWORK_KINDS)
     assert _events(9, plain) == _events(9, plain, network=True)
     assert kind_of("loss", "network") == "loss"
+
+
+def test_network_faults_come_one_at_a_time_with_a_quiet_spell_between() -> None:
+    """A network fault begins once the one before has healed and
+    ``NETWORK_QUIET_S`` more have passed; other kinds fall in between."""
+    kinds = (*NETWORK_KINDS, "kill-worker")
+    events = _events(3, kinds, network=True, network_max_s=8.0)
+    network = [e for e in events if e.how == "network"]
+    assert len(network) >= 5 and any(e.how != "network" for e in events)
+    for before, after in itertools.pairwise(network):
+        assert after.at_s >= before.at_s + before.lasts_s + NETWORK_QUIET_S - 1e-3

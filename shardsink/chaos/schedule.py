@@ -228,9 +228,9 @@ def schedule(
     ``kinds`` that can fire, then one of the kind's :func:`ways` with equal
     chance; a network fault lasts 1 to ``network_max_s`` seconds, and the
     next waits until it has healed and :data:`NETWORK_QUIET_S` more (one at
-    a time, as Jepsen's nemesis starts and stops them: faults piled on
-    faults left a cluster of three hosts no moment to recover, 1 interval
-    in 60 s by hand). ``ValueError`` if none of ``kinds`` can fire."""
+    a time, as Jepsen's nemesis starts and stops them, so that a run shows
+    how the cluster recovers from each). ``ValueError`` if none of
+    ``kinds`` can fire."""
     if mean_gap_s <= 0 or pause_max_s <= 0 or network_max_s < 1:
         raise ValueError("mean_gap_s and pause_max_s must be > 0, network_max_s >= 1")
     kinds = injectable(kinds, mode, hosts=hosts, network=network)

@@ -85,6 +85,8 @@ def assert_every_fault_fired(
         mean_gap_s=config.mean_gap_s,
         pause_max_s=config.pause_max_s,
         hosts=config.on_hosts,
+        network=config.network > 0,
+        network_max_s=config.network_max_s,
     )
     assert Counter(injected) + Counter(lost) + Counter(unfired) == firings(events)
     assert sum(unfired.values()) < sum(injected.values()), unfired  # the last few, not the run

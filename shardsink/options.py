@@ -339,24 +339,6 @@ def _plain(kind: type, exc: msgspec.ValidationError) -> str:
     return re.sub(r"\s*- at `\$\.([^`]+)`", r" (key '\1')", text)
 
 
-#: ``--place``'s help, for ``up`` and ``chaos``.
-PLACE_HELP = (
-    "with --hosts netns:N, the host (an index) of the coordinator, consensus, postgres and s3 "
-    "(default coordinator=0,consensus=1,postgres=2,s3=2, each modulo N)"
-)
-
-
-def placement(text: str) -> dict[str, int]:
-    """``--place``'s value (``ROLE=HOST,...``) as :class:`~shardsink.config.Placement`
-    fields, for ``up`` and ``chaos``."""
-    from .config import Placement
-
-    try:
-        return Placement.parse(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def did_you_mean(name: str, valid, *, quote: bool = False) -> str:
     """``; did you mean X or Y?`` naming the valid names nearest ``name`` (those
     that contain it first, then the closest by :mod:`difflib`), or ``""``."""

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from .._http import FREE_PORT
-from ..options import PLACE_HELP, Flag, add_options, build, layered, placement
+from ..cluster._cli import PLACE_HELP, placement
+from ..options import Flag, add_options, build, layered
 from .config import ChaosConfig
 from .schedule import FAULT_KINDS
 

@@ -32,7 +32,9 @@ from . import _output, hosts, shard, shard_commands
 #: ``file://bq/...``, which names host ``bq``), nor a child that runs elsewhere.
 PATHS = ("config", "data_dir", "fault_dir", "json", "keys", "out", "output")
 #: Commands whose stdout is a document whatever their flags (as any with
-#: ``--json``): it holds that alone (:func:`._output.document_stdout`).
+#: ``--json``): it holds that alone (:func:`._output.document_stdout`). Not
+#: ``read --output F``: its stdout holds nothing, and ``F`` may be
+#: ``/dev/stdout``, which is descriptor 1 and must stay the real one.
 DOCUMENTS = ("read", "export")
 #: One module per area, in the order of ``--help``; each defines ``register(commands, bench)``.
 AREAS = (shard, shard_commands, shm_cli, server_cli, cluster_cli, chaos_cli, bench_cli, hosts)
@@ -92,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.fault_seed is not None or args.fault_dir is not None:
         parser.error("--fault-seed and --fault-dir go with --fault")
     faults.arm_from_env(role=args.command)
-    with _output.document_stdout(bool(getattr(args, "json", False)) or args.command in DOCUMENTS):
+    document = args.command in DOCUMENTS and not (args.command == "read" and args.output)
+    with _output.document_stdout(bool(getattr(args, "json", False)) or document):
         try:
             return int(args.func(args) or 0)
         except (ValueError, PersistError, StorageError) as exc:

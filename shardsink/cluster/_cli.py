@@ -27,12 +27,29 @@ import time
 import msgspec
 
 from .._http import FREE_PORT
+from ..config import Placement
 from ..datadir import DATA_DIR_ENV
-from ..options import PLACE_HELP, Flag, add_options, build, flag_of, layered, placement
+from ..options import Flag, add_options, build, flag_of, layered
 from ..persist.config import ShardConfig
 from ..storage.uri import BLOB_ENV, STORE_ENV
 from . import _logs
 from ._tables import host_words, status_tables, summary_table
+
+#: ``--place``'s help, for ``up`` and ``chaos``.
+PLACE_HELP = (
+    "with --hosts netns:N, the host (an index) of the coordinator, consensus, postgres and s3 "
+    "(default coordinator=0,consensus=1,postgres=2,s3=2, each modulo N)"
+)
+
+
+def placement(text: str) -> dict[str, int]:
+    """``--place``'s value (``ROLE=HOST,...``) as :class:`~shardsink.config.Placement`
+    fields, for ``up`` and ``chaos``."""
+    try:
+        return Placement.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
 
 #: How often ``--events`` looks for restarts between appends.
 SUPERVISION_POLL_S = 0.5

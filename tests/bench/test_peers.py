@@ -4,6 +4,8 @@ counted and its rows are missed by the read-back."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from shardsink._histograms import Latencies
@@ -29,6 +31,8 @@ def test_every_peer_writes_reads_back_and_counts(tmp_path, mode: str) -> None:
     assert run["commit_failures"] == 0 and run["metadata_bytes_per_interval"] > 0
     if commit != "per-worker":  # one committer: no race to lose, nothing left over
         assert run["commit_retries"] == 0 and run["orphan_files"] == 0
+    # the read-back leaves no thread (pyiceberg's pool): the next cluster's zygote forks
+    assert threading.active_count() == 1, threading.enumerate()
 
 
 def test_a_peer_stops_releasing_intervals_past_its_budget(tmp_path) -> None:

@@ -214,4 +214,3 @@ def test_a_failing_compaction_is_in_the_runs_summary(tmp_path, monkeypatch):
     assert "DeterminateError" in failures.last
     assert "compaction 3 (each retried" in failures.describe()
     assert status.maintenance_failures.counts == {"compaction": 3}
-

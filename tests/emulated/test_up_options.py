@@ -26,7 +26,7 @@ def _error(capsys, *argv: str) -> str:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--hosts", "netns:0"], "invalid hosts 'netns:0': netns:N emulates N hosts, 1 to 254"),
+        (["--hosts", "netns:0"], "invalid hosts 'netns:0': netns:N emulates N hosts, 1 to 253"),
         (["--hosts", "netns:"], "invalid hosts 'netns:'"),
         (["--consensus", "postgresql"], "it needs hosts netns:N"),
         (["--blob", "s3"], "it needs hosts netns:N"),

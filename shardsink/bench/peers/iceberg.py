@@ -20,7 +20,9 @@ catalog's one row per table is not counted.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -85,6 +87,10 @@ class IcebergFormat:
         return IcebergCommitter(location)
 
     def stored(self, location: Path) -> Stored:
+        with _pool_shut_after():
+            return self._stored(location)
+
+    def _stored(self, location: Path) -> Stored:
         table = catalog(location).load_table(IDENTIFIER)
         referenced = {_local(task.file.file_path) for task in table.scan().plan_files()}
         data = files_under(location / "warehouse", "*.parquet")
@@ -123,6 +129,24 @@ class IcebergCommitter:
             lost = self.catalog.conflicts - before
             return Outcome(retries=max(lost - 1, 0), error=f"CommitFailedException: {exc}")
         return Outcome(retries=self.catalog.conflicts - before)
+
+
+@contextlib.contextmanager
+def _pool_shut_after() -> Iterator[None]:
+    """Shut pyiceberg's process-wide thread pool (its scans plan and read
+    through it) after the block. Left running, its threads outlive the read:
+    a process with threads no longer forks its zygote but spawns it
+    (:func:`shardsink.process.zygote.fork_is_safe`), so every cluster a
+    bench or test process starts after an Iceberg read-back would start
+    slower than one before it."""
+    from pyiceberg.utils.concurrent import ExecutorFactory
+
+    try:
+        yield
+    finally:
+        pool, ExecutorFactory._instance = ExecutorFactory._instance, None
+        if pool is not None:
+            pool.shutdown(wait=True)
 
 
 def _local(uri: str) -> str:

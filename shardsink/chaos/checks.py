@@ -6,8 +6,8 @@ import time
 from collections import Counter
 
 from .. import faults
-from ..cluster.verify import verify
-from ..connect import open_shard
+from ..cluster.verify import verify_shards
+from ..connect import open_shards
 from ..persist.config import OFFLINE
 from ..persist.errors import PersistError, ShardNotFound
 from ..persist.shard import Shard
@@ -17,7 +17,7 @@ from ..shm.sweep import list_segments, unlink_segment
 from ..storage.contracts import temp_files
 from ..storage.errors import StorageError
 from . import linearizability
-from .config import INTERVAL_MS, SHARD, ChaosReport, HistoryCheck
+from .config import INTERVAL_MS, ChaosReport, HistoryCheck
 from .context import RunContext
 from .nemesis import Nemesis
 from .schedule import kind_of
@@ -37,24 +37,25 @@ def final_checks(run: RunContext, events: list, nemesis: Nemesis, watched) -> Ch
     remove_dead_run_dirs()
     swept = 0
     intervals = 0
-    final_upper: int | None = None
+    final_uppers: dict[str, int] = {}
     unknown = []  # what leaves the run unable to judge, beyond too few intervals
     try:
-        with open_shard(
-            SHARD,
+        with open_shards(
+            run.config.shard_schemas(),
             blob=run.cluster.blob_uri,
             consensus=run.cluster.consensus_uri,
-            schema=run.config.schema(),
             config=OFFLINE,  # every process of the run is gone: so are its writers
             create=False,
-        ) as shard:
-            check_shard(run, shard, "at the end")
+        ) as opened:
+            shards = {name: opened.shard(name) for name in run.shard_names}
+            check_shards(run, shards, "at the end")
             time.sleep(0.002)  # past the offline lease of the last writer seen
-            shard.collect_garbage()
-            swept = len(shard.sweep_leaked_blobs())
-            shard.collect_garbage()
-            intervals = check_shard(run, shard, "after sweeping leaked blobs and GC", swept=True)
-            final_upper = shard.upper
+            for shard in shards.values():
+                shard.collect_garbage()
+                swept += len(shard.sweep_leaked_blobs())
+                shard.collect_garbage()
+            intervals = check_shards(run, shards, "after sweeping leaked blobs and GC", swept=True)
+            final_uppers = {name: shard.upper for name, shard in shards.items()}
     except ShardNotFound:  # nothing was ever appended, so nothing can be lost
         unknown.append("no shard was ever created")
     except (StorageError, PersistError) as exc:
@@ -64,7 +65,7 @@ def final_checks(run: RunContext, events: list, nemesis: Nemesis, watched) -> Ch
     injected = fired + nemesis.signalled
     counts = run.counts
     config = run.config
-    history = check_history(run, final_upper)
+    history = check_history(run, final_uppers)
     if history.verdict == "unknown":
         unknown.append(f"the history: {history.reason}")
     verdict, reasons = judge(run, intervals, watched, unknown)
@@ -98,16 +99,17 @@ def final_checks(run: RunContext, events: list, nemesis: Nemesis, watched) -> Ch
     )
 
 
-def check_history(run: RunContext, final_upper: int | None) -> HistoryCheck:
-    """Check the run's history for linearizability, with a last read of the
-    shard's ``final_upper`` (as the final checks found it, every process
-    stopped; ``None``: no shard); an invalid one is a violation naming the
-    shortest failing sub-history."""
+def check_history(run: RunContext, final_uppers: dict[str, int]) -> HistoryCheck:
+    """Check the run's history for linearizability, with a last read of
+    each shard's upper in ``final_uppers`` (as the final checks found them,
+    every process stopped; empty: no shard); an invalid one is a violation
+    naming the shortest failing sub-history."""
     history.close_from_environment(run.history_path)  # this process's readers are done
-    if final_upper is not None:
+    if final_uppers:
         with history.HistoryWriter(run.history_path) as writer:
-            handle = writer.invoke(process="final checks", shard=SHARD, kind="read")
-            writer.complete(handle, "ok", upper=final_upper)
+            for name, upper in final_uppers.items():
+                handle = writer.invoke(process="final checks", shard=name, kind="read")
+                writer.complete(handle, "ok", upper=upper)
     try:
         ops = history.load(run.history_path) if run.history_path.exists() else []
     except history.HistoryError as exc:
@@ -151,22 +153,32 @@ def judge(run: RunContext, intervals: int, watched, unknown: list[str]) -> tuple
     return ("unknown", reasons) if reasons else ("valid", [])
 
 
-def check_shard(run: RunContext, shard: Shard, when: str, *, swept: bool = False) -> int:
-    """The shard holds what its batches' digests say and, for a workload
-    with one, equals the expected collection at its upper; every blob
-    its state references exists (and, once ``swept``, no other blob and no
-    temporary file of a killed writer does); returns the intervals it holds."""
+def check_shards(
+    run: RunContext, shards: dict[str, Shard], when: str, *, swept: bool = False
+) -> int:
+    """The shards, all as of one upper, hold what their batches' digests say
+    and, for a workload with one, equal its expected collections; the
+    workload's ``check`` holds over them (:func:`verify_shards`); every blob
+    a shard's state references exists (and, once ``swept``, no other blob
+    and no temporary file of a killed writer does); returns the intervals
+    they hold."""
     workload = run.config.load_workload()
-    intervals = shard.upper // INTERVAL_MS
     try:
-        verification = verify(shard, workload, INTERVAL_MS)
+        verification = verify_shards(shards, workload, INTERVAL_MS)
     except PersistError as exc:
-        run.violation(f"{when}: the shard cannot be read back: {exc}")
+        run.violation(f"{when}: the shards cannot be read back: {exc}")
     else:
         if not verification.ok:
-            run.violation(f"{when}: the shard differs from what was written: {verification.detail}")
+            run.violation(f"{when}: what was read back is wrong: {verification.detail}")
+    for name, shard in shards.items():
+        _check_blobs(run, shard, f"{when}, shard {name}" if len(shards) > 1 else when, swept)
+    return min(shard.upper for shard in shards.values()) // INTERVAL_MS
+
+
+def _check_blobs(run: RunContext, shard: Shard, when: str, swept: bool) -> None:
     state = shard.state()
-    present = set(shard.blob.list(f"{SHARD}/"))
+    prefix = f"{shard.name}/"
+    present = set(shard.blob.list(prefix))
     missing = sorted(state.live_keys() - present)
     if missing:
         run.violation(f"{when}: {len(missing)} referenced blobs are missing: {missing[:3]}")
@@ -174,7 +186,6 @@ def check_shard(run: RunContext, shard: Shard, when: str, *, swept: bool = False
         leaked = sorted(present - state.referenced_keys())
         if leaked:
             run.violation(f"{when}: {len(leaked)} unreferenced blobs remain: {leaked[:3]}")
-        temps = sorted(t.name for t in temp_files(shard.blob, f"{SHARD}/"))
+        temps = sorted(t.name for t in temp_files(shard.blob, prefix))
         if temps:
             run.violation(f"{when}: {len(temps)} temporary files remain: {temps[:3]}")
-    return intervals

@@ -4,6 +4,7 @@ own maintenance (retention and compaction)."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 
@@ -11,6 +12,8 @@ from .. import workloads
 from ..cluster.verify import difference
 from ..persist.digest import comparable, digest, total_known
 from ..persist.errors import NotReadable, PartMissing, ShardNotFound
+from ..persist.reader import Reader
+from ..persist.shard import Shard
 from ..persist.state import ShardState
 from ..process import MODULE, Child, Launch, SpawnStarter, module_payload
 from ..server.client import ServerClient
@@ -19,11 +22,12 @@ from .config import INTERVAL_MS, MAINTENANCE_TIMEOUT_S, SHARD, SINCE_LAG
 from .context import RunContext, client_shard, exit_reason
 
 
-def gc_command(run: RunContext) -> list[str]:
-    """The GC run by hand beside the consensus process's own, with the
-    leaked-blob sweep at the shortest grace the run's writer lease allows."""
+def gc_command(run: RunContext, shard: str) -> list[str]:
+    """The GC of ``shard`` run by hand beside the consensus process's own,
+    with the leaked-blob sweep at the shortest grace the run's writer lease
+    allows."""
     grace = str(run.config.writer_lease_ms)
-    return ["shard", "gc", "--sweep-grace-ms", grace, "--shard", SHARD, "--consensus", run.bind]
+    return ["shard", "gc", "--sweep-grace-ms", grace, "--shard", shard, "--consensus", run.bind]
 
 
 #: Errors of a client while the consensus process restarts: counted, retried.
@@ -31,25 +35,32 @@ UNAVAILABLE = (StorageError, TimeoutError, ShardNotFound, OSError)
 
 
 def read_loop(run: RunContext, index: int) -> None:
-    """Snapshots at random as-ofs within ``since .. upper - 1``, each checked
-    (:func:`snapshot_problem`); for a workload without ``expected``, as-ofs
-    where a batch ends."""
+    """Snapshots of every shard of the run as of one random time within
+    ``since .. upper - 1``, each checked (:func:`snapshot_problem`) and,
+    all together, by the workload's own ``check``; for a workload without
+    ``expected``, as-ofs where a batch of every shard ends. With several
+    shards each round also reads their uppers around each other
+    (:func:`torn`): a transaction moves them together, so no reader may
+    see one shard hold an interval another does not."""
     workload = run.config.load_workload()
-    schema = run.config.schema()
+    schemas = run.config.shard_schemas()
     oracle = getattr(workload, "expected", None) is not None
     rng = random.Random(f"chaos:{run.config.seed}:reader:{index}")
-    shard = reader = None
+    readers: dict[str, Reader] = {}
+    shards: list[Shard] = []
     while not run.stop.wait(rng.uniform(0.05, 0.3)):
         try:
-            if shard is None:
-                shard = client_shard(run)
-                reader = shard.reader(f"chaos-reader-{index}", lease_ms=30_000)
-            state = reader.lease()
-            if state.upper == 0:
+            if not readers:
+                for name in schemas:
+                    shards.append(client_shard(run, name))
+                    readers[name] = shards[-1].reader(f"chaos-reader-{index}", lease_ms=30_000)
+            states, seen = lease_around(readers)
+            if seen is not None:
+                run.violation(f"reader {index}: {seen}")
+            as_of = pick_as_of(states, oracle, rng)
+            if as_of is None:
                 continue
-            low = max(state.since, state.upper - SINCE_LAG * INTERVAL_MS // 2)
-            as_of = rng.randrange(low, state.upper) if oracle else batch_end(state, low, rng)
-            table = reader.snapshot(as_of)
+            tables = {name: reader.snapshot(as_of) for name, reader in readers.items()}
         except NotReadable:
             run.count("skipped: since moved past the as-of")
             continue
@@ -58,41 +69,105 @@ def read_loop(run: RunContext, index: int) -> None:
             continue
         except UNAVAILABLE as exc:
             run.count(f"skipped: {type(exc).__name__}")
-            if shard is not None:
+            for shard in shards:
                 shard.close()
-            shard = reader = None
+            shards, readers = [], {}
             continue
         except Exception as exc:  # any other failure of a reader is a finding
             run.violation(f"reader {index} failed: {type(exc).__name__}: {exc}")
             continue
-        wrong = snapshot_problem(workload, schema, state, as_of, table)
-        if wrong is None:
-            run.count("checked")
-        elif wrong:
-            run.violation(f"reader {index}: snapshot as of {as_of} is wrong: {wrong}")
-        else:
-            run.count("read (batches of unknown digest)")
-    if shard is not None:
+        _judge(run, index, workload, schemas, states, as_of, tables)
+    for shard in shards:
         shard.close()
 
 
+def _judge(run: RunContext, index, workload, schemas, states, as_of: int, tables) -> None:
+    """Count or report what one round of reader ``index`` read."""
+    wrong = {
+        name: snapshot_problem(workload, schemas[name], states[name], as_of, table, name)
+        for name, table in tables.items()
+    }
+    several = len(tables) > 1
+    for name, problem in wrong.items():
+        if problem:
+            shown = f"shard {name}'s snapshot" if several else "snapshot"
+            run.violation(f"reader {index}: {shown} as of {as_of} is wrong: {problem}")
+    if any(problem for problem in wrong.values()):
+        return
+    found = workloads.check(workload, tables)
+    if found is not None:
+        run.violation(f"reader {index}: the workload's check as of {as_of}: {found}")
+    elif all(problem is None for problem in wrong.values()):
+        run.count("checked")
+    else:
+        run.count("read (batches of unknown digest)")
+
+
+def lease_around(readers: dict[str, Reader]) -> tuple[dict[str, ShardState], str | None]:
+    """Lease every reader's newest state, the first reader's again after the
+    others' when there are several; and what :func:`torn` says of the
+    uppers read."""
+    names = list(readers)
+    states = {name: readers[name].lease() for name in names}
+    if len(names) == 1:
+        return states, None
+    after = readers[names[0]].lease().upper
+    return states, torn(names[0], states[names[0]].upper, after, states)
+
+
+def torn(first: str, before: int, after: int, states: dict[str, ShardState]) -> str | None:
+    """``None`` if every shard's upper, read between two reads of shard
+    ``first``'s (``before``, then ``after``), lies within them: uppers only
+    grow, and a transaction moves every shard's at once, so at the moment a
+    shard was read ``first``'s upper equalled its own. Else what was seen:
+    an interval in some of the shards only."""
+    outside = {name: s.upper for name, s in states.items() if not before <= s.upper <= after}
+    if not outside:
+        return None
+    read = ", ".join(f"{name} {upper}" for name, upper in outside.items())
+    return (
+        f"shards read between two reads of {first}'s upper ({before}, then {after}) were at "
+        f"{read}: an interval in some shards and not in others"
+    )
+
+
+def pick_as_of(states: dict[str, ShardState], oracle: bool, rng: random.Random) -> int | None:
+    """A time to read every shard of ``states`` as of, within each one's
+    readable range and :data:`SINCE_LAG` intervals of its upper: any time
+    for a workload with an ``expected`` collection (``oracle``), else one
+    where a batch of every shard ends; ``None`` if there is none yet."""
+    low = max(max(s.since, s.upper - SINCE_LAG * INTERVAL_MS // 2) for s in states.values())
+    high = min(s.upper for s in states.values())
+    if high <= max(low, 0):
+        return None
+    if oracle:
+        return rng.randrange(low, high)
+    ends = set.intersection(*(batch_ends(s, low, high) for s in states.values()))
+    return rng.choice(sorted(ends)) if ends else None
+
+
 def snapshot_problem(
-    workload: workloads.AnyWorkload, schema, state: ShardState, as_of: int, table
+    workload: workloads.AnyWorkload,
+    schema,
+    state: ShardState,
+    as_of: int,
+    table,
+    shard: str = SHARD,
 ) -> str | None:
-    """What is wrong with ``table``, the snapshot as of ``as_of`` read under
-    ``state``: checked against ``workload``'s expected collection if it has
-    one, else by digest (:func:`digest_difference`); ``None`` if nothing."""
-    expected = workloads.expected(workload, schema, as_of // INTERVAL_MS + 1, as_of)
+    """What is wrong with ``table``, the snapshot of ``shard`` as of
+    ``as_of`` read under ``state``: checked against ``workload``'s expected
+    collection if it has one, else by digest (:func:`digest_difference`);
+    ``None`` if nothing."""
+    expected = workloads.expected(workload, schema, as_of // INTERVAL_MS + 1, as_of, shard)
     if expected is None:
         return digest_difference(table, state, as_of)
     return None if table.equals(expected) else difference(table, expected)
 
 
-def batch_end(state: ShardState, low: int, rng: random.Random) -> int:
-    """A random time at or past ``low`` where one of ``state``'s batches
+def batch_ends(state: ShardState, low: int, high: int) -> set[int]:
+    """The times in ``low .. high - 1`` where one of ``state``'s batches
     ends (its ``upper - 1``): a snapshot there holds whole batches only."""
-    ends = [b.upper - 1 for b in state.batches.values() if b.upper - 1 >= low]
-    return rng.choice(ends) if ends else state.upper - 1
+    return {b.upper - 1 for b in state.batches.values() if low <= b.upper - 1 < high}
 
 
 def digest_difference(table, state: ShardState, as_of: int) -> str | None:
@@ -116,6 +191,7 @@ def maintenance_loop(run: RunContext, env: dict[str, str]) -> None:
     count the consensus process's compactions (its retention and compaction
     need nobody: they run in it)."""
     compactions: dict[int, tuple[int, int]] = {}  # by server pid: its counters restart with it
+    shards = itertools.cycle(run.shard_names)  # one shard a pass, in turn
     while not run.stop.wait(run.config.maintenance_every_s):
         _count_compactions(run, compactions)
         if run.stop.is_set():
@@ -124,7 +200,7 @@ def maintenance_loop(run: RunContext, env: dict[str, str]) -> None:
             kind="maintenance",
             name="gc",
             role=MODULE,
-            payload=module_payload("shardsink.cli", gc_command(run)),
+            payload=module_payload("shardsink.cli", gc_command(run, next(shards))),
             env=env,
             stdout="null",
         )
@@ -170,6 +246,9 @@ def _count_compactions(run: RunContext, seen: dict[int, tuple[int, int]]) -> Non
         return
     finally:
         client.close()
-    for counters in reply.shards:
-        if counters.shard == SHARD:
-            seen[reply.pid] = (counters.compactions, counters.compactions_abandoned)
+    mine = [c for c in reply.shards if c.shard in run.shard_names]
+    if mine:
+        seen[reply.pid] = (
+            sum(c.compactions for c in mine),
+            sum(c.compactions_abandoned for c in mine),
+        )

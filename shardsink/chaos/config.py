@@ -124,7 +124,13 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             raise ValueError(
                 f"unknown coalesce {self.coalesce!r}; choose one of {', '.join(COALESCES)}"
             )
-        injectable(self.faults, self.mode, hosts=self.on_hosts, network=self.network > 0)
+        injectable(
+            self.faults,
+            self.mode,
+            hosts=self.on_hosts,
+            network=self.network > 0,
+            transactions=self.transactions,
+        )
         positive(self, "network_max_s")
         at_least(self, 1, "groups", "workers", "rows_per_interval")
         at_least(self, 0, "readers")
@@ -170,9 +176,15 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
         """The run's workload (``ValueError`` naming what is wrong with it)."""
         return workloads.of(self.cluster_workload())
 
-    def schema(self) -> pa.Schema:
-        """The shard schema of the run's workload."""
-        return workloads.shard_schema(self.load_workload(), self.workload)
+    def shard_schemas(self) -> dict[str, pa.Schema]:
+        """The run's shards and their schemas, in the workload's order: its
+        ``shards``, or its one schema as shard :data:`SHARD`."""
+        return workloads.shard_schemas(self.load_workload(), self.workload, default=SHARD)
+
+    @property
+    def transactions(self) -> bool:
+        """Whether every append is a transaction across several shards."""
+        return len(self.shard_schemas()) > 1
 
     def workload_flags(self, directory: Path) -> list[str]:
         """``up``'s flags for the run's workload: ``--workload`` and, for its

@@ -22,7 +22,7 @@ from ..persist.shard import Shard
 from ..process import RUN_MARK, Child, marked
 from ..server.history import HISTORY_ENV, PROCESS_ENV
 from ..storage.uri import BLOB_ENV, STORE_ENV
-from .config import SHARD, ChaosConfig
+from .config import ChaosConfig
 from .nemesis import cluster_processes
 
 log = logging.getLogger(__name__)
@@ -45,6 +45,8 @@ class RunContext:
 
     def __init__(self, config: ChaosConfig, work: Path) -> None:
         self.config = config
+        #: the run's shards: the workload's, or :data:`~.config.SHARD`
+        self.shard_names = tuple(config.shard_schemas())
         self.work = work
         self.data = work / "data"
         self.logs = work / "logs"
@@ -210,12 +212,13 @@ class AppendLog:
         return self.count
 
 
-def client_shard(run: RunContext) -> Shard:
+def client_shard(run: RunContext, name: str) -> Shard:
+    """Shard ``name`` of the run, through its consensus server."""
     return open_shard(
-        SHARD,
+        name,
         blob=run.cluster.blob_uri,
         consensus=run.bind,
-        schema=run.config.schema(),
+        schema=run.config.shard_schemas()[name],
         config=run.shard_config(),
         create=False,
     )

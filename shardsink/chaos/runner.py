@@ -59,7 +59,6 @@ from .clients import maintenance_loop, read_loop
 from .config import (
     INTERVAL_MS,
     MAINTENANCE_TIMEOUT_S,
-    SHARD,
     SINCE_LAG,
     ChaosConfig,
     ChaosReport,
@@ -140,20 +139,21 @@ def _check_fresh_fault_dir(fault_dir: Path) -> None:
 
 
 def _check_fresh(run: RunContext) -> None:
-    """``ValueError`` if the shard exists already (the expected collection
-    starts from interval 0); throwaway stores of emulated hosts are new."""
+    """``ValueError`` if a shard of the run exists already (the expected
+    collections start from interval 0); throwaway stores of emulated hosts
+    are new."""
     if any(run.config.emulated_stores):
         return
-    try:
-        with open_shard(
-            SHARD, blob=run.cluster.blob_uri, consensus=run.cluster.consensus_uri, create=False
-        ):
-            pass
-    except ShardNotFound:
-        return
-    raise ValueError(
-        f"shard {SHARD!r} exists in {redact(run.cluster.consensus_uri)}: chaos needs a fresh store"
-    )
+    for name in run.shard_names:
+        try:
+            with open_shard(
+                name, blob=run.cluster.blob_uri, consensus=run.cluster.consensus_uri, create=False
+            ):
+                pass
+        except ShardNotFound:
+            continue
+        where = redact(run.cluster.consensus_uri)
+        raise ValueError(f"shard {name!r} exists in {where}: chaos needs a fresh store")
 
 
 @contextlib.contextmanager
@@ -205,6 +205,7 @@ def _run(
         hosts=config.on_hosts,
         network=config.network > 0,
         network_max_s=config.network_max_s,
+        transactions=config.transactions,
     )
     specs = point_specs(events)
     env = _arm(run, specs)

@@ -114,6 +114,8 @@ POINTS: dict[str, tuple[tuple[str, str], ...]] = {
     "kill-last-finisher": (("worker.last_finisher", "kill"),),
     "kill-consensus": (
         ("consensus.after_store", "kill"),
+        ("transaction.before_store", "kill"),
+        ("transaction.after_store", "kill"),
         ("gc.before_delete", "kill"),
         ("compaction.after_write", "kill"),
         ("compaction.after_commit", "kill"),
@@ -134,6 +136,13 @@ POINTS: dict[str, tuple[tuple[str, str], ...]] = {
 SHARED_POINTS = frozenset(
     {"worker.after_push", "worker.last_finisher", "builder.after_upload", "builder.before_handoff"}
 )
+
+#: Points only an append of one shard passes, and only a transaction across
+#: several: a workload of several shards appends every interval as one
+#: transaction, so its consensus process is killed with some shards'
+#: versions prepared and none stored, or all stored and none answered.
+SINGLE_POINTS = frozenset({"consensus.after_store"})
+TRANSACTION_POINTS = frozenset({"transaction.before_store", "transaction.after_store"})
 
 #: A store error event releases this many faults at once (a burst, as when a
 #: store flaps), at most.
@@ -160,22 +169,30 @@ class Event(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def ways(
-    kind: str, mode: Mode, *, hosts: bool = False, network: bool = False
+    kind: str,
+    mode: Mode,
+    *,
+    hosts: bool = False,
+    network: bool = False,
+    transactions: bool = False,
 ) -> list[tuple[str, str]]:
     """How ``kind`` can be injected in ``mode``: ``("signal", "")``,
     ``("point", "NAME:ACTION")`` and ``("network", "")`` pairs, none if
     ``mode`` never reaches it (a host kind: none but on hosts of a Ray
     cluster, ``hosts``; a network kind none but between emulated hosts,
-    ``network``)."""
+    ``network``; :data:`TRANSACTION_POINTS` only, and
+    :data:`SINGLE_POINTS` never, when every append is a transaction across
+    shards, ``transactions``)."""
     if kind in NETWORK_KINDS:
         return [("network", "")] if network else []
     signal = [("signal", "")] if kind in SIGNAL_TARGETS else []
     if SIGNAL_TARGETS.get(kind) == "host" and not hosts:
         signal = []
+    never = SINGLE_POINTS if transactions else TRANSACTION_POINTS
     return signal + [
         ("point", f"{name}:{action}")
         for name, action in POINTS[kind]
-        if mode != "off" or name not in SHARED_POINTS
+        if (mode != "off" or name not in SHARED_POINTS) and name not in never
     ]
 
 
@@ -191,13 +208,20 @@ def check_kinds(kinds: list[str] | tuple[str, ...]) -> tuple[str, ...]:
 
 
 def injectable(
-    kinds: list[str] | tuple[str, ...], mode: Mode, *, hosts: bool = False, network: bool = False
+    kinds: list[str] | tuple[str, ...],
+    mode: Mode,
+    *,
+    hosts: bool = False,
+    network: bool = False,
+    transactions: bool = False,
 ) -> tuple[str, ...]:
     """Those of ``kinds`` (checked by :func:`check_kinds`) that ``mode`` can
     fire (on hosts of a Ray cluster with ``hosts``, between emulated hosts
-    with ``network``); ``ValueError`` if there is none."""
+    with ``network``, appends as transactions with ``transactions``: see
+    :func:`ways`); ``ValueError`` if there is none."""
     checked = check_kinds(kinds)
-    out = tuple(k for k in checked if ways(k, mode, hosts=hosts, network=network))
+    reach = {"hosts": hosts, "network": network, "transactions": transactions}
+    out = tuple(k for k in checked if ways(k, mode, **reach))
     if not out:
         where = "" if hosts else f" on one machine ({', '.join(HOST_KINDS)}: --hosts ray:...)"
         if not network and set(checked) & set(NETWORK_KINDS):
@@ -220,9 +244,11 @@ def schedule(
     hosts: bool = False,
     network: bool = False,
     network_max_s: float = 10.0,
+    transactions: bool = False,
 ) -> list[Event]:
     """The events of a run in ``mode`` (on hosts of a Ray cluster with
-    ``hosts``, between emulated hosts with ``network``): gaps drawn from an
+    ``hosts``, between emulated hosts with ``network``, appends as
+    transactions with ``transactions``): gaps drawn from an
     exponential distribution of mean ``mean_gap_s``, none in the first or
     last ``quiet_s`` seconds; each event's kind uniform over those of
     ``kinds`` that can fire, then one of the kind's :func:`ways` with equal
@@ -233,7 +259,8 @@ def schedule(
     ``kinds`` can fire."""
     if mean_gap_s <= 0 or pause_max_s <= 0 or network_max_s < 1:
         raise ValueError("mean_gap_s and pause_max_s must be > 0, network_max_s >= 1")
-    kinds = injectable(kinds, mode, hosts=hosts, network=network)
+    reach = {"hosts": hosts, "network": network, "transactions": transactions}
+    kinds = injectable(kinds, mode, **reach)
     rng = random.Random(f"chaos:{seed}")
     events = []
     at = quiet_s
@@ -241,7 +268,7 @@ def schedule(
     while True:
         at += rng.expovariate(1.0 / mean_gap_s)
         kind = rng.choice(kinds)
-        how, point = rng.choice(ways(kind, mode, hosts=hosts, network=network))
+        how, point = rng.choice(ways(kind, mode, **reach))
         if how == "network":
             at = max(at, network_free)
         if at > duration_s - quiet_s:

@@ -22,7 +22,7 @@ import pytest
 
 from shardsink import faults, open_shard
 from shardsink.chaos import FAULT_KINDS, ChaosConfig, run_chaos, schedule
-from shardsink.chaos.checks import check_shard
+from shardsink.chaos.checks import check_shards
 from shardsink.chaos.context import RunContext
 from shardsink.chaos.runner import _wait_gone
 from shardsink.chaos.schedule import firings, kind_of
@@ -87,6 +87,7 @@ def assert_every_fault_fired(
         hosts=config.on_hosts,
         network=config.network > 0,
         network_max_s=config.network_max_s,
+        transactions=config.transactions,
     )
     assert Counter(injected) + Counter(lost) + Counter(unfired) == firings(events)
     assert sum(unfired.values()) < sum(injected.values()), unfired  # the last few, not the run
@@ -103,6 +104,31 @@ def test_a_short_run_with_every_fault_kind_loses_nothing(tmp_path) -> None:
     )
     report = _run_clean(config)
     assert len(report.scheduled) >= 6  # 25 s at one fault a second: most kinds
+
+
+def test_a_workload_of_two_shards_killed_between_them_stays_all_or_nothing(tmp_path) -> None:
+    """Orders and their lines, every interval one transaction: the consensus
+    process killed with the transaction's shards prepared and not stored,
+    and stored and not answered (seed 8 schedules both); the readers check
+    both shards as of one time, the example's own check over them, and that
+    no shard's upper ran ahead of the other's."""
+    example = Path(__file__).parents[2] / "examples" / "orders_lines.py"
+    config = ChaosConfig(
+        duration_s=20,
+        seed=8,
+        data_dir=str(tmp_path / "run"),
+        groups=2,
+        workers=2,
+        workload=f"{example}:OrdersLines",
+        faults=("kill-consensus", "kill-coordinator", "consensus-errors", "kill-builder"),
+        mean_gap_s=1.0,
+    )
+    assert config.transactions
+    report = _run_clean(config)
+    fired = Counter(f["point"] for f in faults.fired(tmp_path / "run" / "faults"))
+    assert fired["transaction.before_store"] + fired["transaction.after_store"] >= 1, fired
+    assert fired["consensus.after_store"] == 0  # no append of one shard alone
+    assert report.history.verdict == "valid"
 
 
 def test_a_short_run_coalescing_per_host_loses_nothing(tmp_path) -> None:
@@ -271,11 +297,11 @@ def test_the_final_check_finds_a_lost_part(tmp_path) -> None:
             writer = shard.writer()
             for i in range(4):
                 writer.compare_and_append_table(workload.updates(i), i * 1000, (i + 1) * 1000)
-            assert check_shard(run, shard, "before") == 4 and run.violations == []
+            assert check_shards(run, {"default": shard}, "before") == 4 and run.violations == []
             batch = shard.state().ordered_batches()[-1]
             shard.blob.delete(batch.blob_keys()[0])
             shard.blob.set("default/part/stray.parquet", b"not referenced")
-            check_shard(run, shard, "after", swept=True)
+            check_shards(run, {"default": shard}, "after", swept=True)
     finally:
         run.sock_dir.rmdir()
     assert any("referenced blobs are missing" in v for v in run.violations)

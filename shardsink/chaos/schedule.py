@@ -251,7 +251,8 @@ def schedule(
     transactions with ``transactions``): gaps drawn from an
     exponential distribution of mean ``mean_gap_s``, none in the first or
     last ``quiet_s`` seconds; each event's kind uniform over those of
-    ``kinds`` that can fire, then one of the kind's :func:`ways` with equal
+    ``kinds`` that can fire (with network kinds among them: every one once
+    a round, each round shuffled), then one of the kind's :func:`ways` with equal
     chance; a network fault lasts 1 to ``network_max_s`` seconds, and the
     next waits until it has healed and :data:`NETWORK_QUIET_S` more (one at
     a time, as Jepsen's nemesis starts and stops them, so that a run shows
@@ -265,9 +266,20 @@ def schedule(
     events = []
     at = quiet_s
     network_free = 0.0  # when the last network fault has healed, and a quiet spell after
+    rounds: list[str] = []
+    in_rounds = network and bool(set(kinds) & set(NETWORK_KINDS))
     while True:
         at += rng.expovariate(1.0 / mean_gap_s)
-        kind = rng.choice(kinds)
+        if in_rounds:
+            # One at a time and lasting seconds, a run holds a few dozen
+            # network faults: drawn in rounds (every kind once a round, in a
+            # shuffled order) rather than each at random, so that every kind
+            # recurs (drawn at random, seed 4711 never drew partition-host of
+            # eight kinds in 300 s).
+            rounds = rounds or rng.sample(kinds, len(kinds))
+            kind = rounds.pop()
+        else:
+            kind = rng.choice(kinds)
         how, point = rng.choice(ways(kind, mode, **reach))
         if how == "network":
             at = max(at, network_free)

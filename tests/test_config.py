@@ -16,7 +16,7 @@ from shardsink import __version__
 from shardsink._units import MIB, format_size, parse_size
 from shardsink.chaos.config import ChaosConfig
 from shardsink.cli import build_parser, main
-from shardsink.cluster._cli import config_of
+from shardsink.cli.cluster import config_of
 from shardsink.config import ClusterConfig
 from shardsink.options import flag_of
 from shardsink.server.config import ServeConfig
@@ -194,7 +194,7 @@ def test_every_up_flag_shows_its_default():
 
 
 def test_chaos_takes_a_toml_file_as_its_flags(tmp_path):
-    from shardsink.chaos._cli import config_of as chaos_config
+    from shardsink.cli.chaos import config_of as chaos_config
 
     path = tmp_path / "c.toml"
     path.write_text(

@@ -1,10 +1,13 @@
 """The ``shardsink`` command.
 
-Each area of the package contributes its own subcommands through a
-``register(commands, bench)`` function in its ``_cli`` module (the shard
+Every command's flags, parsing and printing live here, one module per area
+(``up`` and the cluster's commands in :mod:`.cluster`, ``chaos`` in
+:mod:`.chaos`, ``consensus`` in :mod:`.server`, ``shm`` in :mod:`.shm`,
+``hosts`` in :mod:`.hosts`, ``shardsink bench`` in :mod:`.bench`, the shard
 commands, which reach a shard wherever it lives, in :mod:`.shard` and
-:mod:`.shard_commands`), so this file only assembles them: ``commands`` is
-the top-level subparser set, ``bench`` the one under ``shardsink bench``.
+:mod:`.shard_commands`), each with a ``register(commands)`` (``bench``:
+``register(bench)``, the subparsers under ``shardsink bench``); the areas
+themselves know no terminal. This file only assembles them.
 Every parser is an :class:`~shardsink.options.Parser`, which names the
 nearest valid flags when one is unknown.
 """
@@ -18,13 +21,8 @@ import sys
 from pathlib import Path
 
 from .. import __version__
-from ..bench import _cli as bench_cli
-from ..chaos import _cli as chaos_cli
-from ..cluster import _cli as cluster_cli
 from ..options import Parser
-from ..server import _cli as server_cli
-from ..shm import _cli as shm_cli
-from . import _output, hosts, shard, shard_commands
+from . import _output, bench, chaos, cluster, hosts, server, shard, shard_commands, shm
 
 #: The destinations of every flag that names a file or directory, of any
 #: command: made absolute where they enter (:func:`_absolute`), so that no
@@ -36,8 +34,10 @@ PATHS = ("config", "data_dir", "fault_dir", "json", "keys", "out", "output")
 #: ``read --output F``: its stdout holds nothing, and ``F`` may be
 #: ``/dev/stdout``, which is descriptor 1 and must stay the real one.
 DOCUMENTS = ("read", "export")
-#: One module per area, in the order of ``--help``; each defines ``register(commands, bench)``.
-AREAS = (shard, shard_commands, shm_cli, server_cli, cluster_cli, chaos_cli, bench_cli, hosts)
+#: One module per area's top-level commands, in the order of ``--help``;
+#: each defines ``register(commands)``. ``bench`` defines ``register(bench)``
+#: for ``shardsink bench``'s.
+AREAS = (shard, shard_commands, shm, server, cluster, chaos, hosts)
 
 
 def build_parser() -> Parser:
@@ -65,9 +65,9 @@ def build_parser() -> Parser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     bench_parser = commands.add_parser("bench", help="benchmarks (see `shardsink bench -h`)")
-    bench = bench_parser.add_subparsers(dest="bench", metavar="BENCH", required=True)
     for area in AREAS:
-        area.register(commands, bench)
+        area.register(commands)
+    bench.register(bench_parser.add_subparsers(dest="bench", metavar="BENCH", required=True))
     return parser
 
 

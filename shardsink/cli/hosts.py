@@ -6,7 +6,7 @@ import argparse
 import sys
 
 
-def register(commands, bench) -> None:
+def register(commands) -> None:
     """Add ``hosts sweep`` to ``commands``."""
     hosts = commands.add_parser("hosts", help="emulated hosts (network namespaces; root only)")
     hosts_commands = hosts.add_subparsers(dest="hosts_command", metavar="SUBCOMMAND", required=True)

@@ -50,7 +50,7 @@ def _file_path(text: str) -> Path:
     return Path(text)
 
 
-def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
+def register(commands: argparse._SubParsersAction) -> None:
     read = commands.add_parser(
         "read",
         help="print or write a shard's consolidated snapshot",

@@ -19,7 +19,7 @@ from ..storage.uri import redact
 from ._stores import count, shard_names, store_args, store_uris, with_shard
 
 
-def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
+def register(commands: argparse._SubParsersAction) -> None:
     """``shard list|inspect|manifest|history|verify|compact|gc``."""
     shard = commands.add_parser("shard", help="list, inspect and maintain shards")
     sub = shard.add_subparsers(dest="shard_command", metavar="SUBCOMMAND", required=True)

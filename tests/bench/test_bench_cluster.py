@@ -115,8 +115,8 @@ def test_host_coalescing_is_in_the_bench_and_checked(tmp_path) -> None:
 
 
 def _bench_config(tmp_path, text: str, *flags: str):
-    from shardsink.bench._cli import bench_cluster_config
     from shardsink.cli import build_parser
+    from shardsink.cli.bench import bench_cluster_config
 
     path = tmp_path / "bench.toml"
     path.write_text(text)

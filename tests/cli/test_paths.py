@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from shardsink.bench._cli import bench_cluster_config
 from shardsink.cli import PATHS, _absolute, build_parser, main
+from shardsink.cli.bench import bench_cluster_config
 
 
 def _actions(parser: argparse.ArgumentParser, name: str = ""):

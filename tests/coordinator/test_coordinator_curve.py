@@ -14,8 +14,8 @@ import zmq
 
 from shardsink import protocol
 from shardsink._curve import ClientKeys, CurveServer, ephemeral_keys, secure_client
+from shardsink.cli.cluster import FLAGS
 from shardsink.cluster import Cluster
-from shardsink.cluster._cli import FLAGS
 from shardsink.config import ClusterConfig
 from tests.helpers.cluster import assert_nothing_left, child_pids
 

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from shardsink.cli import build_parser, main
-from shardsink.cluster._cli import EMULATED_SET, _inner_flags, config_of
+from shardsink.cli.cluster import EMULATED_SET, _inner_flags, config_of
 from shardsink.config import ClusterConfig, Placement
 
 

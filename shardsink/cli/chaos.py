@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 from .._http import FREE_PORT
-from ..cluster._cli import PLACE_HELP, placement
+from ..chaos.config import ChaosConfig
+from ..chaos.schedule import FAULT_KINDS
 from ..options import Flag, add_options, build, layered
-from .config import ChaosConfig
-from .schedule import FAULT_KINDS
+from .cluster import PLACE_HELP, placement
 
 #: ``chaos``'s flag of every :class:`~.config.ChaosConfig` field (its name,
 #: dashed; ``--config``'s keys): metavar, help, default in words, old spelling.
@@ -67,7 +67,7 @@ FLAGS: dict[str, Flag] = {
 }  # fmt: skip
 
 
-def register(commands, bench) -> None:
+def register(commands) -> None:
     chaos = commands.add_parser(
         "chaos",
         help="run a cluster under injected faults and check that nothing is lost",
@@ -116,7 +116,7 @@ def _chaos(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .._figures import command_line
-    from .runner import run_chaos
+    from ..chaos.runner import run_chaos
 
     config = config_of(args)
     logging.basicConfig(
@@ -168,7 +168,7 @@ def report_table(report):
     from rich.console import Group
     from rich.table import Table
 
-    from .schedule import FAULT_KINDS
+    from ..chaos.schedule import FAULT_KINDS
 
     def counts(d: dict[str, int]) -> str:
         return ", ".join(f"{k} {v}" for k, v in sorted(d.items())) or "none"

@@ -13,8 +13,8 @@ from .._extras import require
 from ..options import Flag, add_fields, add_options, layered
 
 
-def register(commands, bench) -> None:
-    from . import appends, consensus
+def register(bench) -> None:
+    from ..bench import appends, consensus
 
     consensus.register(bench)
     appends.register(bench)
@@ -62,7 +62,7 @@ def _interruptible(func):
 
 
 def _register_startup_and_read(bench) -> None:
-    from . import read, startup
+    from ..bench import read, startup
 
     start = _command(
         bench,
@@ -97,7 +97,7 @@ def _register_startup_and_read(bench) -> None:
 
 
 def _register_parts_and_allocators(bench) -> None:
-    from . import allocators, parts
+    from ..bench import allocators, parts
 
     sorted_parts = _command(
         bench,
@@ -145,9 +145,9 @@ SOAK_CLUSTER = {
 
 
 def _register_soak(bench) -> None:
-    from ..cluster._cli import FLAGS
+    from ..bench import soak
     from ..config import ClusterConfig
-    from . import soak
+    from .cluster import FLAGS
 
     soaks = _command(
         bench,
@@ -190,7 +190,7 @@ CLUSTER_FLAGS = {
 
 
 def _register_cluster(bench) -> None:
-    from . import cluster
+    from ..bench import cluster
 
     parser = bench.add_parser(
         "cluster",
@@ -236,8 +236,8 @@ def _soak(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from ..bench.soak import run
     from ..config import ClusterConfig
-    from .soak import run
 
     require("bench soak", "bench", "matplotlib")
     config = ClusterConfig(**{name: getattr(args, name) for name in SOAK_CLUSTER})
@@ -263,7 +263,7 @@ def bench_cluster_config(args: argparse.Namespace):
     """The BenchClusterConfig of the parsed ``bench cluster`` arguments: each
     field from its flag if given, else ``--config``'s file, else the default
     (``ValueError`` naming a bad key, or a missing output directory)."""
-    from .cluster import BenchClusterConfig, bench_config
+    from ..bench.cluster import BenchClusterConfig, bench_config
 
     fields = layered(BenchClusterConfig, args.config, vars(args))
     config = bench_config(fields, source="bench cluster")
@@ -278,9 +278,9 @@ def _run(args: argparse.Namespace) -> int:
     timing past its bound by less than its repeats' noise) is no failure."""
     from msgspec.structs import replace
 
-    from . import peers
-    from .cluster import checks, command_line, matrix, run
-    from .cluster.matrices import workload_matrix
+    from ..bench import peers
+    from ..bench.cluster import checks, command_line, matrix, run
+    from ..bench.cluster.matrices import workload_matrix
 
     config = bench_cluster_config(args)
     specs = workload_matrix(config.workload) if config.workload else matrix(config.matrix)
@@ -323,14 +323,14 @@ def _verdict(
 
 
 def _transport(args: argparse.Namespace) -> int:
-    from .transport import print_table, run
+    from ..bench.transport import print_table, run
 
     print_table(run(args.out, inline_sweep=args.inline_sweep))
     return 0
 
 
 def _startup(args: argparse.Namespace) -> int:
-    from .startup import print_table, run
+    from ..bench.startup import print_table, run
 
     try:
         shapes = tuple((int(g), int(w)) for g, w in (s.split("x") for s in args.shapes.split(",")))
@@ -342,7 +342,7 @@ def _startup(args: argparse.Namespace) -> int:
 
 
 def _parts(args: argparse.Namespace) -> int:
-    from .parts import print_table, run
+    from ..bench.parts import print_table, run
 
     print_table(
         run(
@@ -358,7 +358,7 @@ def _parts(args: argparse.Namespace) -> int:
 
 
 def _allocators(args: argparse.Namespace) -> int:
-    from .allocators import print_table, run
+    from ..bench.allocators import print_table, run
 
     print_table(
         run(
@@ -373,7 +373,7 @@ def _allocators(args: argparse.Namespace) -> int:
 
 
 def _read(args: argparse.Namespace) -> int:
-    from .read import print_table, run
+    from ..bench.read import print_table, run
 
     require("bench read", "read", "duckdb")
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 
-def register(commands, bench) -> None:
+def register(commands) -> None:
     """Add ``shm sweep`` to ``commands``."""
     shm = commands.add_parser("shm", help="shared-memory segments")
     shm_commands = shm.add_subparsers(dest="shm_command", metavar="SUBCOMMAND", required=True)
@@ -21,7 +21,7 @@ def register(commands, bench) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from .sweep import sweep
+    from ..shm.sweep import sweep
 
     names = sweep(args.cluster, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"

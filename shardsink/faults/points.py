@@ -151,8 +151,19 @@ class _Armed:
         self.next = 0
 
 
+class _Process:
+    """What this process was armed with beside its points: the fault
+    directory (``None``: budgets and records are this process's own), its
+    role, and how long a ``pause`` lasts (``None``: from the environment)."""
+
+    def __init__(self) -> None:
+        self.dir: Path | None = None
+        self.role = ""
+        self.pause_s: float | None = None
+
+
 _ARMED: dict[str, list[_Armed]] = {}
-_STATE: dict = {"dir": None, "role": "", "pause_s": None}
+_STATE = _Process()
 
 
 def arm(
@@ -180,9 +191,9 @@ def arm(
     _ARMED.clear()
     for spec in parsed:
         _ARMED.setdefault(spec.point, []).append(_Armed(spec, seed, role, incarnation))
-    _STATE["dir"] = directory
-    _STATE["role"] = role
-    _STATE["pause_s"] = pause_s
+    _STATE.dir = directory
+    _STATE.role = role
+    _STATE.pause_s = pause_s
 
 
 def disarm() -> None:
@@ -237,21 +248,21 @@ def run_budgets(default_dir: str | Path) -> Iterator[Path | None]:
     directory.mkdir(parents=True, exist_ok=True)
     if given is None:
         os.environ[ENV_DIR] = str(directory)
-    joined = bool(_ARMED) and _STATE["dir"] is None
+    joined = bool(_ARMED) and _STATE.dir is None
     cursors: dict[_Armed, int] = {}
     if joined:
         # the run's budget starts whole, whatever this process took of its own
         cursors = {a: a.next for armed_here in _ARMED.values() for a in armed_here}
         for a in cursors:
             a.next = 0
-        _STATE["dir"] = directory
+        _STATE.dir = directory
     try:
         yield directory
     finally:
         if given is None and os.environ.get(ENV_DIR) == str(directory):
             del os.environ[ENV_DIR]
-        if joined and _STATE["dir"] == directory:  # not armed anew meanwhile
-            _STATE["dir"] = None
+        if joined and _STATE.dir == directory:  # not armed anew meanwhile
+            _STATE.dir = None
             for a, n in cursors.items():
                 a.next = n
 
@@ -335,7 +346,7 @@ def _hit(armed: _Armed) -> None:
     if spec.action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     elif spec.action == "pause":
-        pause = _STATE["pause_s"]
+        pause = _STATE.pause_s
         time.sleep(pause if pause is not None else float(os.environ.get(ENV_PAUSE, "1")))
     elif spec.action == "determinate":
         raise DeterminateError(f"injected fault at {spec.point} (determinate)")
@@ -353,7 +364,7 @@ def _claim(armed: _Armed) -> bool:
     times = armed.spec.times
     if times == 0:
         return True
-    directory = _STATE["dir"]
+    directory = _STATE.dir
     while armed.next < times:
         n = armed.next
         if directory is not None and (directory / f"{armed.prefix}.{n}{_HELD}").exists():
@@ -407,7 +418,7 @@ def _file_safe(text: str) -> str:
 
 
 def _record(spec: FaultSpec) -> None:
-    directory = _STATE["dir"]
+    directory = _STATE.dir
     if directory is None:
         return
     line = json.dumps(
@@ -415,7 +426,7 @@ def _record(spec: FaultSpec) -> None:
             "point": spec.point,
             "action": spec.action,
             "pid": os.getpid(),
-            "role": _STATE["role"],
+            "role": _STATE.role,
             "time": time.time(),
         }
     )

@@ -373,6 +373,7 @@ class Cluster:
             intervals_per_s=len(recent) / span if span > 0 else 0.0,
             append_latency_ms_p50=float(np.percentile(latencies, 50)),
             append_latency_ms_p99=float(np.percentile(latencies, 99)),
+            backlog=last.backlog if last is not None else 0,
             data_parts=totals.data_parts,
             blob_puts=totals.blob_puts,
             data_parts_per_append=_per(totals.data_parts, appends),

@@ -64,7 +64,8 @@ class Status(msgspec.Struct, tag="status", frozen=True, forbid_unknown_fields=Tr
     ``--coalesce`` (with ``host`` in a sharing mode, ``processes`` lists the
     host builder, kind ``builder``, name ``host``). ``hosts``: where the
     groups run, one entry per host placed (``--hosts``; one for this machine
-    alone)."""
+    alone). ``backlog``: with ``--rate``, the intervals due and not yet
+    appended when the last append ended (0 in a closed loop)."""
 
     cluster_id: str
     coordinator_pid: int
@@ -82,6 +83,7 @@ class Status(msgspec.Struct, tag="status", frozen=True, forbid_unknown_fields=Tr
     intervals_per_s: float
     append_latency_ms_p50: float
     append_latency_ms_p99: float
+    backlog: int = 0
     data_parts: int
     blob_puts: int
     data_parts_per_append: float

@@ -15,12 +15,13 @@ appends: the writer's token) decides whether it already took effect.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Protocol, runtime_checkable
 
 import msgspec
@@ -233,52 +234,53 @@ class LocalMachine:
             result = self.run(command)
             return result, self.stats() - before
 
-    def prepare(self, command: Command, *, fresh: bool = False) -> Prepared | Result | None:
+    @contextlib.contextmanager
+    def preparing(
+        self, command: Command, *, fresh: bool = False
+    ) -> Iterator[Prepared | Result | None]:
         """The first half of a grouped commit (a consensus server's, which
         stores the versions of many shards' commands in one
-        ``compare_and_set_many``): ``command`` applied to the cached state.
+        ``compare_and_set_many``, or a transaction's): ``command`` applied
+        to the cached state, this machine's lock held for the block, so no
+        other command lands between the version prepared and its store.
 
-        A :class:`Prepared` holds the version to store; this machine's lock
-        stays held (by this thread) until :meth:`finish` is given the
-        outcome, which it must be, so no other command lands in between. A
-        ``Result`` is the command's answer without a commit (a no-op, or
-        :class:`~.commands.PartsMissing`). ``None``: this machine cannot
-        group it (not ``exclusive``, or its cache may predate a commit after
-        a failed run): :meth:`run_measured` it; with ``fresh``, the state is
-        re-read from the head first instead (a transaction across shards,
-        :mod:`.transactions`, prepares each of its shards so). Errors as
-        :meth:`run`'s."""
-        self._lock.acquire()
-        try:
-            self._check_open()
-            if not self.exclusive or self._suspect:
-                if not fresh:
-                    self._lock.release()
-                    return None
-                self._refresh_retrying()
-                self._suspect = False
-            before = self.stats()
-            state = self._state
-            made, result = step(state, command, self._clock())
-            missing = None if made is None else self._missing_parts(command, set())
-            if made is None or missing is not None:
-                self._lock.release()
-                return result if missing is None else missing
-            version = VersionedData(made.new.seqno, encode_diff(made.diff))
-        except BaseException:
-            self._lock.release()
-            raise
+        A :class:`Prepared` holds the version to store; it must be given to
+        :meth:`finish` (with the store's outcome) or :meth:`abandon` inside
+        the block. A ``Result`` is the command's answer without a commit (a
+        no-op, or :class:`~.commands.PartsMissing`). ``None``: this machine
+        cannot group it (not ``exclusive``, or its cache may predate a
+        commit after a failed run): :meth:`run_measured` it; with ``fresh``,
+        the state is re-read from the head first instead (a transaction
+        across shards, :mod:`.transactions`, prepares each of its shards so).
+        Errors as :meth:`run`'s, the lock released."""
+        with self._lock:
+            yield self._prepare(command, fresh)
+
+    def _prepare(self, command: Command, fresh: bool) -> Prepared | Result | None:
+        self._check_open()
+        if not self.exclusive or self._suspect:
+            if not fresh:
+                return None
+            self._refresh_retrying()
+            self._suspect = False
+        before = self.stats()
+        state = self._state
+        made, result = step(state, command, self._clock())
+        missing = None if made is None else self._missing_parts(command, set())
+        if made is None or missing is not None:
+            return result if missing is None else missing
+        version = VersionedData(made.new.seqno, encode_diff(made.diff))
         return Prepared(command, state, made.new, result, version, before)
 
     def finish(
         self, prepared: Prepared, outcome: CasResult | Exception
     ) -> tuple[Result, MachineStats]:
-        """The second half: ``outcome`` is what storing ``prepared.version``
-        at ``prepared.old.seqno`` returned or raised. Committed: the new state
-        is this machine's; otherwise the command runs again as :meth:`run`
-        does (from a re-read head: it may have committed). Releases the lock
-        :meth:`prepare` took; returns as :meth:`run_measured`."""
-        try:
+        """The second half, inside :meth:`preparing`'s block: ``outcome`` is
+        what storing ``prepared.version`` at ``prepared.old.seqno`` returned
+        or raised. Committed: the new state is this machine's; otherwise the
+        command runs again as :meth:`run` does (from a re-read head: it may
+        have committed). Returns as :meth:`run_measured`."""
+        with self._lock:  # held already by this thread, in preparing's block
             self._stats.cas_calls += 1
             if isinstance(outcome, Committed):
                 self._count_committed(prepared.version)
@@ -294,18 +296,14 @@ class LocalMachine:
             self._suspect = True
             result = self.run(prepared.command)
             return result, self.stats() - prepared.before
-        finally:
-            self._lock.release()
 
     def abandon(self, prepared: Prepared, *, tried: bool) -> None:
-        """Let ``prepared`` go without storing it; ``tried``: after a store
-        that did not commit it (a mismatch, an error), so the cache may now
-        predate the head and the next command re-reads it. Releases the lock
-        :meth:`prepare` took."""
-        try:
+        """Let ``prepared`` go without storing it, inside :meth:`preparing`'s
+        block; ``tried``: after a store that did not commit it (a mismatch,
+        an error), so the cache may now predate the head and the next
+        command re-reads it."""
+        with self._lock:
             self._suspect = self._suspect or tried
-        finally:
-            self._lock.release()
 
     def state(self, refresh: bool = False) -> ShardState:
         with self._lock:

@@ -28,6 +28,7 @@ same tokens finds every shard ``AlreadyAppended`` (it committed) or none
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
@@ -135,40 +136,42 @@ class LocalTransactions:
         )
 
     def _attempt(self, items: Sequence[Item], order: list[int]) -> list[Result] | None:
-        """One try: the results, or ``None`` if the store did not commit."""
+        """One try: the results, or ``None`` if the store did not commit.
+        Every shard's machine is locked, in shard order, for the whole try."""
         prepared: dict[int, Prepared] = {}
         answers: list[Result | None] = [None] * len(items)
-        try:
-            for i in order:
-                shard, command = items[i]
-                step = self._machines[shard].prepare(command, fresh=True)
-                if isinstance(step, Prepared):
-                    prepared[i] = step
-                else:
-                    answers[i] = step
-            uppers = [
-                (prepared[i].old if i in prepared else self._machines[s].state()).upper
-                for i, (s, _) in enumerate(items)
-            ]
-            decided = decide(items, answers, uppers)
-            if decided is not None:
-                self._abandon(prepared, tried=False)
-                return decided
-            requests = [CasRequest(items[i][0], prepared[i].old.seqno, prepared[i].version)
-                        for i in range(len(items))]  # fmt: skip
-            faults.point("transaction.before_store")
-            outcomes = self._store.compare_and_set_all(requests)
-        except BaseException:
-            self._abandon(prepared, tried=True)
-            raise
-        if not all(isinstance(o, Committed) for o in outcomes):
-            self._abandon(prepared, tried=True)
-            return None
-        out: list[Result] = []
-        for i, outcome in enumerate(outcomes):
-            result, _ = self._machines[items[i][0]].finish(prepared[i], outcome)
-            out.append(result)
-        return out
+        with contextlib.ExitStack() as held:
+            try:
+                for i in order:
+                    shard, command = items[i]
+                    step = held.enter_context(self._machines[shard].preparing(command, fresh=True))
+                    if isinstance(step, Prepared):
+                        prepared[i] = step
+                    else:
+                        answers[i] = step
+                uppers = [
+                    (prepared[i].old if i in prepared else self._machines[s].state()).upper
+                    for i, (s, _) in enumerate(items)
+                ]
+                decided = decide(items, answers, uppers)
+                if decided is not None:
+                    self._abandon(prepared, tried=False)
+                    return decided
+                requests = [CasRequest(items[i][0], prepared[i].old.seqno, prepared[i].version)
+                            for i in range(len(items))]  # fmt: skip
+                faults.point("transaction.before_store")
+                outcomes = self._store.compare_and_set_all(requests)
+            except BaseException:
+                self._abandon(prepared, tried=True)
+                raise
+            if not all(isinstance(o, Committed) for o in outcomes):
+                self._abandon(prepared, tried=True)
+                return None
+            out: list[Result] = []
+            for i, outcome in enumerate(outcomes):
+                result, _ = self._machines[items[i][0]].finish(prepared[i], outcome)
+                out.append(result)
+            return out
 
     def _abandon(self, prepared: dict[int, Prepared], *, tried: bool) -> None:
         for step in prepared.values():

@@ -24,6 +24,7 @@ after it was last seen.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -218,34 +219,39 @@ class ConsensusServer:
         mismatch or a failed store only sends its machine back to its own
         retrying run)."""
         prepared: list[tuple[Queued, LocalMachine, Prepared]] = []
-        for item in self._queue.take(self._batch_max):
-            machine = self._shards[item.shard].machine
+        with contextlib.ExitStack() as held:  # the prepared machines' locks, to the last finish
+            for item in self._queue.take(self._batch_max):
+                machine = self._shards[item.shard].machine
+                try:
+                    lock = contextlib.ExitStack()
+                    step = lock.enter_context(machine.preparing(item.command))
+                    if isinstance(step, Prepared):
+                        held.push(lock)
+                        prepared.append((item, machine, step))
+                        continue
+                    with lock:
+                        if step is None:
+                            self._ran(item, *machine.run_measured(item.command))
+                        else:
+                            self._ran(item, step, MachineStats())
+                except Exception as exc:
+                    self._failed(item, exc)
+            if not prepared:
+                return
+            started = time.monotonic()
             try:
-                step = machine.prepare(item.command)
-                if step is None:
-                    self._ran(item, *machine.run_measured(item.command))
-                elif isinstance(step, Prepared):
-                    prepared.append((item, machine, step))
-                else:
-                    self._ran(item, step, MachineStats())
-            except Exception as exc:
-                self._failed(item, exc)
-        if not prepared:
-            return
-        started = time.monotonic()
-        try:
-            outcomes: list = self._store.compare_and_set_many(
-                [CasRequest(m.shard, step.old.seqno, step.version) for _, m, step in prepared]
-            )
-        except Exception as exc:  # every machine retries on its own, from the head
-            outcomes = [exc] * len(prepared)
-        self.batches += 1
-        self.window.committed(len(prepared), time.monotonic() - started)
-        for (item, machine, step), outcome in zip(prepared, outcomes, strict=True):
-            try:
-                self._ran(item, *machine.finish(step, outcome))
-            except Exception as exc:
-                self._failed(item, exc)
+                outcomes: list = self._store.compare_and_set_many(
+                    [CasRequest(m.shard, step.old.seqno, step.version) for _, m, step in prepared]
+                )
+            except Exception as exc:  # every machine retries on its own, from the head
+                outcomes = [exc] * len(prepared)
+            self.batches += 1
+            self.window.committed(len(prepared), time.monotonic() - started)
+            for (item, machine, step), outcome in zip(prepared, outcomes, strict=True):
+                try:
+                    self._ran(item, *machine.finish(step, outcome))
+                except Exception as exc:
+                    self._failed(item, exc)
         self._answer_parked(time.monotonic(), {item.shard for item, _, _ in prepared})
 
     def _ran(self, item: Queued, result: Result, work: MachineStats) -> None:

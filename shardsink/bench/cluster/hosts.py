@@ -46,16 +46,15 @@ FIGURES = (
 )
 
 
-def hosts_matrix(make: Callable[..., msgspec.Struct]) -> list:
-    """Every variant of ``VARIANTS`` at each of :data:`HOST_COUNTS`,
-    :data:`REPEATS` times; ``make`` builds a run spec from its fields."""
-    from .matrices import VARIANTS
-
+def hosts_matrix(make: Callable[..., msgspec.Struct], variants: Sequence[tuple[str, str]]) -> list:
+    """Every variant of ``variants`` (mode, coalesce) at each of
+    :data:`HOST_COUNTS`, :data:`REPEATS` times; ``make`` builds a run spec
+    from its fields."""
     runs = []
     for repeat in range(REPEATS):
         for hosts in HOST_COUNTS:
             groups = hosts or LOCAL_GROUPS
-            for mode, coalesce in VARIANTS:
+            for mode, coalesce in variants:
                 runs.append(
                     make(
                         section="hosts",

@@ -576,7 +576,7 @@ MATRICES: dict[str, Callable[[], list[RunSpec]]] = {
     "scale": _scale,
     "auto": _auto,
     "latency": _latency,
-    "hosts": lambda: hosts.hosts_matrix(RunSpec),
+    "hosts": lambda: hosts.hosts_matrix(RunSpec, VARIANTS),
     "digest": _digest_only,
     "rate": lambda: rates.rate_matrix(RunSpec),
     "peers": lambda: peer_matrix.peers_matrix(RunSpec),

@@ -30,8 +30,9 @@ version of the table references), ``metadata_files`` and
 
 from __future__ import annotations
 
-from .formats import COMMIT_RETRIES, format_named
+from .formats import COMMIT_RETRIES
 from .harness import PEERS, Peer, peer_of, run_peer
+from .registry import format_named
 
 __all__ = ["COMMIT_RETRIES", "PEERS", "Peer", "format_named", "modules", "peer_of", "run_peer"]
 

@@ -4,7 +4,7 @@ contract, so every way of writing an interval runs the same harness.
 A :class:`Format` makes a table in a directory, opens a :class:`Committer`
 on it in any process, and at the end tells what the table holds and what
 writing it left on disk (:class:`Stored`). The formats are imported only
-when a peer of theirs runs (the ``bench`` extra brings both libraries).
+by name (:mod:`.registry`).
 """
 
 from __future__ import annotations
@@ -67,19 +67,6 @@ class Format(Protocol):
     def open(self, location: Path, retries: int) -> Committer: ...
 
     def stored(self, location: Path) -> Stored: ...
-
-
-def format_named(name: str) -> Format:
-    """The format ``delta`` or ``iceberg``; ``ValueError`` for another."""
-    if name == "delta":
-        from .delta import DELTA
-
-        return DELTA
-    if name == "iceberg":
-        from .iceberg import ICEBERG
-
-        return ICEBERG
-    raise ValueError(f"unknown table format {name!r}; choose delta or iceberg")
 
 
 def files_under(directory: Path, pattern: str) -> list[Path]:

@@ -28,7 +28,8 @@ from ..._histograms import Latencies
 from ...persist import parts as P
 from ...workloads import Workload
 from ..clients import START_TIMEOUT_S
-from .formats import COMMIT_RETRIES, Committer, Format, Stored, format_named
+from .formats import COMMIT_RETRIES, Committer, Format, Stored
+from .registry import format_named
 from .wire import Committed, FromWorker, Go, Handed, Outcome, Ready, Written, receive, send
 from .worker import Commit, WorkerSpec
 

@@ -16,7 +16,8 @@ import msgspec
 import pyarrow as pa
 
 from ...workloads import Workload
-from .formats import Committer, format_named
+from .formats import Committer
+from .registry import format_named
 from .wire import Committed, FromWorker, Handed, Outcome, Ready, Written, receive_blocking, send
 
 #: How a peer commits an interval: every worker its own commit, every worker

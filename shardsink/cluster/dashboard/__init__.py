@@ -47,7 +47,8 @@ class Sample(msgspec.Struct, frozen=True, kw_only=True):
     are the status's (over its last minute; latencies ``None`` if nothing
     was appended in it); ``parts_per_append`` and
     ``puts_per_append`` are over the appends since the previous sample of
-    the same coordinator (``None`` if none); ``rss_by_kind`` is the resident
+    the same coordinator (``None`` if none); ``backlog`` the status's (open
+    loop: intervals due, not appended); ``rss_by_kind`` is the resident
     bytes of the live processes of each kind, summed."""
 
     t: float
@@ -60,6 +61,7 @@ class Sample(msgspec.Struct, frozen=True, kw_only=True):
     parts_per_append: float | None
     puts_per_append: float | None
     restarts: int
+    backlog: int = 0
     rss_by_kind: dict[str, int] = {}
 
 
@@ -129,6 +131,7 @@ def sample_of(previous: Status | None, status: Status, t: float) -> Sample:
         parts_per_append=data_parts / appended if appended > 0 else None,
         puts_per_append=puts / appended if appended > 0 else None,
         restarts=status.restarts,
+        backlog=status.backlog,
         rss_by_kind=rss_by_kind(status),
     )
 

@@ -17,6 +17,8 @@ const KINDS = ["coordinator", "consensus", "builder", "worker"];
 const CHARTS = {
   "chart-rate": { unit: "intervals/s", series: [
     { label: "intervals/s", value: (s) => s.intervals_per_s, digits: 2 }] },
+  "chart-backlog": { unit: "intervals", series: [
+    { label: "backlog", value: (s) => s.backlog, digits: 0 }] },
   "chart-rows": { unit: "rows/s", series: [
     { label: "rows/s", value: (s, plan) => plan.rows_per_interval === null ? null
         : s.intervals_per_s * plan.rows_per_interval, digits: 0 }] },

@@ -1,12 +1,11 @@
 """shardsink: a multi-process worker cluster that coalesces Arrow parts into a
 durable, Arrow-native shard.
 
-The public API is what ``__all__`` lists; everything else may change. The
-subpackages (``shardsink.storage``, ``shardsink.persist``, ``shardsink.server``,
-``shardsink.shm``, ``shardsink.cluster``, ``shardsink.chaos``) export their own,
-more detailed APIs; ``shardsink.faults`` holds the named fault points and
-the store wrappers. ``open_blob`` and ``open_consensus`` here are
-``shardsink.faults``' (a store opened while ``blob.call`` or
+The public API is what ``__all__`` lists here, in ``shardsink.storage`` (for
+backend authors) and in ``shardsink.testing`` (docs/api.md;
+``tests/test_exports.py`` holds them to it); everything else is the
+package's inside and may change. ``open_blob`` and ``open_consensus`` here
+are ``shardsink.faults``' (a store opened while ``blob.call`` or
 ``consensus.call`` is armed injects faults); ``shardsink.storage``'s never wrap.
 """
 

@@ -289,6 +289,7 @@ def _run_on(
         schedule=events,
         coordinator_starts=watched.started_at,
         host_names=None if hosts is None else hosts.names(),
+        started_monotonic=start,
     )
     report.heals = timeline.recoveries(line)
     if out is not None:

@@ -18,6 +18,7 @@ panel of the hosts beside the parts each append took from each host.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -81,12 +82,17 @@ def collect(
     schedule: list[Event],
     coordinator_starts: list[float],
     host_names: dict[str, str] | None = None,
+    started_monotonic: float | None = None,
 ) -> Timeline:
-    """The timeline of a run that ``started`` (wall clock) from its files:
-    the ``--events`` lines at ``events_path``, the firings in ``fault_dir``,
-    its ``schedule`` and the wall-clock times its coordinators were started;
-    ``host_names``: emulated hosts' names by address."""
-    appends, restarts, host_parts = _appends(events_path, started, host_names or {})
+    """The timeline of a run that ``started`` (wall clock; ``started_monotonic``
+    on the monotonic clock) from its files: the ``--events`` lines at
+    ``events_path``, the firings in ``fault_dir``, its ``schedule`` and the
+    wall-clock times its coordinators were started; ``host_names``: emulated
+    hosts' names by address. A line or firing that carries the monotonic
+    clock is placed by it: a host's skewed wall clock (a ``clock-skew``)
+    moved its ``time`` by up to minutes."""
+    since = _since(started, started_monotonic)
+    appends, restarts, host_parts = _appends(events_path, since, host_names or {})
     restarts += [
         Mark(t - started, "coordinator restart", "the coordinator started again")
         for t in coordinator_starts[1:]
@@ -100,7 +106,7 @@ def collect(
         kind = kind_of(fired["point"], fired["action"])
         where = fired.get("role") or "a process"
         text = f"{fired['point']} {fired['action']} in {where}"
-        marks.append(Mark(fired["time"] - started, kind, text))
+        marks.append(Mark(since(fired), kind, text))
     return Timeline(
         started=started,
         duration_s=duration_s,
@@ -149,8 +155,20 @@ def _signal_mark(event: Event) -> Mark:
     return Mark(event.at_s, event.kind, "killed (SIGKILL)")
 
 
+def _since(started: float, started_monotonic: float | None) -> Callable[[dict], float]:
+    """Seconds since the run started of a record with ``time`` (wall clock)
+    and, if it has one, ``monotonic``, which is preferred."""
+
+    def since(record: dict) -> float:
+        if started_monotonic is not None and "monotonic" in record:
+            return record["monotonic"] - started_monotonic
+        return record["time"] - started
+
+    return since
+
+
 def _appends(
-    path: Path, started: float, host_names: dict[str, str]
+    path: Path, since: Callable[[dict], float], host_names: dict[str, str]
 ) -> tuple[list[tuple[float, float]], list[Mark], list[tuple[float, str, int]]]:
     """The appends of the ``--events`` file at ``path``, the group and
     consensus restarts its counts show, each where the count grew, and the
@@ -170,7 +188,7 @@ def _appends(
             continue
         if "time" not in record:
             continue
-        t = record["time"] - started
+        t = since(record)
         if record.get("kind", "append") == "append":
             appends.append((round(t, 3), record["latency_ms"]))
             addresses = record.get("host_addresses", {})

@@ -675,7 +675,15 @@ def _run(cluster, intervals: int, console, events=None) -> None:
     last: dict = {}  # the supervision counts the last line carried
 
     def write(kind: str, fields: dict) -> None:
-        line = {"kind": kind, "coordinator": os.getpid(), "time": time.time(), **fields}
+        # the monotonic clock too: a skewed host's wall clock (libfaketime)
+        # leaves it alone, so a chaos timeline places the line where it was
+        line = {
+            "kind": kind,
+            "coordinator": os.getpid(),
+            "time": time.time(),
+            "monotonic": time.monotonic(),
+            **fields,
+        }
         events.write(msgspec.json.encode(line).decode() + "\n")
         events.flush()
         last.update(msgspec.structs.asdict(cluster.supervision()))

@@ -428,6 +428,7 @@ def _record(spec: FaultSpec) -> None:
             "pid": os.getpid(),
             "role": _STATE.role,
             "time": time.time(),
+            "monotonic": time.monotonic(),  # which a skewed wall clock leaves alone
         }
     )
     # one write of a short line to an O_APPEND file: lines from processes never interleave

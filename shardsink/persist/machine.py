@@ -10,17 +10,18 @@ pure :func:`~shardsink.persist.transitions.step`, and stores the new version
 as the diff it gives with ``compare_and_set``. On a mismatch it catches up by
 scanning the diffs it missed and re-applies; on an indeterminate outcome it
 re-reads the head and re-applies, and the command's idempotence (for
-appends: the writer's token) decides whether it already took effect.
+appends: the writer's token) decides whether it already took effect. The
+versions themselves, how they are stored, rebuilt and truncated, are
+:mod:`.state_versions`' (the durable log, its invariants in its docstring);
+this module is the apply loop over it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import random
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Protocol, runtime_checkable
 
@@ -31,27 +32,19 @@ from ..storage.contracts import Blob, CasResult, Committed, Consensus, Mismatch,
 from ..storage.errors import IndeterminateError, StorageError
 from .commands import AddRollup, ApplyCompaction, Command, CompareAndAppend, PartsMissing, Result
 from .config import ShardConfig
-from .diff import StateDiff, apply_diff, decode_version, encode_diff
-from .errors import Contended, CorruptState, ShardNotFound, StateMissing
+from .diff import encode_diff
+from .errors import Contended
 from .parts import full_schema, schema_from_bytes
 from .state import (
     BlobPart,
-    RollupRef,
     ShardState,
     check_shard_name,
-    decode_state,
-    encode_state,
 )
+from .state_versions import StateVersions, backoff, rollup_key
 from .stats import MachineStats
-from .transitions import Step, initial_state, step
+from .transitions import Step, step
 
 log = logging.getLogger(__name__)
-
-_SCAN_PAGE = 512
-#: How long a version-0 rollup may be another creator's in flight (it
-#: stores it, then version 0, within milliseconds): younger, it is no
-#: evidence that consensus lost the shard.
-CREATE_RACE_S = 60.0
 
 
 class Prepared(msgspec.Struct, frozen=True):
@@ -109,12 +102,6 @@ class ShardMachine(Protocol):
     def close(self) -> None: ...
 
 
-def rollup_key(shard: str, seqno: int) -> str:
-    """A fresh blob key for a rollup of ``seqno``: unique per attempt, so a
-    losing writer can never overwrite the winner's rollup."""
-    return f"{shard}/rollup/{seqno:020d}-{uuid.uuid4().hex}"
-
-
 class LocalMachine:
     """A :class:`ShardMachine` in this process over ``consensus`` and ``blob``
     (neither is closed by the machine). Thread-safe. Use :meth:`open`.
@@ -143,12 +130,12 @@ class LocalMachine:
         self.shard = shard
         self.exclusive = exclusive
         self.check_parts = check_parts
-        self._consensus = consensus
         self._blob = blob
         self.config = config
         self._clock = clock
         self._lock = threading.RLock()
         self._stats = MachineStats()
+        self._versions = StateVersions(consensus, blob, shard, config, self._stats)
         self._state: ShardState | None = None
         self._suspect = False
         self._closed = False
@@ -176,7 +163,7 @@ class LocalMachine:
         if create:
             _check_schema(schema)
         machine = cls(consensus, blob, shard, config, clock, exclusive, check_parts)
-        machine._load(schema, create)
+        machine._state = machine._versions.load(schema, create)
         return machine
 
     # --- the protocol ---------------------------------------------------------
@@ -218,7 +205,7 @@ class LocalMachine:
                 if failures >= self.config.max_attempts:
                     break
                 refresh = True
-                _backoff(failures)
+                backoff(failures)
             self._suspect = True
             if error is not None:
                 raise error
@@ -283,7 +270,7 @@ class LocalMachine:
         with self._lock:  # held already by this thread, in preparing's block
             self._stats.cas_calls += 1
             if isinstance(outcome, Committed):
-                self._count_committed(prepared.version)
+                self._versions.count_committed(prepared.version)
                 self._state = prepared.new
                 self._after_commit(prepared.new)
                 return prepared.result, self.stats() - prepared.before
@@ -335,21 +322,14 @@ class LocalMachine:
         many. Garbage collection's, by the owner of the shard's state."""
         with self._lock:
             self._check_open()
-            rollups = self._state.rollups
-            # below the oldest kept rollup, versions are no longer rebuildable anyway
-            if seqno not in rollups and seqno > min(rollups):
-                raise ValueError(
-                    f"shard {self.shard!r}: no rollup at seqno {seqno}; truncating below it "
-                    "would leave versions that cannot be rebuilt"
-                )
-            return self._consensus.truncate(self.shard, seqno)
+            return self._versions.truncate_below(seqno, self._state.rollups)
 
     def versions(self, from_seqno: int, limit: int) -> list[VersionedData]:
         if limit < 1:
             raise ValueError(f"versions: limit must be >= 1, got {limit}")
         with self._lock:
             self._check_open()
-            return self._consensus.scan(self.shard, from_seqno, limit)
+            return self._versions.scan(from_seqno, limit)
 
     def stats(self) -> MachineStats:
         with self._lock:
@@ -398,98 +378,9 @@ class LocalMachine:
         if self._closed:
             raise ValueError(f"shard machine for {self.shard!r} is closed")
 
-    def _load(self, schema: bytes, create: bool) -> None:
-        error: Exception | None = None
-        for attempt in range(self.config.max_attempts):
-            try:
-                head = self._consensus.head(self.shard)
-                if head is None:
-                    self._refuse_orphaned_blobs()
-                    # a creator may have stored version 0 and appended meanwhile
-                    head = self._consensus.head(self.shard)
-                if head is not None:
-                    self._state = self._rebuild_latest(head)
-                    return
-                if not create:
-                    raise ShardNotFound(
-                        f"shard {self.shard!r} does not exist in consensus {self._consensus.uri}"
-                    )
-                if self._create(schema):
-                    return
-            except StorageError as exc:
-                error = exc
-            _backoff(attempt)
-        raise error or Contended(f"shard {self.shard!r}: could not create or load its state")
-
-    def _refuse_orphaned_blobs(self) -> None:
-        """:class:`StateMissing` if the blob store holds parts or rollups of
-        this shard, which consensus does not know (it was just found without
-        a version). A creator stores its version-0 rollup just before version
-        0, so one younger than :data:`CREATE_RACE_S` may be a racing opener's
-        and is no evidence; an older one is (of a store emptied after
-        version 0, or of a creator that died between the two)."""
-        first = rollup_key(self.shard, 0).rsplit("-", 1)[0]
-        recent = time.time() - CREATE_RACE_S
-        found = []
-        for meta in self._blob.list_meta(f"{self.shard}/"):
-            if not (meta.key.startswith(first) and meta.modified > recent):
-                found.append(meta.key)
-                if len(found) == 3:
-                    break
-        if not found:
-            return
-        if self._consensus.head(self.shard) is not None:
-            return  # created meanwhile: these are its
-        raise StateMissing(
-            f"consensus {self._consensus.uri} has no state of shard {self.shard!r}, but blob "
-            f"{self._blob.uri} holds its parts or rollups (e.g. {', '.join(found)}): was the "
-            "consensus store emptied, replaced or deleted? Nothing was changed. Restore it or "
-            f"point at the right one; to start over instead, delete everything under "
-            f"{self.shard}/ in that blob store (or use another shard name)"
-        )
-
-    def _create(self, schema: bytes) -> bool:
-        """Try to store version 0; ``False`` if another opener stored one first."""
-        key = rollup_key(self.shard, 0)
-        state = initial_state(
-            self.shard,
-            schema,
-            self.config.inline_max_bytes,
-            self.config.inline_total_max_bytes,
-            key,
-        )
-        self._put_rollup(key, state)
-        first = StateDiff(shard=self.shard, seqno=0, rollup=RollupRef(0, key))
-        result = self._cas(None, VersionedData(0, encode_diff(first)))
-        if result:
-            self._state = state
-            return True
-        self._blob.delete(key)
-        return False
-
-    def _put_rollup(self, key: str, state: ShardState) -> None:
-        data = encode_state(state)
-        self._blob.set(key, data)
-        self._stats.rollup_puts += 1
-        self._stats.rollup_bytes += len(data)
-
-    def _cas(self, expected: int | None, version: VersionedData) -> bool:
-        self._stats.cas_calls += 1
-        result = self._consensus.compare_and_set(self.shard, expected, version)
-        if isinstance(result, Committed):
-            self._count_committed(version)
-            return True
-        self._stats.cas_mismatches += 1
-        return False
-
-    def _count_committed(self, version: VersionedData) -> None:
-        self._stats.versions += 1
-        self._stats.diff_bytes += len(version.data)
-        self._stats.last_diff_bytes = len(version.data)
-
     def _commit(self, old: ShardState, made: Step) -> bool:
         data = encode_diff(made.diff)
-        if not self._cas(old.seqno, VersionedData(made.new.seqno, data)):
+        if not self._versions.compare_and_set(old.seqno, VersionedData(made.new.seqno, data)):
             return False
         self._state = made.new
         return True
@@ -504,7 +395,7 @@ class LocalMachine:
             return
         key = rollup_key(self.shard, state.seqno)
         try:
-            self._put_rollup(key, state)
+            self._versions.put_rollup(key, state)
             self.run(AddRollup(state.seqno, key))
             if key not in self._state.referenced_keys():
                 self._blob.delete(key)
@@ -521,84 +412,12 @@ class LocalMachine:
             except StorageError:
                 if attempt + 1 >= self.config.max_attempts:
                     raise
-                _backoff(attempt)
+                backoff(attempt)
 
     def _refresh(self) -> None:
         """Bring the cached state up to (at least) the head."""
-        head = self._consensus.head(self.shard)
-        if head is None:
-            raise CorruptState(f"shard {self.shard!r} has no version in {self._consensus.uri}")
-        current = self._state
-        if head.seqno < current.seqno:
-            raise CorruptState(
-                f"shard {self.shard!r}: consensus head {head.seqno} is behind the known "
-                f"version {current.seqno}"
-            )
-        if head.seqno > current.seqno:
-            caught = self._catch_up(current)
-            if caught is None or caught.seqno < head.seqno:
-                caught = self._rebuild_latest(head)
-            self._state = caught
+        self._state = self._versions.latest(self._state)
         self._suspect = False
-
-    def _catch_up(self, state: ShardState) -> ShardState | None:
-        """``state`` advanced by every later stored diff, or ``None`` if some
-        are already truncated (then only a rollup can help)."""
-        while True:
-            versions = self._consensus.scan(self.shard, state.seqno + 1, _SCAN_PAGE)
-            if not versions:
-                return state
-            if versions[0].seqno != state.seqno + 1:
-                return None
-            for version in versions:
-                state = apply_diff(state, decode_version(self.shard, version))
-
-    def _rebuild_latest(self, head: VersionedData) -> ShardState:
-        """The state at ``head`` or a later head.
-
-        A GC may truncate versions, and delete the rollup, that a rebuild
-        from ``head`` needs, between the read of ``head`` and the rebuild;
-        it can only do so once the head has moved past them. So a rebuild
-        that fails re-reads the head and, if it moved, rebuilds from the new
-        one, at most ``max_attempts`` times in all; a failure at a head that
-        did not move is :class:`CorruptState`."""
-        attempts = 1
-        while True:
-            try:
-                return self._rebuild(head)
-            except CorruptState:
-                newer = self._consensus.head(self.shard)
-                moved = newer is not None and newer.seqno > head.seqno
-                if not moved or attempts >= self.config.max_attempts:
-                    raise
-                head, attempts = newer, attempts + 1
-
-    def _rebuild(self, head: VersionedData) -> ShardState:
-        """The state at ``head``: its latest rollup plus the diffs after it."""
-        self._stats.rebuilds += 1
-        rollup = decode_version(self.shard, head).rollup
-        data = self._blob.get(rollup.key)
-        if data is None:
-            raise CorruptState(
-                f"shard {self.shard!r}: rollup {rollup.key!r} named by version {head.seqno} "
-                "is missing from blob"
-            )
-        try:
-            state = decode_state(data)
-        except msgspec.DecodeError as exc:
-            raise CorruptState(f"shard {self.shard!r}: rollup {rollup.key!r}: {exc}") from None
-        if state.shard != self.shard or state.seqno != rollup.seqno:
-            raise CorruptState(
-                f"rollup {rollup.key!r} holds shard {state.shard!r} version {state.seqno}, "
-                f"not shard {self.shard!r} version {rollup.seqno}"
-            )
-        caught = self._catch_up(state)
-        if caught is None or caught.seqno < head.seqno:
-            raise CorruptState(
-                f"shard {self.shard!r}: versions after rollup {rollup.seqno} are missing; "
-                f"cannot rebuild version {head.seqno}"
-            )
-        return caught
 
 
 def _check_schema(schema: bytes) -> None:
@@ -607,8 +426,3 @@ def _check_schema(schema: bytes) -> None:
     except (pa.ArrowInvalid, OSError, TypeError) as exc:
         raise ValueError(f"shard schema is not a serialized Arrow schema: {exc}") from None
     full_schema(parsed)
-
-
-def _backoff(attempt: int) -> None:
-    """Sleep a jittered, exponentially growing pause (at most ~50 ms)."""
-    time.sleep(random.uniform(0.5, 1.0) * min(0.0005 * 2**attempt, 0.05))

@@ -60,6 +60,27 @@ def test_the_run_waits_a_tenth_of_its_duration_at_most() -> None:
     assert settle_s(ChaosConfig(duration_s=60)) == 6.0
 
 
+def test_lines_of_a_skewed_host_are_placed_by_the_monotonic_clock(tmp_path) -> None:
+    """A coordinator on a host whose wall clock is 600 s ahead (a
+    clock-skew) writes lines whose ``time`` is off; their ``monotonic``,
+    which libfaketime leaves alone, places them."""
+    started, mono = 1_000_000.0, 50.0
+    events = tmp_path / "appended.jsonl"
+    lines = [
+        {"coordinator": 1, "time": started + 1.5, "monotonic": mono + 1.5, "latency_ms": 10.0},
+        {"coordinator": 1, "time": started + 602.5, "monotonic": mono + 2.5, "latency_ms": 9.0},
+        {"coordinator": 1, "time": started + 3.0, "latency_ms": 8.0},  # an older line: its time
+    ]  # fmt: skip
+    events.write_text("\n".join(json.dumps(x) for x in lines))
+    (tmp_path / "faults").mkdir()
+    line = timeline.collect(
+        started=started, duration_s=5.0, ran_s=5.2, events_path=events,
+        fault_dir=tmp_path / "faults", schedule=[], coordinator_starts=[started],
+        started_monotonic=mono,
+    )  # fmt: skip
+    assert line.appends == [(1.5, 10.0), (2.5, 9.0), (3.0, 8.0)]
+
+
 def test_the_timeline_comes_from_the_runs_files(tmp_path) -> None:
     started = 1_000_000.0
     events = tmp_path / "appended.jsonl"

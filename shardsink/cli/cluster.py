@@ -27,13 +27,13 @@ import time
 import msgspec
 
 from .._http import FREE_PORT
-from ..cluster._tables import host_words, status_tables, summary_table
 from ..config import Placement
 from ..datadir import DATA_DIR_ENV
 from ..options import Flag, add_options, build, flag_of, layered
 from ..persist.config import ShardConfig
 from ..storage.uri import BLOB_ENV, STORE_ENV
 from . import logs as _logs
+from ._tables import host_words, status_tables, summary_table
 
 #: ``--place``'s help, for ``up`` and ``chaos``.
 PLACE_HELP = (

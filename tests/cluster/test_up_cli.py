@@ -205,7 +205,7 @@ def test_a_toml_file_runs_the_same_cluster_as_the_flags(tmp_path, popen):
 def test_the_summary_names_a_workloads_own_arguments() -> None:
     """R= and S= are the built-ins' (with their [workload] table applied);
     any other workload is shown with the arguments it was made with."""
-    from shardsink.cluster._tables import workload_words
+    from shardsink.cli._tables import workload_words
     from shardsink.cluster.stats import ClusterStats
 
     fields = {f: 0 for f in ClusterStats.__struct_fields__} | {

@@ -14,8 +14,8 @@ from shardsink.cli import main
 from shardsink.persist import ShardConfig
 from shardsink.persist.commands import ExpireWriters
 from shardsink.persist.errors import PartsNotFound, StateMissing, WriterExpired
-from shardsink.persist.state_versions import CREATE_RACE_S
 from shardsink.persist.state import part_writer
+from shardsink.persist.state_versions import CREATE_RACE_S
 from shardsink.workloads import SCHEMA, Workload
 from tests.helpers.persist import interval_rows
 

@@ -202,7 +202,7 @@ def _check_what_the_page_shows(page) -> None:
     )
     assert int(page.get_attribute("#progress-bar", "max")) == 3000
     assert "rows / s" in page.inner_text("#figures")
-    for chart in ("chart-parts", "chart-puts", "chart-rows", "chart-rate"):
+    for chart in ("chart-parts", "chart-puts", "chart-rows", "chart-rate", "chart-backlog"):
         assert len(page.locator(f"#{chart} path.series").evaluate_all("ps => ps")) == 1, chart
     ticks = page.locator("#chart-rate text.time").all_text_contents()
     assert ticks and all(re.fullmatch(r"\d\d:\d\d:\d\d", t) for t in ticks), ticks
@@ -210,6 +210,7 @@ def _check_what_the_page_shows(page) -> None:
         "ps => ps.map(p => p.dataset.key)"
     )
     assert kinds == ["coordinator", "consensus", "builder", "worker"]
+    page.locator("#chart-latency").scroll_into_view_if_needed()  # the pointer must reach it
     box = page.locator("#chart-latency").bounding_box()
     page.mouse.move(box["x"] + box["width"] * 0.9, box["y"] + box["height"] / 2)
     tip = page.text_content("#chart-latency text.tip")

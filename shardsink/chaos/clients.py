@@ -18,7 +18,7 @@ from ..persist.state import ShardState
 from ..process import MODULE, Child, Launch, SpawnStarter, module_payload
 from ..server.client import ServerClient
 from ..storage.errors import StorageError
-from .config import INTERVAL_MS, MAINTENANCE_TIMEOUT_S, SHARD, SINCE_LAG
+from .config import INTERVAL_MS, MAINTENANCE_TIMEOUT_S, SINCE_LAG
 from .context import RunContext, client_shard, exit_reason
 
 
@@ -50,10 +50,12 @@ def read_loop(run: RunContext, index: int) -> None:
     shards: list[Shard] = []
     while not run.stop.wait(rng.uniform(0.05, 0.3)):
         try:
-            if not readers:
+            if not readers:  # all of them or, until a later round, none
+                opened = {}
                 for name in schemas:
                     shards.append(client_shard(run, name))
-                    readers[name] = shards[-1].reader(f"chaos-reader-{index}", lease_ms=30_000)
+                    opened[name] = shards[-1].reader(f"chaos-reader-{index}", lease_ms=30_000)
+                readers = opened
             states, seen = lease_around(readers)
             if seen is not None:
                 run.violation(f"reader {index}: {seen}")
@@ -82,19 +84,26 @@ def read_loop(run: RunContext, index: int) -> None:
 
 
 def _judge(run: RunContext, index, workload, schemas, states, as_of: int, tables) -> None:
-    """Count or report what one round of reader ``index`` read."""
-    wrong = {
-        name: snapshot_problem(workload, schemas[name], states[name], as_of, table, name)
-        for name, table in tables.items()
-    }
+    """Count or report what one round of reader ``index`` read; a workload
+    whose ``expected`` or ``check`` raises is a finding too."""
+    try:
+        # one call of the workload's model for every shard (a model may be slow)
+        models = workloads.expected_shards(workload, schemas, as_of // INTERVAL_MS + 1, as_of)
+        wrong = {
+            name: snapshot_problem((models or {}).get(name), states[name], as_of, table)
+            for name, table in tables.items()
+        }
+        found = None if any(wrong.values()) else workloads.check(workload, tables)
+    except ValueError as exc:
+        run.violation(f"reader {index}: {exc}")
+        return
     several = len(tables) > 1
     for name, problem in wrong.items():
         if problem:
             shown = f"shard {name}'s snapshot" if several else "snapshot"
             run.violation(f"reader {index}: {shown} as of {as_of} is wrong: {problem}")
-    if any(problem for problem in wrong.values()):
+    if any(wrong.values()):
         return
-    found = workloads.check(workload, tables)
     if found is not None:
         run.violation(f"reader {index}: the workload's check as of {as_of}: {found}")
     elif all(problem is None for problem in wrong.values()):
@@ -146,19 +155,11 @@ def pick_as_of(states: dict[str, ShardState], oracle: bool, rng: random.Random) 
     return rng.choice(sorted(ends)) if ends else None
 
 
-def snapshot_problem(
-    workload: workloads.AnyWorkload,
-    schema,
-    state: ShardState,
-    as_of: int,
-    table,
-    shard: str = SHARD,
-) -> str | None:
-    """What is wrong with ``table``, the snapshot of ``shard`` as of
-    ``as_of`` read under ``state``: checked against ``workload``'s expected
-    collection if it has one, else by digest (:func:`digest_difference`);
-    ``None`` if nothing."""
-    expected = workloads.expected(workload, schema, as_of // INTERVAL_MS + 1, as_of, shard)
+def snapshot_problem(expected, state: ShardState, as_of: int, table) -> str | None:
+    """What is wrong with ``table``, a shard's snapshot as of ``as_of`` read
+    under ``state``: checked against ``expected`` (the workload's expected
+    collection as of then) if there is one, else by digest
+    (:func:`digest_difference`); ``None`` if nothing."""
     if expected is None:
         return digest_difference(table, state, as_of)
     return None if table.equals(expected) else difference(table, expected)

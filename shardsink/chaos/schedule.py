@@ -30,28 +30,6 @@ import msgspec
 from .. import faults
 from ..config import Mode
 
-#: Every fault kind, in the order reports list them.
-FAULT_KINDS = (
-    "kill-worker",
-    "kill-builder",
-    "kill-group",
-    "kill-last-finisher",
-    "kill-consensus",
-    "kill-coordinator",
-    "pause",
-    "kill-host",
-    "pause-host",
-    "blob-errors",
-    "consensus-errors",
-    "partition-host",
-    "partition-halves",
-    "partition-store",
-    "partition-one-way",
-    "loss",
-    "delay",
-    "clock-skew",
-)
-
 #: The faults between emulated hosts, each healed after its drawn
 #: ``lasts_s``: one host cut from all the others; the hosts split into a
 #: majority and a minority; a host cut from the consensus server's host or
@@ -68,6 +46,22 @@ NETWORK_KINDS = (
     "delay",
     "clock-skew",
 )
+#: Every fault kind, in the order reports list them.
+FAULT_KINDS = (
+    "kill-worker",
+    "kill-builder",
+    "kill-group",
+    "kill-last-finisher",
+    "kill-consensus",
+    "kill-coordinator",
+    "pause",
+    "kill-host",
+    "pause-host",
+    "blob-errors",
+    "consensus-errors",
+    *NETWORK_KINDS,
+)
+
 #: How long after a network fault heals the next may begin: time for an
 #: append retried through the fault to land and the cluster to show it
 #: recovered, short enough for a 300 s run to draw each kind a few times.

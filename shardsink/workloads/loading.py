@@ -253,14 +253,26 @@ def expected(
     ``ts = as_of``, consolidated: of its shard ``shard`` if it declares
     ``shards`` (empty if its ``expected`` leaves that shard out); ``None``
     if it has no ``expected``."""
+    tables = expected_shards(workload, {shard: schema}, intervals, as_of)
+    return None if tables is None else tables[shard]
+
+
+def expected_shards(
+    workload: AnyWorkload, schemas: Mapping[str, pa.Schema], intervals: int, as_of: int
+) -> dict[str, pa.Table] | None:
+    """:func:`expected` of every shard of ``schemas`` (name -> schema), from
+    one call of the workload's ``expected``; ``None`` if it has none."""
     method = getattr(workload, "expected", None)
     if method is None:
         return None
     call = f"expected({intervals})"
-    tables = _by_shard(workload, {shard: schema}, _call(method, call, intervals), call)
-    if shard not in tables:
-        return schema.empty_table()
-    return P.consolidate(_conform(tables[shard], schema, as_of, _named(call, shard, workload)))
+    tables = _by_shard(workload, schemas, _call(method, call, intervals), call)
+    return {
+        name: schema.empty_table()
+        if name not in tables
+        else P.consolidate(_conform(tables[name], schema, as_of, _named(call, name, workload)))
+        for name, schema in schemas.items()
+    }
 
 
 def check(workload: AnyWorkload, snapshots: Mapping[str, pa.Table]) -> str | None:

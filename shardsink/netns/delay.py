@@ -15,11 +15,14 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
+
+from ._delay_handler import Holding
 from .tools import CommandFailed
 
 HANDLER = Path(__file__).with_name("_delay_handler.py")
-#: The holder imports only the standard library and netfilterqueue: ready in
-#: well under a second, unless the machine is loaded.
+#: The holder imports only the standard library, msgspec and netfilterqueue:
+#: ready in well under a second, unless the machine is loaded.
 READY_TIMEOUT_S = 15.0
 #: A clean stop lets go of at most a delay's worth of packets: quick.
 CLEAN_STOP_TIMEOUT_S = 5.0
@@ -36,8 +39,8 @@ def start(
     returns it once bound. ``CommandFailed`` with its error output if it
     exits or is not bound within :data:`READY_TIMEOUT_S` (it is stopped
     through ``stop`` then)."""
-    argv = [sys.executable, "-P", str(HANDLER), "--queue", str(queue)]
-    argv += ["--delay-ms", str(ms), "--jitter-ms", str(jitter_ms)]
+    holding = Holding(queue=queue, delay_ms=ms, jitter_ms=jitter_ms)
+    argv = [sys.executable, "-P", str(HANDLER), msgspec.json.encode(holding).decode()]
     proc = popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     ready = select.select([proc.stdout], [], [], READY_TIMEOUT_S)[0]
     line = proc.stdout.readline() if ready else b""

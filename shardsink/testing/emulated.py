@@ -18,8 +18,8 @@ inside them; the root namespace stays untouched. Where (a
   data dir's lock, as a server of a data dir does;
 - with ``postgres`` and ``s3``, a throwaway PostgreSQL and S3 server
   (SeaweedFS) on their hosts, listening on the host's address: ``python -m
-  shardsink.testing.postgres`` and ``.s3`` run there (their servers die with
-  them). Otherwise the stores are the data dir's, SQLite and ``file://``:
+  shardsink.cli.servers postgres`` and ``s3`` run there (their servers die
+  with them). Otherwise the stores are the data dir's, SQLite and ``file://``:
   one file system is every host's, so a ``file://`` blob store is shared.
 
 Secrets stay off command lines: store URIs go to the processes in their
@@ -396,10 +396,11 @@ class EmulatedCluster:
         self._ready("consensus", deadline)
 
     def _helper(self, name: str, host: int, args: list[str]) -> None:
-        """``python -m shardsink.testing.NAME`` on ``host``: a store's server,
-        which dies with it; it stops its server (and removes its data) when
-        this process dies."""
-        argv = [sys.executable, "-m", f"shardsink.testing.{name}", *args, str(self.run_dir / name)]
+        """``python -m shardsink.cli.servers NAME`` on ``host``: a store's
+        server, which dies with it; it stops its server (and removes its
+        data) when this process dies."""
+        argv = [sys.executable, "-m", "shardsink.cli.servers", name, *args]
+        argv.append(str(self.run_dir / name))
         self._launch(name, host, argv, env=None, death_signal=signal.SIGTERM)
 
     def _launch_ray(self, host: int, *, head: bool) -> None:

@@ -10,10 +10,10 @@ tests can check what becomes of a password given in a URI.
 (``10.77.k.i``), answering roles with a password from the host's subnet
 (``10.77.k.0/24``), the superuser still from its own address only. The
 server is started by the process that constructs it, so to run it on an
-emulated host that process runs there: ``python -m
-shardsink.testing.postgres --listen ADDR --clients CIDR --new-user DIR``
-(:func:`main`, what ``scripts/start-postgres`` runs) prints the URL once the
-server takes connections and serves until SIGTERM.
+emulated host that process runs there: ``python -m shardsink.cli.servers
+postgres --listen ADDR --clients CIDR --new-user DIR`` (what
+``scripts/start-postgres`` runs) prints the URL once the server takes
+connections and serves until SIGTERM.
 ``stop()`` shuts it down by pid; the server also dies if the process that
 started it dies (``PR_SET_PDEATHSIG``), so a crashed test run never leaks it.
 
@@ -31,8 +31,6 @@ during setup loses a cluster nobody needs again.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import glob
 import itertools
 import os
@@ -41,7 +39,6 @@ import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -289,47 +286,3 @@ class PostgresServer:
         if self._private_dir is not None:
             shutil.rmtree(self._private_dir, ignore_errors=True)
             self._private_dir = None
-
-
-def _interrupt_once(signum: int, frame: object) -> None:
-    """Ctrl-C or SIGTERM: stop (``KeyboardInterrupt``), and ignore both from
-    now on: a second one cut the server's stop short, leaving its private
-    data directory behind (a process group stopped with SIGTERM, then
-    SIGTERM again, as :func:`shardsink.netns.processes.stop` does)."""
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_IGN)
-    raise KeyboardInterrupt
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run a throwaway server in the foreground (``scripts/start-postgres``):
-    print its URL (with ``--new-user``, a fresh password role's database's)
-    once it takes connections, then serve until Ctrl-C or SIGTERM, which
-    stop it; it also stops if this process dies. Without ``DIR`` its log
-    goes with a temporary directory removed on exit."""
-    parser = argparse.ArgumentParser(prog="start-postgres", description=main.__doc__)
-    parser.add_argument("dir", nargs="?", metavar="DIR", help="keep the log here")
-    parser.add_argument("--listen", default=LOOPBACK, metavar="ADDR", help="default %(default)s")
-    parser.add_argument(
-        "--clients", metavar="CIDR", help="where password roles may connect from (default ADDR/32)"
-    )
-    parser.add_argument("--new-user", action="store_true", help="print a password role's URL")
-    args = parser.parse_args(argv)
-    # SIGTERM takes the same way out as Ctrl-C, so the server is always stopped;
-    # SIGINT is set too because a shell starts background jobs with it ignored.
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, _interrupt_once)
-    with contextlib.ExitStack() as stack, contextlib.suppress(KeyboardInterrupt):
-        base_dir = args.dir or stack.enter_context(
-            tempfile.TemporaryDirectory(prefix="shardsink-pg-")  # data and log alike
-        )
-        server = PostgresServer(base_dir, listen=args.listen, clients=args.clients)
-        stack.enter_context(server)
-        print(server.new_user()[0] if args.new_user else server.url, flush=True)
-        print(f"log: {server.base_dir}/postgres.log; Ctrl-C stops the server", file=sys.stderr)
-        signal.pause()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,7 +10,7 @@ upload, so a missing bucket behaves as it does on a real store.
 
 The server is started, and asked whether it is ready, by the process that
 constructs it, so to run it on an emulated host that process runs there:
-``python -m shardsink.testing.s3 --listen ADDR DIR`` (:func:`main`, what
+``python -m shardsink.cli.servers s3 --listen ADDR DIR`` (what
 ``scripts/start-s3`` runs) prints the endpoint, the credentials and a blob
 URI for a fresh bucket once it serves, and serves until SIGTERM.
 
@@ -20,17 +20,13 @@ started it dies (``PR_SET_PDEATHSIG``), so a crashed test run does not leak it.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
 import secrets
 import shutil
-import signal
 import subprocess
-import sys
 import sysconfig
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -272,41 +268,3 @@ class S3Server:
 
     def __exit__(self, *exc_info) -> None:
         self.stop()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run a server in the foreground (``scripts/start-s3``): print the
-    endpoint, the credentials and a blob URI for a fresh bucket once it
-    serves, then serve until Ctrl-C or SIGTERM, which stop it (it also stops
-    if this process dies). Without ``DATA_DIR`` the data lives in a temporary
-    directory removed at exit."""
-    parser = argparse.ArgumentParser(prog="start-s3", description=main.__doc__)
-    parser.add_argument("data_dir", nargs="?", help="keep the data here (default: a temp dir)")
-    parser.add_argument("--listen", default=LOOPBACK, metavar="ADDR", help="default %(default)s")
-    args = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    try:
-        if args.data_dir:
-            return _serve(args.data_dir, args.listen)
-        with tempfile.TemporaryDirectory(prefix="shardsink-s3-") as tmp:
-            return _serve(tmp, args.listen)
-    except KeyboardInterrupt:
-        return 0
-
-
-def _serve(data_dir: str, listen: str) -> int:
-    with S3Server(data_dir, listen=listen) as server:
-        bucket = server.new_bucket()
-        print(f"endpoint:   {server.endpoint}")
-        print(f"access key: {server.access_key}")
-        print(f"secret key: {server.secret_key}")
-        print(f"blob URI:   {server.blob_uri(bucket)}")
-        print(f"data dir:   {data_dir}  (Ctrl-C stops)", flush=True)
-        while server.pids():
-            time.sleep(0.5)
-        print("the S3 server exited on its own", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

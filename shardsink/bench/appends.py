@@ -20,86 +20,54 @@ each client count, to show what the lookup costs.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import os
 import re
 import shutil
-import sys
 import tempfile
 import threading
 import time
 import uuid
 from pathlib import Path
 
+import msgspec
+
 from ..storage.uri import BLOB_ENV, STORE_ENV
-from . import appends_shards
 from . import clients as racing
 
 
-def register(bench: argparse._SubParsersAction) -> None:
-    parser = bench.add_parser(
-        "appends",
-        help="compare-and-append throughput: in-process machine vs consensus server",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    racing.add_race_arguments(parser)
-    parser.add_argument(
-        "--blob-parts",
-        action="store_true",
-        help="each append one blob part instead of an inline one",
-    )
-    parser.add_argument(
-        "--part-checks",
-        choices=("on", "both"),
-        default="on",
-        help="both: also through a server that does not look parts up (default on)",
-    )
-    parser.add_argument(
-        "--shards",
-        type=racing.counts,
-        metavar="S[,S...]",
-        help="many shards through one server against raw compare-and-set on the same store "
-        "(--clients: clients per run, default one per shard; see appends_shards)",
-    )
-    parser.add_argument(
-        "--processes",
-        type=racing.counts,
-        metavar="P[,P...]",
-        help="with --shards: the server runs' clients in P processes, a thread each "
-        "(default: a process per client; raw compare-and-set always has one per client)",
-    )
-    parser.add_argument(
-        "--repeats", type=int, default=1, help="with --shards: runs of each pair (default 1)"
-    )
-    parser.add_argument(
-        "--txn",
-        action="store_true",
-        help="with --shards S: also one client appending an interval to all S shards as one "
-        "transaction, against the same intervals as S appends one after another, side by side",
-    )
-    parser.add_argument(
-        "--out", type=Path, metavar="DIR", help="with --shards: results.json, report.md, plot"
-    )
-    # None tells --shards runs that --clients was not given (one client per shard)
-    parser.set_defaults(func=_run, clients=None)
+class AppendsClient(msgspec.Struct, forbid_unknown_fields=True):
+    """An appending client's payload: a writer of each shard of ``shards``
+    appending for ``seconds``, each append one blob part with
+    ``blob_parts``, else one inline part."""
+
+    shards: list[str]
+    seconds: float
+    blob_parts: bool = False
 
 
-def _client(argv: list[str]) -> None:
+class IntervalsClient(msgspec.Struct, forbid_unknown_fields=True):
+    """An interval client's payload: intervals of every shard of ``shards``
+    appended for ``seconds``, each one transaction of them all with ``txn``,
+    else their appends one after another."""
+
+    shards: list[str]
+    seconds: float
+    txn: bool
+
+
+def _client(payload: AppendsClient) -> None:
     """One appending client process (see :mod:`shardsink.bench.clients`):
-    one writer per shard of the comma-separated ``argv[0]``, each appending
-    in a thread of its own (a process holding several shards' writers, as a
-    sink with several collections does). The URIs come in the environment
-    (``BLOB_ENV``, ``STORE_ENV``)."""
-    names, seconds, blob_parts = argv[0].split(","), float(argv[1]), argv[2] == "blob"
+    one writer per shard of ``payload``, each appending in a thread of its
+    own (a process holding several shards' writers, as a sink with several
+    collections does). The URIs come in the environment (``BLOB_ENV``,
+    ``STORE_ENV``)."""
     with contextlib.ExitStack() as stack:
-        appenders = [_Appender(stack, name, blob_parts) for name in names]
+        appenders = [_Appender(stack, name, payload.blob_parts) for name in payload.shards]
         if not racing.ready():
             return
         cpu_started = time.process_time()
-        end = time.monotonic() + seconds
+        end = time.monotonic() + payload.seconds
         threads = [threading.Thread(target=a.run_apart, args=(end,)) for a in appenders[1:]]
         for thread in threads:
             thread.start()
@@ -187,17 +155,17 @@ class _Appender:
         }
 
 
-def _interval_client(argv: list[str]) -> None:
+def _interval_client(payload: IntervalsClient) -> None:
     """One client process appending intervals of 4-row inline batches to
-    every shard of the comma-separated ``argv[0]`` for ``argv[1]`` seconds:
-    ``argv[2]`` ``txn``, each interval one transaction of all the shards
-    (``open_shards``); ``apart``, each interval the shards' appends one
-    after another. Reports shard-appends, and each interval's latency."""
+    every shard of ``payload`` for its seconds: with ``txn``, each interval
+    one transaction of all the shards (``open_shards``); else each interval
+    the shards' appends one after another. Reports shard-appends, and each
+    interval's latency."""
     from ..connect import open_shards
     from ..persist import ShardConfig
     from ..workloads import Workload
 
-    names, seconds, txn = argv[0].split(","), float(argv[1]), argv[2] == "txn"
+    names, seconds, txn = payload.shards, payload.seconds, payload.txn
     workload = Workload("trickle", rows_per_interval=4, interval_ms=1)
     with open_shards(
         dict.fromkeys(names), blob=os.environ[BLOB_ENV], consensus=os.environ[STORE_ENV],
@@ -260,7 +228,7 @@ def measure(
     parts = "blob" if blob_parts else "inline"
     reports = racing.race(
         "shardsink.bench.appends:_client",
-        [[shard, str(seconds), parts] for _ in range(n)],
+        [AppendsClient([shard], seconds, blob_parts) for _ in range(n)],
         seconds,
         f"{via} appends on {store}",
         env={BLOB_ENV: blob, STORE_ENV: consensus},
@@ -282,73 +250,55 @@ def measure(
     }
 
 
-def _run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
+def run(
+    stores: list[str],
+    clients: list[int],
+    seconds: float,
+    *,
+    blob_parts: bool = False,
+    unchecked: bool = False,
+    status: racing.Status = contextlib.nullcontext,
+) -> list[dict]:
+    """For each store of ``stores`` and client count of ``clients``, a
+    :func:`measure` of its clients appending ``local`` (each over the store
+    itself) and through a consensus server on it (``server``; with
+    ``unchecked``, also ``server, no part checks``, through a second server
+    that does not look parts up), those taking turns for each count. Each
+    run's ``ratio_to_local`` is its appends/s over ``local``'s of the same
+    store and count. ``ValueError`` for a non-positive ``seconds`` or a store
+    client processes cannot share, before anything runs."""
     from ..process import ConsensusProcess
     from ..server.config import ServeConfig
     from ..storage.uri import redact
 
-    if args.shards:
-        if args.blob_parts or args.part_checks != "on":
-            raise ValueError("--shards runs inline appends: drop --blob-parts and --part-checks")
-        return appends_shards.run(args)
-    if args.out or args.repeats != 1 or args.processes is not None:
-        raise ValueError("--out, --processes and --repeats go with --shards")
-    args.clients = args.clients or [1, 4]
-    racing.check_stores(args.store, args.seconds)
-    console = Console() if sys.stdout.isatty() else Console(width=200)
+    racing.check_stores(stores, seconds)
     runs = []
     scratch = Path(tempfile.mkdtemp(prefix="shardsink-bench-appends-"))
     try:
         blob = f"file://{scratch}/blob"
-        for store in args.store:
+        for store in stores:
             shown = redact(store)
             with contextlib.ExitStack() as servers:
                 via = {"local": store}
                 checks = {"server": True}
-                if args.part_checks == "both":
+                if unchecked:
                     checks["server, no part checks"] = False
                 for i, (name, check_parts) in enumerate(checks.items()):
                     bind = f"ipc://{scratch}/sock/consensus-{i}"
                     serving = ServeConfig(bind=bind, check_parts=check_parts)
                     server = servers.enter_context(ConsensusProcess(store, blob, serving))
                     via[name] = server.address
-                for n in args.clients:
+                for n in clients:
                     for name, consensus in via.items():
-                        with console.status(f"{shown}: {name}, {n} client(s)"):
-                            runs.append(
-                                measure(
-                                    shown,
-                                    name,
-                                    consensus,
-                                    blob,
-                                    n,
-                                    args.seconds,
-                                    blob_parts=args.blob_parts,
-                                )
+                        with status(f"{shown}: {name}, {n} client(s)"):
+                            got = measure(
+                                shown, name, consensus, blob, n, seconds, blob_parts=blob_parts
                             )
+                        runs.append(got)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    parts = "one blob part" if args.blob_parts else "one inline part"
-    table = Table(title=f"compare-and-append on one shard, {parts} each, {args.seconds:g}s per run")
-    for column in (
-        "store", "via", "clients", "appends/s", "server/local", "upper mismatches",
-        "CaS mismatches", "p50 ms", "p99 ms",
-    ):  # fmt: skip
-        table.add_column(column, justify="left" if column in ("store", "via") else "right")
     local = {(r["store"], r["clients"]): r["appends_per_s"] for r in runs if r["via"] == "local"}
     for r in runs:
         base = local.get((r["store"], r["clients"])) or float("nan")
         r["ratio_to_local"] = r["appends_per_s"] / base
-        table.add_row(
-            r["store"], r["via"], str(r["clients"]), f"{r['appends_per_s']:,.0f}",
-            f"{r['ratio_to_local']:.2f}", str(r["upper_mismatches"]), str(r["cas_mismatches"]),
-            f"{r['append_ms_p50']:.2f}", f"{r['append_ms_p99']:.2f}",
-        )  # fmt: skip
-    console.print(table)
-    if args.json:
-        args.json.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
-        console.print(f"figures written to {args.json}")
-    return 0
+    return runs

@@ -29,15 +29,12 @@ and ``appends.png``.
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import json
 import re
-import shlex
 import shutil
 import statistics
-import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
@@ -45,6 +42,7 @@ from .._curve import KEYS_ENV
 from .._figures import report_head
 from ..storage.uri import BLOB_ENV, STORE_ENV, redact
 from . import clients as racing
+from .appends import AppendsClient, IntervalsClient
 from .consensus import race as raw_race
 
 #: The columns of the console table and of ``report.md``: header, key, format.
@@ -116,7 +114,7 @@ def server_run(
     names = [f"{prefix}-{i % shards}" for i in range(clients)]
     reports = racing.race(
         "shardsink.bench.appends:_client",
-        [[",".join(names[p::processes]), str(seconds), "inline"] for p in range(processes)],
+        [AppendsClient(names[p::processes], seconds) for p in range(processes)],
         seconds,
         f"server appends, {shards} shard(s)",
         env={BLOB_ENV: blob, STORE_ENV: address, KEYS_ENV: keys},
@@ -163,7 +161,7 @@ def interval_run(
 
     (report,) = racing.race(
         "shardsink.bench.appends:_interval_client",
-        [[",".join(f"{prefix}-{i}" for i in range(shards)), str(seconds), mode]],
+        [IntervalsClient([f"{prefix}-{i}" for i in range(shards)], seconds, mode == "txn")],
         seconds,
         f"{mode} intervals of {shards} shard(s)",
         env={BLOB_ENV: blob, STORE_ENV: address, KEYS_ENV: keys},
@@ -240,53 +238,43 @@ def measure(
     return rows
 
 
-def run(args: argparse.Namespace) -> int:
-    """The command: measure, print the table, write ``--json`` / ``--out``."""
-    from rich.console import Console
-    from rich.table import Table
-
-    runs = runs_of(args.shards, args.clients, args.processes)
-    if args.repeats < 1:
-        raise ValueError(f"--repeats must be at least 1, got {args.repeats}")
-    racing.check_stores(args.store, args.seconds)
-    console = Console() if sys.stdout.isatty() else Console(width=200)
-    started = time.monotonic()
+def run(
+    stores: list[str],
+    runs: list[tuple[int, int, int]],
+    seconds: float,
+    repeats: int,
+    *,
+    txn: bool = False,
+    status: racing.Status = contextlib.nullcontext,
+) -> list[dict]:
+    """:func:`measure` on each store of ``stores``, its blob store a scratch
+    directory removed afterwards; the rows of every store in turn.
+    ``ValueError`` for a non-positive ``seconds`` or a store client
+    processes cannot share, before anything runs."""
+    racing.check_stores(stores, seconds)
     rows: list[dict] = []
     scratch = Path(tempfile.mkdtemp(prefix="shardsink-bench-shards-"))
+    blob = f"file://{scratch}/blob"
     try:
-        for store in args.store:
-            with console.status(f"{redact(store)}: {len(runs)} run(s) x {args.repeats}"):
-                rows += measure(
-                    store,
-                    f"file://{scratch}/blob",
-                    scratch,
-                    runs,
-                    args.seconds,
-                    args.repeats,
-                    txn=args.txn,
-                )
+        for store in stores:
+            with status(f"{redact(store)}: {len(runs)} run(s) x {repeats}"):
+                rows += measure(store, blob, scratch, runs, seconds, repeats, txn=txn)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    table = Table(title=f"appends through one server vs raw CaS, {args.seconds:g}s per run")
-    for header, _, _ in COLUMNS:
-        table.add_column(header, justify="left" if header == "store" else "right")
-    for row in table_rows(rows):
-        table.add_row(*row)
-    console.print(table)
-    if args.txn:
-        console.print(_txn_table(rows))
-    command = "shardsink " + shlex.join(redact(a) for a in sys.argv[1:])
-    if args.json:
-        args.json.write_text(json.dumps({"command": command, "runs": rows}, indent=2) + "\n")
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "results.json").write_text(
-            json.dumps({"command": command, "runs": rows}, indent=2) + "\n"
-        )
-        write_report(rows, args.out, command, time.monotonic() - started)
-        plot(rows, args.out / "appends.png")
-        console.print(f"report written to {args.out / 'report.md'}")
-    return 0
+    return rows
+
+
+def save(rows: list[dict], out: Path, command: str, elapsed_s: float) -> Path:
+    """Write ``results.json`` (``command`` and ``rows``), ``report.md``
+    (:func:`write_report`) and ``appends.png`` (:func:`plot`) into ``out``,
+    made if missing; the report's path."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(
+        json.dumps({"command": command, "runs": rows}, indent=2) + "\n"
+    )
+    report = write_report(rows, out, command, elapsed_s)
+    plot(rows, out / "appends.png")
+    return report
 
 
 #: ``--txn``'s columns: each interval one transaction of all S shards against
@@ -310,17 +298,6 @@ def txn_rows(rows: list[dict]) -> list[list[str]]:
         return fmt.format(row[key])
 
     return [[cell(r, key, fmt) for _, key, fmt in TXN_COLUMNS] for r in rows if "txn_per_s" in r]
-
-
-def _txn_table(rows: list[dict]):
-    from rich.table import Table
-
-    table = Table(title="one interval of S shards: one transaction against S appends (one client)")
-    for header, _, _ in TXN_COLUMNS:
-        table.add_column(header, justify="left" if header == "store" else "right")
-    for row in txn_rows(rows):
-        table.add_row(*row)
-    return table
 
 
 def table_rows(rows: list[dict]) -> list[list[str]]:

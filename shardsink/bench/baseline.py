@@ -21,6 +21,8 @@ import os
 import time
 import uuid
 
+import msgspec
+
 from ..storage.uri import BLOB_ENV
 from . import clients as racing
 
@@ -29,7 +31,18 @@ from . import clients as racing
 PART_ROWS = 1 << 20
 
 
-def _process(argv: list[str]) -> None:
+class BaselineProcess(msgspec.Struct, forbid_unknown_fields=True):
+    """A baseline process's payload: worker ``worker`` of ``workers`` writes
+    its share of ``rows`` under ``prefix``, ``part_rows`` rows a file."""
+
+    prefix: str
+    worker: int
+    workers: int
+    rows: int
+    part_rows: int
+
+
+def _process(payload: BaselineProcess) -> None:
     """One baseline process (see :mod:`shardsink.bench.clients`); the blob
     URI comes in the environment (``BLOB_ENV``)."""
     import pyarrow.parquet as pq
@@ -37,14 +50,14 @@ def _process(argv: list[str]) -> None:
     from ..storage.backend import open_blob
     from ..workloads import Workload
 
-    prefix, worker, n_workers, rows, part_rows = argv[0], *map(int, argv[1:])
+    prefix, worker, part_rows = payload.prefix, payload.worker, payload.part_rows
     blob = open_blob(os.environ[BLOB_ENV])
-    workload = Workload("hydrate", rows_per_interval=0, snapshot_rows=rows)
+    workload = Workload("hydrate", rows_per_interval=0, snapshot_rows=payload.rows)
     try:
         if not racing.ready():
             return
         started = time.perf_counter()
-        table = workload.updates(0, worker, n_workers)
+        table = workload.updates(0, worker, payload.workers)
         generated = time.perf_counter()
         written = 0
         for n, start in enumerate(range(0, len(table), part_rows)):
@@ -81,7 +94,7 @@ def measure(blob: str, rows: int, processes: int, part_rows: int = PART_ROWS) ->
     try:
         reports = racing.race(
             "shardsink.bench.baseline:_process",
-            [[prefix, str(w), str(processes), str(rows), str(part_rows)] for w in range(processes)],
+            [BaselineProcess(prefix, w, processes, rows, part_rows) for w in range(processes)],
             3600.0,
             f"the pyarrow baseline of {rows:,} rows",
             env={BLOB_ENV: blob},

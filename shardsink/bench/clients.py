@@ -1,31 +1,55 @@
 """Racing client processes for benchmarks: start together, report as JSON.
 
 A client is a fresh interpreter (no fork of the driver, no shared
-multiprocessing state) running ``ENTRY(argv)``: it sets itself up, calls
-:func:`ready` (which prints ``ready`` and waits for ``go`` on stdin), runs for
-its measured time, and prints one JSON object as its last line. Clients'
-stderr is the driver's, so their errors are shown.
+multiprocessing state) running ``ENTRY(payload)``, where ``payload`` is a
+msgspec Struct the driver wrote as JSON on the first line of the client's
+stdin, decoded strictly as the type of ``ENTRY``'s one parameter (:func:`serve`).
+The client sets itself up, calls :func:`ready` (which prints ``ready`` and
+waits for ``go`` on stdin), runs for its measured time, and prints one JSON
+object as its last line (:func:`report`). Store URIs come in the
+environment, as shardsink's processes take them, off every command line
+(``ps`` shows those). Clients' stderr is the driver's, so their errors are
+shown.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
+import importlib
 import json
 import os
 import select
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from pathlib import Path
+import typing
+from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
+
+import msgspec
 
 # Client start-up (interpreter, imports, connecting) is not measured, but
 # bounded: this, and a sixteenth of it per client (64 started in more than 60 s
 # on a loaded 2-core machine).
 START_TIMEOUT_S = 60.0
 FINISH_GRACE_S = 30.0
+
+#: What a benchmark shows while it measures: called with a line saying what
+#: runs, and entered around that run (the command's spinner, rich's
+#: ``Console.status``); ``contextlib.nullcontext`` shows nothing.
+Status = Callable[[str], contextlib.AbstractContextManager]
+
+
+def serve(entry: str) -> None:
+    """In a client: call ``entry`` (``module:function``) with the payload on
+    stdin's first line, decoded as the type the function's one parameter is
+    annotated with. ``msgspec.DecodeError`` (a ``ValidationError`` naming
+    the field) if the line is not that type's JSON, strictly: no unknown
+    field, no value of another type coerced."""
+    module, function = entry.split(":")
+    func = getattr(importlib.import_module(module), function)
+    (kind,) = (hint for name, hint in typing.get_type_hints(func).items() if name != "return")
+    func(msgspec.json.decode(sys.stdin.readline(), type=kind, strict=True))
 
 
 def ready() -> bool:
@@ -42,37 +66,40 @@ def report(counts: dict) -> None:
 
 def race(
     entry: str,
-    argvs: list[list[str]],
+    payloads: Sequence[msgspec.Struct],
     seconds: float,
     what: str,
     env: dict[str, str] | None = None,
     on_go: Callable[[], None] | None = None,
 ) -> list[dict]:
-    """Start one client per ``argvs`` entry running ``entry`` (``module:function``),
-    with ``env`` added to its environment (where store URIs go: an argv shows
-    in ``ps``), release them together once all are ready, and return their
-    reports. ``on_go``, if given, is called just before they are released
-    (where a caller samples what the measured time is to cover).
+    """Start one client per payload running ``entry`` (``module:function``,
+    taking that payload's type, see :func:`serve`), with ``env`` added to its
+    environment (where store URIs go), release them together once all are
+    ready, and return their reports in the order of ``payloads``. ``on_go``,
+    if given, is called just before they are released (where a caller
+    samples what the measured time is to cover).
 
-    Raises ``RuntimeError`` naming ``what`` if a client fails to start, to
-    finish within ``seconds`` plus a grace, or to report; every client is
-    killed and reaped on the way out."""
-    module, function = entry.split(":")
-    code = f"import sys; from {module} import {function} as f; f(sys.argv[1:])"
+    Raises ``RuntimeError`` naming ``what`` if a client fails to start (a
+    payload its function does not take among the reasons), to finish within
+    ``seconds`` plus a grace, or to report; every client is killed and
+    reaped on the way out."""
+    code = f"from {__name__} import serve; serve({entry!r})"
     with contextlib.ExitStack() as stack:
         procs = [
             stack.enter_context(
                 subprocess.Popen(
-                    [sys.executable, "-c", code, *argv],
+                    [sys.executable, "-c", code],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     bufsize=0,
                     env={**os.environ, **(env or {})},
                 )
             )
-            for argv in argvs
+            for _ in payloads
         ]
         try:
+            for proc, payload in zip(procs, payloads, strict=True):
+                proc.stdin.write(msgspec.json.encode(payload) + b"\n")
             return _drive(procs, seconds, what, on_go)
         finally:
             for proc in procs:
@@ -123,24 +150,6 @@ def quantile_ms(sorted_us: list[int], q: float) -> float:
     return sorted_us[min(len(sorted_us) - 1, int(q * len(sorted_us)))] / 1000
 
 
-def add_race_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--store`` (repeatable), ``--clients``, ``--seconds`` and ``--json``."""
-    parser.add_argument(
-        "--store",
-        action="append",
-        required=True,
-        metavar="URI",
-        help="consensus store (sqlite:///abs/path.db or postgresql://...); repeat to compare",
-    )
-    parser.add_argument(
-        "--clients", type=counts, default=[1, 4], help="client counts (default 1,4)"
-    )
-    parser.add_argument(
-        "--seconds", type=float, default=5.0, help="measured seconds per run (default 5)"
-    )
-    parser.add_argument("--json", type=Path, metavar="FILE", help="also write the figures here")
-
-
 def check_stores(stores: list[str], seconds: float) -> None:
     """``ValueError`` for a non-positive duration or a store client processes
     cannot share; opens each store once, so a bad URI fails before anything
@@ -156,13 +165,3 @@ def check_stores(stores: list[str], seconds: float) -> None:
                 "cannot race on it; use sqlite:///... or postgresql://..."
             )
         open_consensus(uri).close()
-
-
-def counts(text: str) -> list[int]:
-    try:
-        counts = [int(part) for part in text.split(",")]
-    except ValueError:
-        counts = []
-    if not counts or min(counts) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers like 1,4, got {text!r}")
-    return counts

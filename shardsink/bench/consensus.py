@@ -10,11 +10,11 @@ and the compare-and-set latency.
 
 from __future__ import annotations
 
-import argparse
-import json
+import contextlib
 import os
-import sys
 import time
+
+import msgspec
 
 from ..storage.backend import open_consensus
 from ..storage.contracts import Committed, Consensus, VersionedData
@@ -23,27 +23,23 @@ from ..storage.uri import STORE_ENV, redact
 from . import clients as racing
 
 
-def register(bench: argparse._SubParsersAction) -> None:
-    parser = bench.add_parser(
-        "consensus",
-        help="compare-and-set throughput of consensus stores under contention",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    racing.add_race_arguments(parser)
-    parser.add_argument("--shard", default="bench-consensus", help="shard the clients append to")
-    parser.add_argument(
-        "--bytes", type=int, default=128, help="payload bytes per version (default 128)"
-    )
-    parser.set_defaults(func=_run)
+class ConsensusClient(msgspec.Struct, forbid_unknown_fields=True):
+    """A client's payload: compare-and-set ``shard`` for ``seconds``, each
+    version ``payload_bytes`` long and marked as client ``client``'s."""
+
+    shard: str
+    client: int
+    payload_bytes: int
+    seconds: float
 
 
-def _client(argv: list[str]) -> None:
-    """A client process: open the store, say ``ready``, wait for ``go`` on stdin,
-    race for the given seconds, print the counts as one JSON line. The store's
-    URI comes in the environment (``STORE_ENV``)."""
-    shard, client, payload_bytes, seconds = argv
-    client, payload_bytes, seconds = int(client), int(payload_bytes), float(seconds)
+def _client(payload: ConsensusClient) -> None:
+    """A client process (see :mod:`shardsink.bench.clients`): open the store,
+    say ``ready``, wait for ``go`` on stdin, race as ``payload`` says, print
+    the counts as one JSON line. The store's URI comes in the environment
+    (``STORE_ENV``)."""
+    shard, client, payload_bytes = payload.shard, payload.client, payload.payload_bytes
+    seconds = payload.seconds
     store = open_consensus(os.environ[STORE_ENV])
     try:
         if not racing.ready():
@@ -94,7 +90,7 @@ def race(uri: str, shards: list[str], seconds: float, payload_bytes: int = 128) 
     n_clients = len(shards)
     reports = racing.race(
         "shardsink.bench.consensus:_client",
-        [[shard, str(c), str(payload_bytes), str(seconds)] for c, shard in enumerate(shards)],
+        [ConsensusClient(shard, c, payload_bytes, seconds) for c, shard in enumerate(shards)],
         seconds,
         redact(uri),
         env={STORE_ENV: uri},
@@ -120,45 +116,24 @@ def race(uri: str, shards: list[str], seconds: float, payload_bytes: int = 128) 
     }
 
 
-def _run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    if args.bytes < 1:
-        raise ValueError(f"--bytes must be positive, got {args.bytes}")
-    racing.check_stores(args.store, args.seconds)
-    # Piped output (CI logs, tee) gets room for whole store URIs, not 80 columns.
-    console = Console() if sys.stdout.isatty() else Console(width=200)
+def run(
+    stores: list[str],
+    clients: list[int],
+    seconds: float,
+    shard: str,
+    payload_bytes: int,
+    *,
+    status: racing.Status = contextlib.nullcontext,
+) -> list[dict]:
+    """:func:`race` on ``shard`` of each store of ``stores`` with each
+    client count of ``clients``, in that order, one after another.
+    ``ValueError`` for a non-positive ``seconds`` or a store client
+    processes cannot share, before anything runs (``RuntimeError`` as
+    :func:`race`'s)."""
+    racing.check_stores(stores, seconds)
     runs = []
-    for uri in args.store:
-        for clients in args.clients:
-            with console.status(f"{redact(uri)}: {clients} client(s), {args.seconds:g}s"):
-                runs.append(race(uri, [args.shard] * clients, args.seconds, args.bytes))
-    table = Table(title=f"compare-and-set on one shard, {args.seconds:g}s per run")
-    for column in (
-        "store",
-        "clients",
-        "committed/s",
-        "attempts/s",
-        "mismatch rate",
-        "CaS p50 ms",
-        "CaS p99 ms",
-        "errors",
-    ):
-        table.add_column(column, justify="left" if column == "store" else "right")
-    for r in runs:
-        table.add_row(
-            r["store"],
-            str(r["clients"]),
-            f"{r['committed_per_s']:,.0f}",
-            f"{r['attempts_per_s']:,.0f}",
-            f"{r['mismatch_rate']:.1%}",
-            f"{r['cas_ms_p50']:.2f}",
-            f"{r['cas_ms_p99']:.2f}",
-            str(r["errors"]),
-        )
-    console.print(table)
-    if args.json:
-        args.json.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
-        console.print(f"figures written to {args.json}")
-    return 0
+    for uri in stores:
+        for n in clients:
+            with status(f"{redact(uri)}: {n} client(s), {seconds:g}s"):
+                runs.append(race(uri, [shard] * n, seconds, payload_bytes))
+    return runs

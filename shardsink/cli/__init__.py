@@ -3,11 +3,13 @@
 Every command's flags, parsing and printing live here, one module per area
 (``up`` and the cluster's commands in :mod:`.cluster`, ``chaos`` in
 :mod:`.chaos`, ``consensus`` in :mod:`.server`, ``shm`` in :mod:`.shm`,
-``hosts`` in :mod:`.hosts`, ``shardsink bench`` in :mod:`.bench`, the shard
-commands, which reach a shard wherever it lives, in :mod:`.shard` and
-:mod:`.shard_commands`), each with a ``register(commands)`` (``bench``:
-``register(bench)``, the subparsers under ``shardsink bench``); the areas
-themselves know no terminal. This file only assembles them.
+``hosts`` in :mod:`.hosts`, ``shardsink bench`` in :mod:`.bench` and, its
+store benchmarks, :mod:`.bench_stores`, the shard commands, which reach a
+shard wherever it lives, in :mod:`.shard` and :mod:`.shard_commands`), each
+with a ``register(commands)`` (``bench``: ``register(bench)``, the
+subparsers under ``shardsink bench``); the areas themselves know no
+terminal. This file only assembles them. (:mod:`.servers`, the throwaway
+store servers in the foreground, is no ``shardsink`` command.)
 Every parser is an :class:`~shardsink.options.Parser`, which names the
 nearest valid flags when one is unknown.
 """

@@ -11,13 +11,11 @@ from pathlib import Path
 
 from .._extras import require
 from ..options import Flag, add_fields, add_options, layered
+from . import bench_stores
 
 
 def register(bench) -> None:
-    from ..bench import appends, consensus
-
-    consensus.register(bench)
-    appends.register(bench)
+    bench_stores.register(bench)
     transport = bench.add_parser(
         "transport",
         help="shared-memory transport vs ZeroMQ, a queue and memcpy",

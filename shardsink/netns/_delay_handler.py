@@ -48,11 +48,11 @@ def main(argv: list[str]) -> int:
     """Hold packets as ``argv``'s one argument, a JSON :class:`Holding`, says,
     until stdin closes or SIGTERM. ``ValueError`` (a ``msgspec.DecodeError``
     naming the field, if one) for anything but one such argument."""
+    (text,) = argv
+    holding = msgspec.json.decode(text, type=Holding, strict=True)
     # imported here: importing the module (to encode a Holding) needs no netfilterqueue
     from netfilterqueue import COPY_META, NetfilterQueue
 
-    (text,) = argv
-    holding = msgspec.json.decode(text, type=Holding, strict=True)
     draw = random.Random(holding.queue)
     order = itertools.count()
     held: list[tuple[float, int, object]] = []  # (release time, arrival order, packet)

@@ -16,7 +16,7 @@ import time
 import msgspec
 import pytest
 
-from shardsink.netns import Fault, tools
+from shardsink.netns import Fault, delay, tools
 from shardsink.netns.processes import processes_in
 from tests.netns.probes import PORT, PROBE, blast, cut, listeners, ping, probe, reaches
 
@@ -120,6 +120,22 @@ def test_delay_holds_every_packet_and_heals(netns_network):
     assert min(rtts) >= 30 and min(rtts) < 40, rtts
     net.nemesis.heal(jittered)
     probes["h1"].close()
+
+
+def test_the_delay_handler_takes_only_a_holding():
+    """Its settings are one JSON Holding, decoded strictly: an unknown field
+    or a value of another type stops it before it binds (no root needed),
+    its last line naming the field."""
+    for bad, named in [
+        ({"queue": 1, "delay_ms": 5, "hold_ms": 5}, "unknown field `hold_ms`"),
+        ({"queue": "1", "delay_ms": 5}, "`$.queue`"),
+    ]:
+        done = subprocess.run(
+            [sys.executable, "-P", str(delay.HANDLER), msgspec.json.encode(bad).decode()],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode != 0 and "ready" not in done.stdout
+        assert named in done.stderr.strip().splitlines()[-1], done.stderr
 
 
 def test_a_dead_delay_handler_lets_packets_through(netns_network):

@@ -14,7 +14,7 @@ from pathlib import Path
 from .. import faults
 from .._curve import KEYS_ENV
 from .._pids import process_start
-from ..cluster.cluster import Supervision
+from ..cluster.stats import Supervision
 from ..config import ClusterConfig
 from ..connect import open_shard
 from ..persist.config import ShardConfig

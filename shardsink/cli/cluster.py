@@ -315,7 +315,7 @@ def _run_cluster(args: argparse.Namespace, config):
     started; later they stop it cleanly (:class:`_TermHandler`)."""
     from rich.console import Console
 
-    from ..cluster.cluster import Cluster, ClusterError
+    from ..cluster import Cluster, ClusterError
     from ..cluster.control import StopRequested
 
     console = Console(stderr=True)

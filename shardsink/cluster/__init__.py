@@ -4,20 +4,9 @@
 c.run(); c.stats()``); ``shardsink up`` is its command line.
 """
 
-from ..config import ClusterConfig
-from ..workloads import Workload
-from .cluster import Cluster, ClusterError, IntervalRecord
-from .stats import ClusterStats, ProcessInfo, Supervision
-from .verify import Verification
-
-__all__ = [
-    "Cluster",
-    "ClusterConfig",
-    "ClusterError",
-    "ClusterStats",
-    "IntervalRecord",
-    "ProcessInfo",
-    "Supervision",
-    "Verification",
-    "Workload",
-]
+from ..config import ClusterConfig as ClusterConfig
+from ..coordinator.errors import ClusterError as ClusterError
+from ..coordinator.records import IntervalRecord as IntervalRecord
+from ..workloads import Workload as Workload
+from .cluster import Cluster as Cluster
+from .stats import ClusterStats as ClusterStats

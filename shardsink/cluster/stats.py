@@ -14,8 +14,6 @@ import msgspec
 from .._histograms import Distribution, Window
 from .maintenance import MaintenanceFailures
 
-__all__ = ["ClusterStats", "ProcessInfo", "Supervision"]
-
 
 class ProcessInfo(msgspec.Struct, frozen=True):
     """A process of the cluster: ``kind`` is coordinator, consensus, builder or worker."""

@@ -166,7 +166,7 @@ def test_a_group_killed_between_its_shards_appends_neither(tmp_path, monkeypatch
 def _watch_uppers(cluster: Cluster, stop: threading.Event, seen: list) -> None:
     """Read orders' upper, then lines', then orders' again until ``stop``
     (and once after), through the cluster's consensus process."""
-    config = cluster.config
+    config = cluster.requested
     with open_shards(
         dict.fromkeys(NAMES), blob=config.blob_uri, consensus=cluster.shard_address
     ) as shards:

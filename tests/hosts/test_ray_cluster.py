@@ -44,7 +44,7 @@ def _agent_pids(cluster: Cluster) -> dict[int, int]:
 def test_groups_on_every_node_each_run_where_they_were_placed(tmp_path, ray_cluster, coalesce):
     nodes = ray_cluster.node_ids()
     with Cluster(_config(tmp_path, ray_cluster, coalesce=coalesce)) as cluster:
-        assert cluster.config.groups == len(nodes)  # --groups on each host
+        assert cluster.placed.groups == len(nodes)  # --groups on each host
         groups = cluster.coordinator.supervisor.groups
         agents = _agent_pids(cluster)
         assert len(set(agents.values())) == len(nodes)

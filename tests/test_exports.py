@@ -1,8 +1,10 @@
 """The public API is exactly what docs/api.md lists: each of its modules'
-``__all__`` names those and no others, and every one of them resolves."""
+``__all__`` names those and no others, and every one of them resolves; no
+other module of the package declares an ``__all__``."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import re
 from pathlib import Path
@@ -38,3 +40,16 @@ def test_each_modules_names_are_the_documented_ones(module: str) -> None:
     assert len(imported.__all__) == len(set(imported.__all__))
     for name in imported.__all__:
         assert getattr(imported, name) is not None, name
+
+
+def test_no_other_module_declares_a_public_surface() -> None:
+    package = Path(__file__).parents[1] / "shardsink"
+    public = {package / "__init__.py", package / "storage" / "__init__.py"}
+    public.add(package / "testing" / "__init__.py")
+    declaring = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            if any(getattr(t, "id", None) == "__all__" for t in targets) and path not in public:
+                declaring.append(str(path.relative_to(package.parent)))
+    assert declaring == []

@@ -10,8 +10,7 @@ it out), ``clients`` (readers, maintenance), ``checks`` (the final checks),
 ``runner`` (the coordinator's lifecycle and the run), ``config``, ``context``.
 """
 
-from .config import ChaosConfig, ChaosReport
-from .runner import run_chaos
-from .schedule import FAULT_KINDS, Event, schedule
-
-__all__ = ["FAULT_KINDS", "ChaosConfig", "ChaosReport", "Event", "run_chaos", "schedule"]
+from .config import ChaosConfig as ChaosConfig
+from .runner import run_chaos as run_chaos
+from .schedule import FAULT_KINDS as FAULT_KINDS
+from .schedule import schedule as schedule

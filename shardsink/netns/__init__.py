@@ -10,21 +10,8 @@ This package sits on the bottom floor: it imports only the standard
 library, msgspec and the modules beside the floors (``_pids``).
 """
 
-from .names import Host
-from .nemesis import Fault, Hosts, Nemesis
-from .network import Network
-from .sweep import Swept, sweep
-from .tools import CommandFailed, MissingCapability, NetnsError
-
-__all__ = [
-    "CommandFailed",
-    "Fault",
-    "Host",
-    "Hosts",
-    "MissingCapability",
-    "Nemesis",
-    "NetnsError",
-    "Network",
-    "Swept",
-    "sweep",
-]
+from .nemesis import Fault as Fault
+from .network import Network as Network
+from .sweep import sweep as sweep
+from .tools import MissingCapability as MissingCapability
+from .tools import NetnsError as NetnsError

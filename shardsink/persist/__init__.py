@@ -3,58 +3,35 @@ garbage collection and compaction.
 
 ``Shard.open`` is the entry point (``shard.py``; writers in ``writer.py``,
 readers in ``reader.py``); ``shardsink.open_shard`` also reaches a consensus
-server. The state machine
-(``commands``, ``transitions``, ``machine``) is public for the consensus
-server that applies the same commands remotely.
+server, which applies the same commands (``commands``, ``transitions``,
+``machine``) remotely. This door re-exports what other floors take from the
+floor as a whole; the package's public names are the root's (docs/api.md).
 """
 
-from .commands import Command, Result
-from .compaction import CompactionReport
-from .config import ShardConfig
+from .config import ShardConfig as ShardConfig
 from .errors import (
-    Contended,
-    CorruptState,
-    NotReadable,
-    PartMissing,
-    PersistError,
-    SchemaMismatch,
-    ShardNotFound,
-    UpperMismatch,
+    CorruptState as CorruptState,
 )
-from .gc import GcReport
-from .machine import LocalMachine, ShardMachine
-from .parts import DEFAULT_SCHEMA
-from .reader import ListenEvent, Reader
-from .shard import Shard
-from .state import Batch, BlobPart, InlinePart, ShardState
-from .stats import MachineStats, ShardStats
-from .writer import Writer
-
-__all__ = [
-    "DEFAULT_SCHEMA",
-    "Batch",
-    "BlobPart",
-    "Command",
-    "CompactionReport",
-    "Contended",
-    "CorruptState",
-    "GcReport",
-    "InlinePart",
-    "ListenEvent",
-    "LocalMachine",
-    "MachineStats",
-    "NotReadable",
-    "PartMissing",
-    "PersistError",
-    "Reader",
-    "Result",
-    "SchemaMismatch",
-    "Shard",
-    "ShardConfig",
-    "ShardMachine",
-    "ShardNotFound",
-    "ShardState",
-    "ShardStats",
-    "UpperMismatch",
-    "Writer",
-]
+from .errors import (
+    NotReadable as NotReadable,
+)
+from .errors import (
+    PartMissing as PartMissing,
+)
+from .errors import (
+    PersistError as PersistError,
+)
+from .errors import (
+    SchemaMismatch as SchemaMismatch,
+)
+from .errors import (
+    ShardNotFound as ShardNotFound,
+)
+from .errors import (
+    UpperMismatch as UpperMismatch,
+)
+from .reader import ListenEvent as ListenEvent
+from .reader import Reader as Reader
+from .shard import Shard as Shard
+from .stats import ShardStats as ShardStats
+from .writer import Writer as Writer

@@ -6,36 +6,39 @@ churn and hydrate (:class:`Workload`, with exact expected collections) and
 synth (:class:`~.synth.Synth`, a YCSB-like generator verified by digest).
 """
 
-from .builtin import SCHEMA, Workload, values
+from .builtin import SCHEMA as SCHEMA
+from .builtin import Workload as Workload
+from .builtin import values as values
 from .loading import (
-    AnyWorkload,
-    check,
-    expected,
-    expected_shards,
-    is_sharded,
-    of,
-    prepare,
-    resolve,
-    shard_schema,
-    shard_schemas,
-    shard_updates,
-    updates,
+    AnyWorkload as AnyWorkload,
 )
-
-__all__ = [
-    "SCHEMA",
-    "AnyWorkload",
-    "Workload",
-    "check",
-    "expected",
-    "expected_shards",
-    "is_sharded",
-    "of",
-    "prepare",
-    "resolve",
-    "shard_schema",
-    "shard_schemas",
-    "shard_updates",
-    "updates",
-    "values",
-]
+from .loading import (
+    check as check,
+)
+from .loading import (
+    expected as expected,
+)
+from .loading import (
+    expected_shards as expected_shards,
+)
+from .loading import (
+    of as of,
+)
+from .loading import (
+    prepare as prepare,
+)
+from .loading import (
+    resolve as resolve,
+)
+from .loading import (
+    shard_schema as shard_schema,
+)
+from .loading import (
+    shard_schemas as shard_schemas,
+)
+from .loading import (
+    shard_updates as shard_updates,
+)
+from .loading import (
+    updates as updates,
+)

@@ -38,71 +38,18 @@ and one per matrix with a table of its own: :mod:`.hosts`, :mod:`.rates`,
 
 from __future__ import annotations
 
-from .checks import checks
-from .matrices import (
-    CLUSTER_MODES,
-    HYDRATE_THRESHOLDS,
-    LATENCY_BOUNDS_MS,
-    LATENCY_INTERVALS,
-    LATENCY_REPEATS,
-    MATRICES,
-    MIB,
-    RUN_FIELDS,
-    SCALE_GROUP_WORKERS,
-    SCALE_GROUPS,
-    SCALE_INTERVALS,
-    SCALE_MODES,
-    SCALE_REPEATS,
-    SCALE_ROWS_PER_WORKER,
-    SCALE_WORKERS,
-    SECTIONS,
-    TRICKLE_SHAPES,
-    UNLIMITED,
-    VARIANTS,
-    BenchClusterConfig,
-    RunSpec,
-    bench_config,
-    describe,
-    matrix,
-    scale_matrix,
-)
-from .plots import plot
-from .report import COLUMNS, table_rows, write_report
-from .running import COMPACT_EVERY, command_line, run, run_one
-
-__all__ = [
-    "CLUSTER_MODES",
-    "COLUMNS",
-    "COMPACT_EVERY",
-    "HYDRATE_THRESHOLDS",
-    "LATENCY_BOUNDS_MS",
-    "LATENCY_INTERVALS",
-    "LATENCY_REPEATS",
-    "MATRICES",
-    "MIB",
-    "RUN_FIELDS",
-    "SCALE_GROUPS",
-    "SCALE_GROUP_WORKERS",
-    "SCALE_INTERVALS",
-    "SCALE_MODES",
-    "SCALE_REPEATS",
-    "SCALE_ROWS_PER_WORKER",
-    "SCALE_WORKERS",
-    "SECTIONS",
-    "TRICKLE_SHAPES",
-    "UNLIMITED",
-    "VARIANTS",
-    "BenchClusterConfig",
-    "RunSpec",
-    "bench_config",
-    "checks",
-    "command_line",
-    "describe",
-    "matrix",
-    "plot",
-    "run",
-    "run_one",
-    "scale_matrix",
-    "table_rows",
-    "write_report",
-]
+from .checks import checks as checks
+from .matrices import LATENCY_BOUNDS_MS as LATENCY_BOUNDS_MS
+from .matrices import LATENCY_REPEATS as LATENCY_REPEATS
+from .matrices import MATRICES as MATRICES
+from .matrices import SECTIONS as SECTIONS
+from .matrices import VARIANTS as VARIANTS
+from .matrices import BenchClusterConfig as BenchClusterConfig
+from .matrices import RunSpec as RunSpec
+from .matrices import bench_config as bench_config
+from .matrices import matrix as matrix
+from .matrices import scale_matrix as scale_matrix
+from .report import write_report as write_report
+from .running import command_line as command_line
+from .running import run as run
+from .running import run_one as run_one

@@ -30,11 +30,10 @@ version of the table references), ``metadata_files`` and
 
 from __future__ import annotations
 
-from .formats import COMMIT_RETRIES
-from .harness import PEERS, Peer, peer_of, run_peer
-from .registry import format_named
-
-__all__ = ["COMMIT_RETRIES", "PEERS", "Peer", "format_named", "modules", "peer_of", "run_peer"]
+from .harness import PEERS as PEERS
+from .harness import peer_of
+from .harness import run_peer as run_peer
+from .registry import format_named as format_named
 
 
 def modules(mode: str) -> tuple[str, ...]:

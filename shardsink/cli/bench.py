@@ -12,6 +12,7 @@ from pathlib import Path
 from .._extras import require
 from ..options import Flag, add_fields, add_options, layered
 from . import bench_stores
+from ._commands import described
 
 
 def register(bench) -> None:
@@ -62,7 +63,7 @@ def _interruptible(func):
 def _register_startup_and_read(bench) -> None:
     from ..bench import read, startup
 
-    start = _command(
+    start = described(
         bench,
         "startup",
         startup,
@@ -79,7 +80,7 @@ def _register_startup_and_read(bench) -> None:
     start.add_argument(
         "--restarts", type=int, default=5, metavar="N", help="group restarts timed (default 5)"
     )
-    reads = _command(
+    reads = described(
         bench,
         "read",
         read,
@@ -97,7 +98,7 @@ def _register_startup_and_read(bench) -> None:
 def _register_parts_and_allocators(bench) -> None:
     from ..bench import allocators, parts
 
-    sorted_parts = _command(
+    sorted_parts = described(
         bench,
         "parts",
         parts,
@@ -114,7 +115,7 @@ def _register_parts_and_allocators(bench) -> None:
         sorted_parts.add_argument(
             flag, type=int, default=default, metavar="N", help="default %(default)s"
         )
-    pools = _command(
+    pools = described(
         bench,
         "allocators",
         allocators,
@@ -147,7 +148,7 @@ def _register_soak(bench) -> None:
     from ..config import ClusterConfig
     from .cluster import FLAGS
 
-    soaks = _command(
+    soaks = described(
         bench,
         "soak",
         soak,
@@ -190,12 +191,8 @@ CLUSTER_FLAGS = {
 def _register_cluster(bench) -> None:
     from ..bench import cluster
 
-    parser = bench.add_parser(
-        "cluster",
-        help="the scale-out matrix: modes, shapes, hydration, Delta Lake and Iceberg peers",
-        description=cluster.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    summary = "the scale-out matrix: modes, shapes, hydration, Delta Lake and Iceberg peers"
+    parser = described(bench, "cluster", cluster, summary, _run, out=False)
     example = (
         'out = "bench-out", matrix = "quick", and a [cluster] table of ClusterConfig fields '
         'every run starts from: start = "spawn"'
@@ -213,21 +210,6 @@ def _register_cluster(bench) -> None:
         help="the cut-down matrix (minutes); same as --matrix quick",
     )
     _report_only(parser)
-    parser.set_defaults(func=_run)
-
-
-def _command(bench, name: str, module, summary: str, func) -> argparse.ArgumentParser:
-    """A ``bench NAME`` command described by ``module``'s docstring, with
-    ``--out DIR``, running ``func``."""
-    parser = bench.add_parser(
-        name,
-        help=summary,
-        description=module.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
-    parser.set_defaults(func=func)
-    return parser
 
 
 def _soak(args: argparse.Namespace) -> int:

@@ -12,29 +12,22 @@ import sys
 import time
 from pathlib import Path
 
+from ._commands import described
+
 
 def register(bench) -> None:
     """Add ``bench consensus`` and ``bench appends`` to ``bench``."""
     from ..bench import appends, consensus
 
-    parser = bench.add_parser(
-        "consensus",
-        help="compare-and-set throughput of consensus stores under contention",
-        description=consensus.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    summary = "compare-and-set throughput of consensus stores under contention"
+    parser = described(bench, "consensus", consensus, summary, _consensus, out=False)
     _race_arguments(parser)
     parser.add_argument("--shard", default="bench-consensus", help="shard the clients append to")
     parser.add_argument(
         "--bytes", type=int, default=128, help="payload bytes per version (default 128)"
     )
-    parser.set_defaults(func=_consensus)
-    parser = bench.add_parser(
-        "appends",
-        help="compare-and-append throughput: in-process machine vs consensus server",
-        description=appends.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    summary = "compare-and-append throughput: in-process machine vs consensus server"
+    parser = described(bench, "appends", appends, summary, _appends, out=False)
     _race_arguments(parser)
     parser.add_argument(
         "--blob-parts",

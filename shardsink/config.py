@@ -21,14 +21,11 @@ from ._address import REMOTE_SCHEMES, check_address
 from ._bounds import Machine, at_least, min_row_bytes, port, positive
 from ._http import parse_listen
 from ._units import MIB
-from .netns.network import MAX_HOSTS
+from .netns import MAX_HOSTS
 from .options import BYTES, Size
-from .persist.config import ShardConfig
-from .persist.parts import full_schema
-from .persist.state import check_shard_name
-from .shm.arena import DEFAULT_CAPACITY
-from .shm.link import MESSAGE_PART_MAX_BYTES
-from .storage.uri import redact
+from .persist import ShardConfig, check_shard_name, full_schema
+from .shm import DEFAULT_CAPACITY, MESSAGE_PART_MAX_BYTES
+from .storage import redact
 
 #: The ``shared_max_bytes`` that tunes itself.
 AUTO = "auto"

@@ -13,12 +13,8 @@ import pyarrow as pa
 
 from . import faults
 from ._curve import ClientKeys, keys_for
-from .persist.config import ShardConfig
-from .persist.machine import ShardMachine
-from .persist.shard import REMOTE_SCHEMES, Shard
-from .persist.shards import ShardSet
-from .persist.transactions import LocalTransactions
-from .server.client import RemoteMachine
+from .persist import REMOTE_SCHEMES, LocalTransactions, Shard, ShardConfig, ShardMachine, ShardSet
+from .server import RemoteMachine
 
 
 def open_shard(name: str = "default", *, keys: ClientKeys | None = None, **kwargs: Any) -> Shard:

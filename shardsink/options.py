@@ -22,8 +22,17 @@ import re
 import types
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, NamedTuple, TypeVar, Union, get_args, get_origin
-from typing import get_type_hints as _hints
+from typing import (
+    Annotated,
+    Any,
+    Literal,
+    NamedTuple,
+    TypeVar,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints as _hints,
+)
 
 import msgspec
 

@@ -41,9 +41,7 @@ import zmq
 from ._curve import ClientKeys, secure_client
 from ._wire import Message
 from .config import ClusterConfig, Mode
-from .persist import parts as P
-from .persist.digest import Digest
-from .persist.state import Batch
+from .persist import Batch, Digest, parts as P
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

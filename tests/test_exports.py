@@ -53,3 +53,30 @@ def test_no_other_module_declares_a_public_surface() -> None:
             if any(getattr(t, "id", None) == "__all__" for t in targets) and path not in public:
                 declaring.append(str(path.relative_to(package.parent)))
     assert declaring == []
+
+
+#: Floors whose door is no re-export: ``bench``'s is empty so that each
+#: ``shardsink bench`` command imports its own module only; ``testing``'s is
+#: the public API, loaded on first use.
+OPEN_FLOORS = {"bench", "testing"}
+
+
+def test_other_floors_go_through_a_floors_door() -> None:
+    """An import from another floor names the floor's package (its door,
+    its ``__init__``), not a module inside it: ``from ..persist import
+    Shard``, never ``from ..persist.shard import Shard``."""
+    package = Path(__file__).parents[1] / "shardsink"
+    past = []
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package).parts
+        floor = parts[0] if len(parts) > 1 else None
+        where = ["shardsink", *parts[:-1]]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.level and node.module):
+                continue
+            module = where[: len(where) - node.level + 1] + node.module.split(".")
+            into = module[1] if len(module) > 1 else None
+            inside = len(module) > 2 and (package / into).is_dir()
+            if inside and into != floor and into not in OPEN_FLOORS:
+                past.append(f"{path.relative_to(package.parent)}:{node.lineno} {node.module}")
+    assert past == []

@@ -80,8 +80,11 @@ def test_bad_shapes_are_clear_errors() -> None:
 
 import msgspec  # noqa: E402
 
-from shardsink import ClusterConfig, open_shard  # noqa: E402
-from shardsink import workloads as W  # noqa: E402
+from shardsink import (  # noqa: E402
+    ClusterConfig,
+    open_shard,
+    workloads as W,
+)
 from shardsink.persist.batches import build_batch  # noqa: E402
 from shardsink.persist.digest import digest  # noqa: E402
 from shardsink.persist.errors import CorruptState  # noqa: E402

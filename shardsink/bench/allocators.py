@@ -102,9 +102,8 @@ def starts(work: Path, count: int, progress=print) -> dict:
     import psutil
 
     from .. import protocol
-    from ..process import consensus
-    from ..process.zygote import Zygote
-    from ..server.config import ServeConfig
+    from ..process import Zygote, consensus
+    from ..server import ServeConfig
 
     # a cluster's zygote, which also imports the server's role
     roles = (*protocol.CHILD_ROLES, consensus.ROLE)

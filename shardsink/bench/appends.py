@@ -32,7 +32,7 @@ from pathlib import Path
 
 import msgspec
 
-from ..storage.uri import BLOB_ENV, STORE_ENV
+from ..storage import BLOB_ENV, STORE_ENV
 from . import clients as racing
 
 
@@ -268,8 +268,8 @@ def run(
     store and count. ``ValueError`` for a non-positive ``seconds`` or a store
     client processes cannot share, before anything runs."""
     from ..process import ConsensusProcess
-    from ..server.config import ServeConfig
-    from ..storage.uri import redact
+    from ..server import ServeConfig
+    from ..storage import redact
 
     racing.check_stores(stores, seconds)
     runs = []

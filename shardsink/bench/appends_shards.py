@@ -40,7 +40,7 @@ from pathlib import Path
 
 from .._curve import KEYS_ENV
 from .._figures import report_head
-from ..storage.uri import BLOB_ENV, STORE_ENV, redact
+from ..storage import BLOB_ENV, STORE_ENV, redact
 from . import clients as racing
 from .appends import AppendsClient, IntervalsClient
 from .consensus import race as raw_race
@@ -211,7 +211,7 @@ def measure(
     ``apart`` in turn; one row per run with each figure the median over its
     repeats."""
     from ..process import ConsensusProcess
-    from ..server.config import ServeConfig
+    from ..server import ServeConfig
 
     keys = str(scratch / "keys")
     rows = []

@@ -23,7 +23,7 @@ import uuid
 
 import msgspec
 
-from ..storage.uri import BLOB_ENV
+from ..storage import BLOB_ENV
 from . import clients as racing
 
 #: Rows per Parquet file a baseline process writes: a hydrate's parts are of
@@ -47,7 +47,7 @@ def _process(payload: BaselineProcess) -> None:
     URI comes in the environment (``BLOB_ENV``)."""
     import pyarrow.parquet as pq
 
-    from ..storage.backend import open_blob
+    from ..storage import open_blob
     from ..workloads import Workload
 
     prefix, worker, part_rows = payload.prefix, payload.worker, payload.part_rows
@@ -83,7 +83,7 @@ def measure(blob: str, rows: int, processes: int, part_rows: int = PART_ROWS) ->
     """The baseline: ``processes`` processes writing the ``rows`` of a
     hydrate's snapshot into ``blob`` (under ``baseline-<id>/``, deleted
     afterwards). ``ValueError`` for fewer than one process or row."""
-    from ..storage.backend import open_blob
+    from ..storage import open_blob
 
     if processes < 1 or rows < 1 or part_rows < 1:
         raise ValueError(

@@ -16,10 +16,15 @@ import time
 
 import msgspec
 
-from ..storage.backend import open_consensus
-from ..storage.contracts import Committed, Consensus, VersionedData
-from ..storage.errors import StorageError
-from ..storage.uri import STORE_ENV, redact
+from ..storage import (
+    STORE_ENV,
+    Committed,
+    Consensus,
+    StorageError,
+    VersionedData,
+    open_consensus,
+    redact,
+)
 from . import clients as racing
 
 

@@ -251,16 +251,15 @@ def memory(work: Path, parts: int, rows: int, progress=print) -> list[dict]:
 
 
 def _batch_builder(blob, **kwargs):
-    from ..persist.batches import BatchBuilder
+    from ..persist import BatchBuilder
 
     return BatchBuilder(blob, "bench", writer="bench.1", **kwargs)
 
 
 def builder(rows: int, workers: int, repeats: int, progress=print) -> dict:
     """The ``builder`` figures (see the module doc)."""
-    from ..persist import parts as P
-    from ..persist.stats import ShardStats
-    from ..storage.memory import MemoryBlob
+    from ..persist import ShardStats, parts as P
+    from ..storage import MemoryBlob
     from ..workloads import Workload
     from .cluster.matrices import repeat_order
 

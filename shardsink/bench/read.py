@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from .._units import MIB
-from ..cluster.cluster import Cluster
+from ..cluster import Cluster
 from ..config import ClusterConfig
 
 DEFAULT_ROWS = (2_000_000, 20_000_000)

@@ -111,8 +111,7 @@ def _settle(shard, client, first) -> dict:
     bound over the same state plus the slack a pass waits for, the
     compactions applied since the counters ``first`` and the batches they
     replaced (the settling's passes included), and how long it took."""
-    from ..persist import spine
-    from ..persist.config import COMPACT_SLACK
+    from ..persist import COMPACT_SLACK, spine
 
     started = time.monotonic()
     while True:
@@ -210,8 +209,8 @@ def run(config: ClusterConfig, out: Path, block: int = BLOCK, quiet: bool = Fals
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ..cluster.cluster import Cluster
-    from ..server.client import ServerClient
+    from ..cluster import Cluster
+    from ..server import ServerClient
 
     if block < 1 or config.intervals < block:
         raise ValueError(f"--block must be 1..intervals ({config.intervals}), got {block}")

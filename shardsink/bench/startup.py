@@ -31,7 +31,7 @@ from pathlib import Path
 
 import psutil
 
-from ..cluster.cluster import Cluster
+from ..cluster import Cluster
 from ..config import STARTS, ClusterConfig
 from .cluster.matrices import repeat_order
 

@@ -32,7 +32,7 @@ import zmq
 
 from .. import faults, protocol, workloads
 from .._address import check_address
-from ..process.roles import enter_member
+from ..process import enter_member
 from ..shm import PartReceiver
 from .group import GroupBuilder
 from .host_link import HostLink

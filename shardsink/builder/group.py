@@ -30,12 +30,9 @@ import msgspec
 import pyarrow as pa
 
 from .. import faults, protocol
-from ..persist.batches import BatchBuilder
-from ..persist.errors import PersistError
-from ..persist.stats import ShardStats
+from ..persist import BatchBuilder, PersistError, ShardStats
 from ..shm import DEFAULT_CAPACITY, Received
-from ..storage.contracts import Blob
-from ..storage.errors import StorageError
+from ..storage import Blob, StorageError
 from .host_link import HostLink
 from .shared_batch import (
     BatchId,

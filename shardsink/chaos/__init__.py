@@ -12,5 +12,4 @@ it out), ``clients`` (readers, maintenance), ``checks`` (the final checks),
 
 from .config import ChaosConfig as ChaosConfig
 from .runner import run_chaos as run_chaos
-from .schedule import FAULT_KINDS as FAULT_KINDS
-from .schedule import schedule as schedule
+from .schedule import FAULT_KINDS as FAULT_KINDS, schedule as schedule

@@ -6,16 +6,13 @@ import time
 from collections import Counter
 
 from .. import faults
-from ..cluster.verify import verify_shards
+from ..cluster import verify_shards
 from ..connect import open_shards
-from ..persist.config import OFFLINE
-from ..persist.errors import PersistError, ShardNotFound
-from ..persist.shard import Shard
+from ..persist import OFFLINE, PersistError, Shard, ShardNotFound
 from ..process import remove_dead_run_dirs
 from ..server import history
-from ..shm.sweep import list_segments, unlink_segment
-from ..storage.contracts import temp_files
-from ..storage.errors import StorageError
+from ..shm import list_segments, unlink_segment
+from ..storage import StorageError, temp_files
 from . import linearizability
 from .config import INTERVAL_MS, ChaosReport, HistoryCheck
 from .context import RunContext

@@ -9,15 +9,21 @@ import random
 import time
 
 from .. import workloads
-from ..cluster.verify import difference
-from ..persist.digest import comparable, digest, total_known
-from ..persist.errors import NotReadable, PartMissing, ShardNotFound
-from ..persist.reader import Reader
-from ..persist.shard import Shard
-from ..persist.state import ShardState
+from ..cluster import difference
+from ..persist import (
+    NotReadable,
+    PartMissing,
+    Reader,
+    Shard,
+    ShardNotFound,
+    ShardState,
+    comparable,
+    digest,
+    total_known,
+)
 from ..process import MODULE, Child, Launch, SpawnStarter, module_payload
-from ..server.client import ServerClient
-from ..storage.errors import StorageError
+from ..server import ServerClient
+from ..storage import StorageError
 from .config import INTERVAL_MS, MAINTENANCE_TIMEOUT_S, SINCE_LAG
 from .context import RunContext, client_shard, exit_reason
 

@@ -14,14 +14,13 @@ from pathlib import Path
 from .. import faults
 from .._curve import KEYS_ENV
 from .._pids import process_start
-from ..cluster.stats import Supervision
+from ..cluster import Supervision
 from ..config import ClusterConfig
 from ..connect import open_shard
-from ..persist.config import ShardConfig
-from ..persist.shard import Shard
+from ..persist import Shard, ShardConfig
 from ..process import RUN_MARK, Child, marked
-from ..server.history import HISTORY_ENV, PROCESS_ENV
-from ..storage.uri import BLOB_ENV, STORE_ENV
+from ..server import HISTORY_ENV, PROCESS_ENV
+from ..storage import BLOB_ENV, STORE_ENV
 from .config import ChaosConfig
 from .nemesis import cluster_processes
 

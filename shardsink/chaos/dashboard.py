@@ -8,7 +8,7 @@ import sys
 from collections import Counter
 
 from .. import faults
-from ..cluster.dashboard import ControlSource, Dashboard, Plan
+from ..cluster import ControlSource, Dashboard, Plan
 from .context import RunContext
 from .nemesis import Nemesis
 from .schedule import kind_of

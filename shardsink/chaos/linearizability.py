@@ -53,7 +53,7 @@ from typing import Literal, NamedTuple, Protocol, TypeVar
 
 import msgspec
 
-from ..server.history import Op, describe
+from ..server import Op, describe
 
 S = TypeVar("S", bound=Hashable)
 

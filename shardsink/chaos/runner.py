@@ -50,9 +50,9 @@ import msgspec
 
 from .. import faults
 from ..connect import open_shard
-from ..persist.errors import ShardNotFound
+from ..persist import ShardNotFound
 from ..process import MODULE, Child, Launch, SpawnStarter, Starter, module_payload
-from ..storage.uri import redact
+from ..storage import redact
 from . import timeline
 from .checks import final_checks
 from .clients import maintenance_loop, read_loop

@@ -80,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     printed as one line naming the problem (exit code 2), not as a traceback.
     """
     from .. import faults
-    from ..persist.errors import PersistError
-    from ..storage.errors import StorageError
+    from ..persist import PersistError
+    from ..storage import StorageError
 
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -28,9 +28,8 @@ from .._address import REMOTE_SCHEMES
 from .._curve import keys_for
 from ..connect import open_shard
 from ..datadir import DATA_DIR_ENV
-from ..persist.errors import PersistError, ShardNotFound
-from ..persist.shard import Shard, existing_shards
-from ..storage.uri import BLOB_ENV, STORE_ENV
+from ..persist import PersistError, Shard, ShardNotFound, existing_shards
+from ..storage import BLOB_ENV, STORE_ENV
 
 
 def count(text: str) -> int:

@@ -168,7 +168,7 @@ def _appends_shards(args: argparse.Namespace) -> int:
     """``bench appends --shards``: measure, print the table(s), write
     ``--json`` and ``--out``'s report."""
     from ..bench import appends_shards
-    from ..storage.uri import redact
+    from ..storage import redact
 
     runs = appends_shards.runs_of(args.shards, args.clients, args.processes)
     if args.repeats < 1:

@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 from .._http import FREE_PORT
-from ..chaos.config import ChaosConfig
-from ..chaos.schedule import FAULT_KINDS
+from ..chaos import FAULT_KINDS, ChaosConfig
 from ..options import Flag, add_options, build, layered
 from .cluster import PLACE_HELP, placement
 
@@ -116,7 +115,7 @@ def _chaos(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .._figures import command_line
-    from ..chaos.runner import run_chaos
+    from ..chaos import run_chaos
 
     config = config_of(args)
     logging.basicConfig(
@@ -168,7 +167,7 @@ def report_table(report):
     from rich.console import Group
     from rich.table import Table
 
-    from ..chaos.schedule import FAULT_KINDS
+    from ..chaos import FAULT_KINDS
 
     def counts(d: dict[str, int]) -> str:
         return ", ".join(f"{k} {v}" for k, v in sorted(d.items())) or "none"

@@ -30,8 +30,8 @@ from .._http import FREE_PORT
 from ..config import Placement
 from ..datadir import DATA_DIR_ENV
 from ..options import Flag, add_options, build, flag_of, layered
-from ..persist.config import ShardConfig
-from ..storage.uri import BLOB_ENV, STORE_ENV
+from ..persist import ShardConfig
+from ..storage import BLOB_ENV, STORE_ENV
 from . import logs as _logs
 from ._tables import host_words, status_tables, summary_table
 
@@ -199,7 +199,7 @@ def register(commands) -> None:
 
 def _register_control(commands, data_dir: str) -> None:
     """``status``, ``stop`` and ``logs``, each given ``--data-dir``."""
-    from ..cluster.control import TIMEOUT_S
+    from ..cluster import TIMEOUT_S
 
     status = commands.add_parser(
         "status",
@@ -315,8 +315,7 @@ def _run_cluster(args: argparse.Namespace, config):
     started; later they stop it cleanly (:class:`_TermHandler`)."""
     from rich.console import Console
 
-    from ..cluster import Cluster, ClusterError
-    from ..cluster.control import StopRequested
+    from ..cluster import Cluster, ClusterError, StopRequested
 
     console = Console(stderr=True)
     interrupted = False
@@ -366,7 +365,7 @@ def _up_emulated(args: argparse.Namespace, config) -> int:
     end named), 2 if this machine cannot emulate hosts (one line naming what
     is missing). The first Ctrl-C or SIGTERM while the hosts start or close
     stops the start, and no later one cuts their removal short."""
-    from ..cluster.control import StopRequested
+    from ..cluster import StopRequested
     from ..config import EMULATED_BLOB, EMULATED_STORE, emulated_hosts
     from ..netns import MissingCapability, NetnsError
     from ..testing.emulated import EmulatedCluster
@@ -421,7 +420,7 @@ class _StopOnce:
             self.check()
 
     def check(self) -> None:
-        from ..cluster.control import StopRequested
+        from ..cluster import StopRequested
 
         if self.signum == signal.SIGINT:
             raise KeyboardInterrupt
@@ -574,7 +573,7 @@ class _TermHandler:
             self._stop()
 
     def _stop(self) -> None:
-        from ..cluster.control import StopRequested
+        from ..cluster import StopRequested
 
         self._raising = False
         raise StopRequested("SIGTERM")
@@ -593,7 +592,7 @@ class _TermHandler:
 def _status(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from ..cluster.control import ControlError, StatusRequest, find, request
+    from ..cluster import ControlError, StatusRequest, find, request
 
     try:
         holder = find(args.data_dir)
@@ -616,7 +615,7 @@ def _watch(args: argparse.Namespace, holder, status) -> int:
     from rich.console import Group
     from rich.live import Live
 
-    from ..cluster.control import ControlError, StatusRequest, request
+    from ..cluster import ControlError, StatusRequest, request
 
     with contextlib.ExitStack() as stack:
         live = None if args.json else stack.enter_context(Live(auto_refresh=False))
@@ -647,7 +646,7 @@ def _watch(args: argparse.Namespace, holder, status) -> int:
 
 
 def _stop(args: argparse.Namespace) -> int:
-    from ..cluster.control import ControlError, StopRequest, find, request
+    from ..cluster import ControlError, StopRequest, find, request
 
     try:
         holder = find(args.data_dir)

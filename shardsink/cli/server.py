@@ -12,8 +12,8 @@ import msgspec
 from .._curve import KEYS_ENV
 from ..datadir import DATA_DIR_ENV
 from ..options import Flag, add_options, build, layered
-from ..persist.config import SERVED_FIELDS, ShardConfig
-from ..storage.uri import BLOB_ENV, STORE_ENV
+from ..persist import SERVED_FIELDS, ShardConfig
+from ..storage import BLOB_ENV, STORE_ENV
 
 
 def register(commands) -> None:
@@ -97,7 +97,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``consensus serve``: ``--config`` and a flag per
     :class:`~.config.ServeConfig` field (:data:`FLAGS`), each given one
     setting its field (see :func:`serve_config`)."""
-    from ..server.config import ServeConfig
+    from ..server import ServeConfig
 
     example = 'bind = "tcp://127.0.0.1:7000", compact_interval_s = 30.0'
     add_options(parser, ServeConfig, FLAGS, example)
@@ -108,7 +108,7 @@ def serve_config(args: argparse.Namespace, environment: dict[str, str]):
     given, else its variable of ``environment``, else ``--config``'s file,
     else the default. ``ValueError`` naming a bad key, a missing bind or
     stores named neither way."""
-    from ..server.config import ServeConfig
+    from ..server import ServeConfig
 
     fields = layered(ServeConfig, args.config, vars(args), environment)
     config = build(ServeConfig, fields, source="consensus serve")
@@ -123,7 +123,7 @@ def serve_config(args: argparse.Namespace, environment: dict[str, str]):
 
 
 def _serve_command(args: argparse.Namespace) -> int:
-    from ..server.serve import serve
+    from ..server import serve
 
     _exec_with_server_env()
     return serve(serve_config(args, COMMAND_ENV), _print_ready)
@@ -155,7 +155,7 @@ def _stats(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from ..server.client import ServerClient
+    from ..server import ServerClient
 
     client = ServerClient(args.address, timeout_s=args.timeout, retry_for_s=0)
     try:

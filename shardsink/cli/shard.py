@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from ..persist.shard import Shard
+from ..persist import Shard
 from . import _output
 from ._stores import count, store_args, with_shard, with_shards
 

@@ -13,9 +13,8 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 import msgspec
 
 from .._units import GIB, KIB, MIB
-from ..persist.shard import Shard
-from ..storage.errors import StorageError
-from ..storage.uri import redact
+from ..persist import Shard
+from ..storage import StorageError, redact
 from ._stores import count, shard_names, store_args, store_uris, with_shard
 
 

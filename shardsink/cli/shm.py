@@ -21,7 +21,7 @@ def register(commands) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from ..shm.sweep import sweep
+    from ..shm import sweep
 
     names = sweep(args.cluster, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"

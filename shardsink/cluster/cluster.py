@@ -47,13 +47,17 @@ from .._bounds import this_machine
 from .._curve import key_dir, keys_for
 from ..config import ClusterConfig, check_machine
 from ..connect import open_shard, open_shards
-from ..coordinator.coordinator import STOP_S, Coordinator, consensus_call, interval_of
-from ..coordinator.errors import ClusterError
-from ..coordinator.ray_groups import close_agents, place_hosts
-from ..coordinator.records import IntervalRecord
-from ..persist.config import ShardConfig
-from ..persist.errors import ShardNotFound
-from ..persist.shard import Shard
+from ..coordinator import (
+    STOP_S,
+    ClusterError,
+    Coordinator,
+    IntervalRecord,
+    close_agents,
+    consensus_call,
+    interval_of,
+    place_hosts,
+)
+from ..persist import Shard, ShardConfig, ShardNotFound
 from ..process import (
     ConsensusProcess,
     ConsensusStartError,
@@ -66,7 +70,7 @@ from ..process import (
     reset_own_peak_rss,
     sigint_ignored,
 )
-from ..server.config import ServeConfig
+from ..server import ServeConfig
 from ..shm import sweep, unlink_cluster
 from .control import ControlServer
 from .dashboard import ControlSource, Dashboard, Plan

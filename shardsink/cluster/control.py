@@ -22,7 +22,7 @@ import zmq
 
 from .. import datadir
 from .._address import check_address
-from ..coordinator.groups import HostInfo
+from ..coordinator import HostInfo
 from .maintenance import MaintenanceFailures
 
 #: How long a client waits for the coordinator's answer by default.

@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 import msgspec
 
 from .._curve import keys_for
-from ..persist.errors import PersistError
-from ..server.client import ServerClient
-from ..storage.errors import StorageError
+from ..persist import PersistError
+from ..server import ServerClient
+from ..storage import StorageError
 
 #: A status asks the server at most this often: the dashboard polls every second.
 CACHE_S = 5.0

@@ -17,9 +17,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from .._http import LOOPBACK
-from ..coordinator.groups import HostInfo
-from ..coordinator.records import IntervalRecord
-from ..server.metrics import LATENCY_BUCKETS, MetricsEndpoint, process_families
+from ..coordinator import HostInfo, IntervalRecord
+from ..server import LATENCY_BUCKETS, MetricsEndpoint, process_families
 
 #: IntervalRecord fields counted as ``shardsink_<name>_total``, with their help.
 COUNTED = {

@@ -11,10 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import workloads
-from ..persist.digest import Digest, comparable, digest, total_known
-from ..persist.shard import Shard
-from ..persist.shards import at_one_upper
-from ..persist.state import ShardState
+from ..persist import Digest, Shard, ShardState, at_one_upper, comparable, digest, total_known
 
 
 class Verification(msgspec.Struct, frozen=True):

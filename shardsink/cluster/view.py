@@ -20,13 +20,10 @@ import psutil
 
 from .._histograms import Distribution, Latencies
 from ..config import ClusterConfig
-from ..coordinator.coordinator import Coordinator
-from ..coordinator.groups import HostInfo
-from ..coordinator.records import IntervalRecord
-from ..persist.shard import Shard
-from ..persist.shards import ShardSet
+from ..coordinator import Coordinator, HostInfo, IntervalRecord
+from ..persist import Shard, ShardSet
 from ..process import ConsensusProcess
-from ..storage.uri import redact
+from ..storage import redact
 from .control import ControlServer, ProcessStatus, Status
 from .dashboard import Dashboard
 from .maintenance import MaintenanceWatch

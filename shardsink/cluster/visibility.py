@@ -19,9 +19,8 @@ import time
 from collections.abc import Callable
 
 from .._histograms import Latencies
-from ..persist.errors import PersistError
-from ..persist.shard import Shard
-from ..storage.errors import StorageError
+from ..persist import PersistError, Shard
+from ..storage import StorageError
 
 log = logging.getLogger(__name__)
 

@@ -28,8 +28,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from ..persist.digest import total_known
-from ..persist.state import Batch
+from ..persist import Batch, total_known
 from ..protocol import GroupShare, Report, SharedBatch
 
 

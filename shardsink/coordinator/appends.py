@@ -13,13 +13,19 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import NamedTuple, TypeVar
 
-from ..persist.commands import PartsMissing, WriterGone
-from ..persist.errors import PartsNotFound, PersistError, WriterExpired
-from ..persist.shards import ShardSet, TransactionRefused
-from ..persist.stats import ShardStats
-from ..persist.writer import Writer
+from ..persist import (
+    PartsMissing,
+    PartsNotFound,
+    PersistError,
+    ShardSet,
+    ShardStats,
+    TransactionRefused,
+    Writer,
+    WriterExpired,
+    WriterGone,
+)
 from ..protocol import Report
-from ..storage.errors import StorageError
+from ..storage import StorageError
 from .accounting import Accepted, batches_of
 from .records import Counters
 

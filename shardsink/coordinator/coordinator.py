@@ -70,12 +70,24 @@ from .. import faults, protocol
 from .._address import check_address
 from .._curve import CurveServer, ephemeral_keys
 from ..config import ClusterConfig, check_lease
-from ..hosts.ray import RemoteAgent
-from ..persist.errors import PartsNotFound, PersistError, UpperMismatch, WriterExpired
-from ..persist.shards import ShardSet, TransactionMismatch
-from ..process import Child, ConsensusProcess, ConsensusStartError, Starter, through_restarts
-from ..process.logs import log_dir
-from ..storage.errors import StorageError
+from ..hosts import RemoteAgent
+from ..persist import (
+    PartsNotFound,
+    PersistError,
+    ShardSet,
+    TransactionMismatch,
+    UpperMismatch,
+    WriterExpired,
+)
+from ..process import (
+    Child,
+    ConsensusProcess,
+    ConsensusStartError,
+    Starter,
+    log_dir,
+    through_restarts,
+)
+from ..storage import StorageError
 from .accounting import (
     Accepted,
     AccountingError,
@@ -90,8 +102,7 @@ from .groups import GroupHost, LocalGroups, Sockets
 from .ray_groups import RayGroups
 from .records import Counters, IntervalRecord
 from .supervisor import Supervisor
-from .threshold import Threshold, observe
-from .threshold import of as threshold_of
+from .threshold import Threshold, observe, of as threshold_of
 
 log = logging.getLogger(__name__)
 

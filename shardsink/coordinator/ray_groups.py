@@ -31,7 +31,9 @@ import msgspec
 
 from .. import protocol
 from ..config import ClusterConfig
-from ..hosts.agent import (
+from ..hosts import (
+    AgentError,
+    AgentGone,
     AgentReply,
     Kill,
     Locate,
@@ -39,17 +41,13 @@ from ..hosts.agent import (
     Logs,
     Poll,
     Polled,
+    RemoteAgent,
     Start,
     StartChild,
     Started,
     Sweep,
     Tail,
     Text,
-)
-from ..hosts.ray import (
-    AgentError,
-    AgentGone,
-    RemoteAgent,
     alive_nodes,
     connect,
     inherited_env,
@@ -57,8 +55,7 @@ from ..hosts.ray import (
     place_agent,
     place_agents,
 )
-from ..process import Launch, Launched
-from ..process.logs import file_name
+from ..process import Launch, Launched, file_name
 from .errors import ClusterError
 from .groups import Group, HostInfo, Member, Sockets, group_launches, host_launch, members_of
 

@@ -11,66 +11,25 @@ that the ``blob.call`` / ``consensus.call`` points must reach is opened with
 
 from .points import (
     ENV_DIR as ENV_DIR,
-)
-from .points import (
     ENV_FAULTS as ENV_FAULTS,
-)
-from .points import (
     ENV_PAUSE as ENV_PAUSE,
-)
-from .points import (
     ENVIRONMENT as ENVIRONMENT,
-)
-from .points import (
     POINTS as POINTS,
-)
-from .points import (
     STORE_POINTS as STORE_POINTS,
-)
-from .points import (
     FaultSpec as FaultSpec,
-)
-from .points import (
     arm as arm,
-)
-from .points import (
     arm_from_env as arm_from_env,
-)
-from .points import (
     disarm as disarm,
-)
-from .points import (
     environ as environ,
-)
-from .points import (
     fired as fired,
-)
-from .points import (
     hold as hold,
-)
-from .points import (
     open_blob as open_blob,
-)
-from .points import (
     open_consensus as open_consensus,
-)
-from .points import (
     parse as parse,
-)
-from .points import (
     point as point,
-)
-from .points import (
     release as release,
-)
-from .points import (
     run_budgets as run_budgets,
-)
-from .points import (
     slot_name as slot_name,
-)
-from .points import (
     wrap_store as wrap_store,
 )
-from .stores import FaultyBlob as FaultyBlob
-from .stores import FaultyConsensus as FaultyConsensus
+from .stores import FaultyBlob as FaultyBlob, FaultyConsensus as FaultyConsensus

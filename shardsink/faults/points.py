@@ -57,9 +57,7 @@ from typing import TypeVar
 
 import msgspec
 
-from ..storage import backend
-from ..storage.contracts import Blob, Consensus
-from ..storage.errors import DeterminateError, IndeterminateError
+from ..storage import Blob, Consensus, DeterminateError, IndeterminateError, backend
 from .stores import FaultyBlob, FaultyConsensus
 
 #: Every fault point, with the moment it marks.

@@ -27,18 +27,19 @@ from typing import Generic, TypeVar
 
 import pyarrow as pa
 
-from ..storage.contracts import (
+from ..storage import (
     Blob,
     BlobMeta,
     CasRequest,
     CasResult,
     Consensus,
+    DeterminateError,
+    IndeterminateError,
     LeavesTempFiles,
     TempMeta,
     VersionedData,
     temp_files,
 )
-from ..storage.errors import DeterminateError, IndeterminateError
 
 T = TypeVar("T")
 S = TypeVar("S", Blob, Consensus)

@@ -10,8 +10,10 @@ This package sits on the bottom floor: it imports only the standard
 library, msgspec and the modules beside the floors (``_pids``).
 """
 
+from .clock import shared_names as shared_names
+from .names import NETNS_DIR as NETNS_DIR
 from .nemesis import Fault as Fault
-from .network import Network as Network
+from .network import MAX_HOSTS as MAX_HOSTS, Network as Network
+from .processes import group_members as group_members, processes_in as processes_in
 from .sweep import sweep as sweep
-from .tools import MissingCapability as MissingCapability
-from .tools import NetnsError as NetnsError
+from .tools import MissingCapability as MissingCapability, NetnsError as NetnsError, each as each

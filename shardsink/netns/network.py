@@ -35,8 +35,7 @@ from . import tools
 from .clock import Clocks
 from .names import NETNS_DIR, Host, RunName, new_run
 from .nemesis import HostRef, Nemesis
-from .processes import popen_in
-from .processes import stop as stop_process
+from .processes import popen_in, stop as stop_process
 from .sweep import remove_namespaces
 
 #: Hosts in one /24 (.1 to .253; .254 is the observer's port).

@@ -14,8 +14,7 @@ import msgspec
 import pyarrow as pa
 
 from .._random_ids import random_hex
-from ..storage.contracts import Blob
-from ..storage.errors import StorageError
+from ..storage import Blob, StorageError
 from . import parts as P
 from .digest import Digest, written
 from .state import Batch, BlobPart, InlinePart, Part, part_prefix

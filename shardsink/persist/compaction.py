@@ -16,9 +16,8 @@ import msgspec
 import pyarrow as pa
 
 from .. import faults
-from ..storage.contracts import Blob
-from . import parts as P
-from . import windows
+from ..storage import Blob
+from . import parts as P, windows
 from .batches import SortedBatchBuilder, discard, flush_inline
 from .commands import ApplyCompaction, Command, Done, InlineCapExceeded, Result
 from .digest import Digest, comparable, digest, total_known

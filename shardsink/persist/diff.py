@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
-from ..storage.contracts import VersionedData
+from ..storage import VersionedData
 from .errors import CorruptState
 from .state import Batch, ReaderState, RollupRef, ShardState, WriterState
 

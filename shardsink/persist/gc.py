@@ -12,7 +12,7 @@ from __future__ import annotations
 import msgspec
 
 from .. import faults
-from ..storage.contracts import Blob, temp_files
+from ..storage import Blob, temp_files
 from .commands import ExpireReaders, ExpireWriters, ForgetRetired, ForgetRollups
 from .machine import LocalMachine, ShardMachine
 from .state import part_writer

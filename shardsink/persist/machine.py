@@ -28,8 +28,16 @@ from typing import Protocol, runtime_checkable
 import msgspec
 import pyarrow as pa
 
-from ..storage.contracts import Blob, CasResult, Committed, Consensus, Mismatch, VersionedData
-from ..storage.errors import IndeterminateError, StorageError
+from ..storage import (
+    Blob,
+    CasResult,
+    Committed,
+    Consensus,
+    IndeterminateError,
+    Mismatch,
+    StorageError,
+    VersionedData,
+)
 from .commands import AddRollup, ApplyCompaction, Command, CompareAndAppend, PartsMissing, Result
 from .config import ShardConfig
 from .diff import encode_diff

@@ -16,8 +16,7 @@ from typing import Protocol, runtime_checkable
 
 import pyarrow as pa
 
-from ..storage.contracts import Blob
-from ..storage.errors import StorageError
+from ..storage import Blob, StorageError
 from .commands import ExpireWriter, Registered, RegisterWriter
 from .compaction import CompactionReport, compact
 from .errors import PersistError

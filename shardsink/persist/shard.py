@@ -21,8 +21,7 @@ import pyarrow as pa
 from .. import faults
 from .._address import REMOTE_SCHEMES, check_address
 from ..options import did_you_mean
-from ..storage.contracts import Blob, Consensus
-from ..storage.errors import StorageError
+from ..storage import Blob, Consensus, StorageError
 from . import parts as P
 from .commands import AdvanceSince, Rejected
 from .compaction import CompactionReport

@@ -38,8 +38,7 @@ import uuid
 
 import msgspec
 
-from ..storage.contracts import Blob, Committed, Consensus, VersionedData
-from ..storage.errors import StorageError
+from ..storage import Blob, Committed, Consensus, StorageError, VersionedData
 from .config import ShardConfig
 from .diff import StateDiff, apply_diff, decode_version, encode_diff
 from .errors import Contended, CorruptState, ShardNotFound, StateMissing

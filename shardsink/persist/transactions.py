@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from .. import faults
-from ..storage.contracts import CasRequest, Committed, Consensus
+from ..storage import CasRequest, Committed, Consensus
 from .commands import (
     AlreadyAppended,
     CompareAndAppend,

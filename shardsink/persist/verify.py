@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..storage.contracts import Blob
+from ..storage import Blob
 from . import parts as P
 from .digest import Digest, comparable, digest
 from .state import BlobPart, InlinePart, Part, ShardState, decode_state

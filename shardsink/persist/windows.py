@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..storage.contracts import Blob
+from ..storage import Blob
 from . import parts as P
 from .state import BlobPart, InlinePart, KeyBound, Part
 

@@ -14,7 +14,7 @@ import msgspec
 import pyarrow as pa
 
 from .._random_ids import random_hex
-from ..storage.errors import StorageError
+from ..storage import StorageError
 from . import parts as P
 from .batches import build_batch, check_interval, check_ts, delete_unreferenced, flush_inline
 from .commands import (

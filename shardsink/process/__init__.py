@@ -6,66 +6,33 @@ child runs ``python -m shardsink.process`` and a role named
 from . import logs as logs
 from .child import (
     RUN_MARK as RUN_MARK,
-)
-from .child import (
     Child as Child,
-)
-from .child import (
     Launch as Launch,
-)
-from .child import (
     Launched as Launched,
-)
-from .child import (
     Starter as Starter,
-)
-from .child import (
     kill_all as kill_all,
-)
-from .child import (
     marked as marked,
-)
-from .child import (
     peak_rss as peak_rss,
-)
-from .child import (
     reap as reap,
-)
-from .child import (
     reset_own_peak_rss as reset_own_peak_rss,
-)
-from .child import (
     sigint_ignored as sigint_ignored,
 )
 from .consensus import (
     ConsensusProcess as ConsensusProcess,
-)
-from .consensus import (
     ConsensusStartError as ConsensusStartError,
-)
-from .consensus import (
     Ready as Ready,
-)
-from .consensus import (
     through_restarts as through_restarts,
 )
-from .ready import NotReady as NotReady
-from .ready import ParentChannel as ParentChannel
-from .ready import wait_ready as wait_ready
+from .logs import file_name as file_name, log_dir as log_dir
+from .parent import dies_with_this_process as dies_with_this_process
+from .ready import NotReady as NotReady, ParentChannel as ParentChannel, wait_ready as wait_ready
 from .roles import (
     MODULE as MODULE,
-)
-from .roles import (
+    enter_member as enter_member,
     module_payload as module_payload,
-)
-from .roles import (
     resolve as resolve,
-)
-from .roles import (
     run_role as run_role,
 )
-from .rundir import make_run_dir as make_run_dir
-from .rundir import remove_dead_run_dirs as remove_dead_run_dirs
+from .rundir import make_run_dir as make_run_dir, remove_dead_run_dirs as remove_dead_run_dirs
 from .spawn import SpawnStarter as SpawnStarter
-from .zygote import Zygote as Zygote
-from .zygote import ZygoteError as ZygoteError
+from .zygote import Zygote as Zygote, ZygoteError as ZygoteError

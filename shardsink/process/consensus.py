@@ -33,8 +33,7 @@ import msgspec
 from .._address import check_address
 from .._allocator import missing_server_env
 from .._wire import Message
-from ..storage.errors import StorageError
-from ..storage.uri import BLOB_ENV, STORE_ENV, redact
+from ..storage import BLOB_ENV, STORE_ENV, StorageError, redact
 from .child import Child, Launch, Starter
 from .ready import NotReady, wait_ready
 from .spawn import SpawnStarter

@@ -19,24 +19,23 @@ from collections.abc import Callable, Sequence
 import msgspec
 
 from .._curve import ClientKeys, keys_for
-from ..persist.commands import (
+from ..persist import (
     AlreadyAppended,
     Appended,
     Command,
+    CompactionReport,
     CompareAndAppend,
+    GcReport,
     Leased,
     LeaseSeqno,
+    MachineStats,
     RegisterReader,
     Result,
+    ShardConfig,
+    ShardState,
     WrongUpper,
 )
-from ..persist.compaction import CompactionReport
-from ..persist.config import ShardConfig
-from ..persist.gc import GcReport
-from ..persist.state import ShardState
-from ..persist.stats import MachineStats
-from ..storage.contracts import VersionedData
-from ..storage.errors import DeterminateError, IndeterminateError
+from ..storage import DeterminateError, IndeterminateError, VersionedData
 from . import history
 from .rpc import RpcClient
 from .wire import (

@@ -9,8 +9,7 @@ import msgspec
 
 from .._bounds import at_least, port
 from .._curve import ServerKeys, needs_keys, server_keys
-from ..persist.config import COMPACT_INTERVAL_S, COMPACT_SLACK, SERVED_FIELDS, ShardConfig
-from ..persist.gc import check_grace
+from ..persist import COMPACT_INTERVAL_S, COMPACT_SLACK, SERVED_FIELDS, ShardConfig, check_grace
 
 #: The most shards' commands one group commit stores (``batch_max``).
 BATCH_MAX = 256

@@ -25,8 +25,8 @@ from concurrent.futures import Future
 
 import msgspec
 
-from ..persist.commands import Command, Result
-from ..storage.errors import StorageError
+from ..persist import Command, Result
+from ..storage import StorageError
 
 #: The share of the smoothed commit latency the window takes: while one
 #: batch is being stored, the next gathers, so waiting about half a commit

@@ -10,12 +10,15 @@ import time
 import uuid
 from concurrent.futures import Future
 
-from ..persist.commands import HeartbeatWriter, WriterGone
-from ..persist.compaction import CompactionReport
-from ..persist.gc import GcReport
-from ..persist.machine import LocalMachine
-from ..persist.maintenance import register_writer
-from ..persist.stats import ShardStats
+from ..persist import (
+    CompactionReport,
+    GcReport,
+    HeartbeatWriter,
+    LocalMachine,
+    ShardStats,
+    WriterGone,
+    register_writer,
+)
 
 #: The kinds of maintenance a server runs for a shard, as its failures are
 #: counted (``ShardCounters.failures``).

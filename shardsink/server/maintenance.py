@@ -34,15 +34,22 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 
 from .._allocator import release_freed_pages
-from ..persist import spine
-from ..persist.commands import Retain
-from ..persist.compaction import compact, merge_runs
-from ..persist.config import COMPACT_PART_BYTES, ShardConfig
-from ..persist.gc import collect_garbage, expire, sweep_leaked_blobs
-from ..persist.parts import schema_from_bytes
-from ..persist.state import Batch, ShardState
-from ..persist.stats import ShardStats
-from ..storage.contracts import Blob
+from ..persist import (
+    COMPACT_PART_BYTES,
+    Batch,
+    Retain,
+    ShardConfig,
+    ShardState,
+    ShardStats,
+    collect_garbage,
+    compact,
+    expire,
+    merge_runs,
+    schema_from_bytes,
+    spine,
+    sweep_leaked_blobs,
+)
+from ..storage import Blob
 from .group_commit import OwnCommands
 from .loaded import LoadedShard
 from .wire import Maintain, MaintainedReply

@@ -28,8 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from .._http import LOOPBACK, HttpServer
-from ..persist.commands import Appended, Command, CompareAndAppend, Result
-from ..persist.state import BlobPart
+from ..persist import Appended, BlobPart, Command, CompareAndAppend, Result
 from .server import ConsensusServer
 
 #: Append latency buckets, seconds: a 2-core trickle appends in ~10 ms, a

@@ -30,7 +30,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from .._address import check_address
 from .._curve import ClientKeys, CurveServer, ServerKeys, needs_keys, secure_client
-from ..storage.errors import DeterminateError, IndeterminateError
+from ..storage import DeterminateError, IndeterminateError
 
 _ID_BYTES = 8
 #: Send flags as plain ints: ``send_multipart`` combines pyzmq's flag enums

@@ -16,9 +16,8 @@ import msgspec
 
 from .. import datadir
 from .._curve import KEYS_ENV
-from ..process.consensus import Ready
-from ..process.ready import ParentChannel
-from ..storage.uri import BLOB_ENV, STORE_ENV
+from ..process import ParentChannel, Ready
+from ..storage import BLOB_ENV, STORE_ENV
 from .config import ServeConfig
 
 log = logging.getLogger(__name__)
@@ -40,7 +39,7 @@ def main(payload: bytes) -> int:
     :class:`~shardsink.process.consensus.Ready` on its channel. Bad settings
     or stores: a line naming them on stderr (its log), exit status 2."""
     from .. import faults
-    from ..storage.errors import StorageError
+    from ..storage import StorageError
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # its parent stops it, not a Ctrl-C
     channel = ParentChannel()

@@ -36,26 +36,25 @@ import zmq
 
 from .. import faults
 from .._curve import ServerKeys
-from ..persist.commands import (
+from ..persist import (
     CLIENT_COMMANDS,
-    Command,
-    ExpireWriter,
-    Result,
-)
-from ..persist.config import (
     COMPACT_INTERVAL_S,
     COMPACT_SLACK,
     SERVED_FIELDS,
+    Command,
+    ExpireWriter,
+    LocalMachine,
+    LocalTransactions,
+    MachineStats,
+    PersistError,
+    Prepared,
+    Result,
     ShardConfig,
+    check_grace,
     check_served,
+    wall_clock_ms,
 )
-from ..persist.errors import PersistError
-from ..persist.gc import check_grace
-from ..persist.machine import LocalMachine, Prepared, wall_clock_ms
-from ..persist.stats import MachineStats
-from ..persist.transactions import LocalTransactions
-from ..storage.contracts import Blob, CasRequest, Consensus
-from ..storage.errors import StorageError
+from ..storage import Blob, CasRequest, Consensus, StorageError
 from .config import BATCH_MAX, BATCH_WINDOW_MAX_S
 from .group_commit import OWN, BatchWindow, CommandQueue, OwnCommands, Queued
 from .loaded import LoadedShard

@@ -13,14 +13,21 @@ from typing import Literal
 import msgspec
 
 from .._wire import Message
-from ..persist.commands import Command, CompareAndAppend, Result
-from ..persist.compaction import CompactionReport
-from ..persist.config import ShardConfig
-from ..persist.errors import Contended, CorruptState, ShardNotFound, StateMissing
-from ..persist.gc import GcReport
-from ..persist.state import ShardState
-from ..persist.stats import MachineStats
-from ..storage.errors import DeterminateError, IndeterminateError
+from ..persist import (
+    Command,
+    CompactionReport,
+    CompareAndAppend,
+    Contended,
+    CorruptState,
+    GcReport,
+    MachineStats,
+    Result,
+    ShardConfig,
+    ShardNotFound,
+    ShardState,
+    StateMissing,
+)
+from ..storage import DeterminateError, IndeterminateError
 
 # --- requests -----------------------------------------------------------------
 

@@ -66,13 +66,10 @@ from .._curve import KEYS_ENV, server_keys
 from .._pids import process_start
 from .._units import MIB
 from ..config import Placement
-from ..netns import MissingCapability, NetnsError, Network
-from ..netns.processes import group_members, processes_in
-from ..netns.tools import each
-from ..process.parent import dies_with_this_process
-from ..process.spawn import SpawnStarter
-from ..shm.sweep import SegmentName, list_segments, unlink_segment
-from ..storage.uri import BLOB_ENV, STORE_ENV
+from ..netns import MissingCapability, NetnsError, Network, each, group_members, processes_in
+from ..process import SpawnStarter, dies_with_this_process
+from ..shm import SegmentName, list_segments, unlink_segment
+from ..storage import BLOB_ENV, STORE_ENV
 from .postgres import find_bindir
 from .ray import FAST_HEALTH_CHECKS
 from .s3 import weed_binary

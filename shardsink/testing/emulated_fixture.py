@@ -23,7 +23,7 @@ from __future__ import annotations
 import pytest
 
 from .._pids import process_start
-from ..netns.tools import each
+from ..netns import each
 from .emulated import EmulatedCluster, hosts_processes, segments_of
 from .netns import Footprint, assert_removed, footprint, require, root_interfaces
 

@@ -23,11 +23,7 @@ from collections.abc import Callable, Sequence
 import msgspec
 import pytest
 
-from ..netns import MissingCapability, Network
-from ..netns.clock import shared_names
-from ..netns.names import NETNS_DIR
-from ..netns.processes import processes_in
-from ..netns.tools import each
+from ..netns import NETNS_DIR, MissingCapability, Network, each, processes_in, shared_names
 
 
 class Footprint(msgspec.Struct, frozen=True):

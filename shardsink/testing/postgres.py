@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 
 from .._address import free_port
-from ..process.parent import dies_with_this_process
+from ..process import dies_with_this_process
 
 SUPERUSER = "postgres"
 LOOPBACK = "127.0.0.1"

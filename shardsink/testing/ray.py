@@ -21,7 +21,7 @@ from typing import Any
 
 import psutil
 
-from ..hosts.ray import keep_loopback
+from ..hosts import keep_loopback
 
 #: Ray's own tests' health-check settings: a dead node noticed in ~1 s.
 FAST_HEALTH_CHECKS = {

@@ -34,7 +34,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 from .._address import free_port
-from ..process.parent import dies_with_this_process
+from ..process import dies_with_this_process
 
 # Flags of `weed mini` naming a listening port, each given a free one.
 _PORT_FLAGS = (

@@ -38,15 +38,10 @@ import pyarrow as pa
 import zmq
 
 from .. import faults, protocol, workloads
-from ..persist.batches import build_batch
-from ..persist.digest import Digest, written
-from ..persist.errors import PersistError
-from ..persist.state import Batch
-from ..persist.stats import ShardStats
-from ..process.roles import enter_member
+from ..persist import Batch, Digest, PersistError, ShardStats, build_batch, written
+from ..process import enter_member
 from ..shm import PartSender
-from ..storage.contracts import Blob
-from ..storage.errors import StorageError
+from ..storage import Blob, StorageError
 
 log = logging.getLogger(__name__)
 

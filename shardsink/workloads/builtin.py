@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..config import WORKLOADS, ClusterConfig
-from ..persist.parts import DEFAULT_SCHEMA, full_schema
+from ..persist import DEFAULT_SCHEMA, full_schema
 
 #: The shard schema of every workload: the default key int64 / val string.
 SCHEMA = full_schema()

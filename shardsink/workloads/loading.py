@@ -40,9 +40,7 @@ import msgspec
 import pyarrow as pa
 
 from ..config import WORKLOADS, ClusterConfig
-from ..persist import parts as P
-from ..persist import values
-from ..persist.state import check_shard_name
+from ..persist import check_shard_name, parts as P, values
 
 #: Built-in names besides ``WORKLOADS`` (the key-range ones), as specs.
 BUILTIN_SPECS = {

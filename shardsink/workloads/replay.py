@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from ..persist.digest import row_hashes
+from ..persist import row_hashes
 
 
 class Replay:

@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..persist.digest import mix
+from ..persist import mix
 
 Distribution = Literal["sequential", "uniform", "zipfian", "latest"]
 _TYPES = {"string": pa.string(), "int64": pa.int64(), "int32": pa.int32(), "float64": pa.float64()}

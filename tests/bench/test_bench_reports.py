@@ -6,8 +6,15 @@ from __future__ import annotations
 import pytest
 
 from shardsink._histograms import Latencies
-from shardsink.bench.cluster import RunSpec, matrix, rates, run, saturation, write_report
-from shardsink.bench.cluster import peer_matrix as PM
+from shardsink.bench.cluster import (
+    RunSpec,
+    matrix,
+    peer_matrix as PM,
+    rates,
+    run,
+    saturation,
+    write_report,
+)
 
 
 @pytest.fixture

@@ -9,8 +9,7 @@ import threading
 import pytest
 
 from shardsink._histograms import Latencies
-from shardsink.bench.peers import PEERS, format_named, run_peer
-from shardsink.bench.peers import harness as H
+from shardsink.bench.peers import PEERS, format_named, harness as H, run_peer
 from shardsink.bench.peers.wire import Outcome
 from shardsink.workloads import Workload
 

@@ -43,8 +43,7 @@ from typing import NamedTuple
 
 import msgspec
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from shardsink.chaos.linearizability import Register, Result, ShardModel, check, verdict
 from shardsink.server.history import HistoryError, HistoryWriter, Op, describe, load

@@ -13,8 +13,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from shardsink import open_shard
-from shardsink.cli import main
-from shardsink.cli import shard as shard_cli
+from shardsink.cli import main, shard as shard_cli
 from shardsink.workloads import Workload
 
 CHURN = Workload("churn", rows_per_interval=300)

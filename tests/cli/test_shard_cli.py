@@ -15,8 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardsink import open_shard
-from shardsink.cli import main
-from shardsink.cli import shard as shard_cli
+from shardsink.cli import main, shard as shard_cli
 from shardsink.persist.config import ShardConfig
 from shardsink.workloads import Workload
 from tests.helpers.persist import interval_rows

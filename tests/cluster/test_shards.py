@@ -16,8 +16,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
-from shardsink import faults, open_shard, open_shards
-from shardsink import workloads as W
+from shardsink import faults, open_shard, open_shards, workloads as W
 from shardsink.cli import main
 from shardsink.cluster import Cluster, ClusterConfig
 from shardsink.cluster.verify import verify_shards

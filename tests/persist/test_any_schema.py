@@ -8,8 +8,7 @@ from __future__ import annotations
 import collections
 
 import pyarrow as pa
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from shardsink.persist import digest as D
 from shardsink.persist.config import ShardConfig

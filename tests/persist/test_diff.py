@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from hypothesis import Phase, find, given, settings
-from hypothesis import strategies as st
+from hypothesis import Phase, find, given, settings, strategies as st
 
 from shardsink.persist import diff as D
 from shardsink.persist.commands import (

@@ -10,9 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from shardsink.persist import digest as D
-from shardsink.persist import parts as P
-from shardsink.persist import values as V
+from shardsink.persist import digest as D, parts as P, values as V
 from shardsink.persist.digest import (
     PLAIN_SCHEME,
     SCHEME,

@@ -7,9 +7,7 @@ import msgspec
 import pytest
 
 from shardsink import open_shard
-from shardsink.persist import ShardConfig
-from shardsink.persist import compaction as C
-from shardsink.persist import parts as P
+from shardsink.persist import ShardConfig, compaction as C, parts as P
 from shardsink.persist.commands import ApplyCompaction, Done, Rejected
 from shardsink.persist.errors import CorruptState
 from shardsink.persist.maintenance import register_writer

@@ -13,8 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardsink import open_shard
-from shardsink.persist import parts as P
-from shardsink.persist import windows as W
+from shardsink.persist import parts as P, windows as W
 from shardsink.persist.config import ShardConfig
 from shardsink.persist.errors import NotReadable
 from shardsink.persist.state import BlobPart

@@ -17,8 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from shardsink.persist import parts as P
-from shardsink.persist import windows as W
+from shardsink.persist import parts as P, windows as W
 from shardsink.persist.batches import BatchBuilder, build_batch, flush_inline
 from shardsink.persist.errors import CorruptState
 from shardsink.persist.state import Batch, BlobPart, InlinePart

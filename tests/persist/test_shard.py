@@ -13,8 +13,8 @@ from shardsink.persist import (
     ShardConfig,
     ShardNotFound,
     UpperMismatch,
+    parts as P,
 )
-from shardsink.persist import parts as P
 from shardsink.persist.state import BlobPart, InlinePart
 from tests.helpers.persist import interval_rows, memory_stores, rows_of, updates
 

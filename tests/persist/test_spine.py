@@ -5,11 +5,9 @@ consolidated input."""
 from __future__ import annotations
 
 import msgspec
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from shardsink.persist import parts as P
-from shardsink.persist import spine
+from shardsink.persist import parts as P, spine
 from shardsink.persist.batches import load_part
 from shardsink.persist.shard import Shard
 from shardsink.persist.state import Batch, InlinePart

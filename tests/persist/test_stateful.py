@@ -10,8 +10,7 @@ import time
 from collections import Counter
 
 import pytest
-from hypothesis import settings
-from hypothesis import strategies as st
+from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from shardsink import open_shard

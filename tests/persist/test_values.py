@@ -7,8 +7,7 @@ import math
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from shardsink.persist import values as V
 from tests.helpers.values import canon, types, values

@@ -12,8 +12,7 @@ import pytest
 
 from shardsink import open_shard
 from shardsink.persist.config import ShardConfig
-from shardsink.process import ConsensusProcess, ConsensusStartError, Zygote
-from shardsink.process import consensus as launcher
+from shardsink.process import ConsensusProcess, ConsensusStartError, Zygote, consensus as launcher
 from shardsink.server.config import ServeConfig
 
 PW = "Zq7-s3cr3t"

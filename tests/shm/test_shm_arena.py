@@ -9,8 +9,7 @@ import stat
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from shardsink.shm import Arena, SegmentName, SegmentReader, list_segments, size_bound
 from shardsink.shm.arena import write_stream

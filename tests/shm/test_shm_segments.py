@@ -21,8 +21,8 @@ from shardsink.shm import (
     SegmentReader,
     UnknownSegment,
     decode_part,
+    segments as shm_segments,
 )
-from shardsink.shm import segments as shm_segments
 from shardsink.shm.arena import write_stream
 from tests.helpers.shm import make_part, part_number
 

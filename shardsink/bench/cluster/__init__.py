@@ -39,17 +39,17 @@ and one per matrix with a table of its own: :mod:`.hosts`, :mod:`.rates`,
 from __future__ import annotations
 
 from .checks import checks as checks
-from .matrices import LATENCY_BOUNDS_MS as LATENCY_BOUNDS_MS
-from .matrices import LATENCY_REPEATS as LATENCY_REPEATS
-from .matrices import MATRICES as MATRICES
-from .matrices import SECTIONS as SECTIONS
-from .matrices import VARIANTS as VARIANTS
-from .matrices import BenchClusterConfig as BenchClusterConfig
-from .matrices import RunSpec as RunSpec
-from .matrices import bench_config as bench_config
-from .matrices import matrix as matrix
-from .matrices import scale_matrix as scale_matrix
+from .matrices import (
+    LATENCY_BOUNDS_MS as LATENCY_BOUNDS_MS,
+    LATENCY_REPEATS as LATENCY_REPEATS,
+    MATRICES as MATRICES,
+    SECTIONS as SECTIONS,
+    VARIANTS as VARIANTS,
+    BenchClusterConfig as BenchClusterConfig,
+    RunSpec as RunSpec,
+    bench_config as bench_config,
+    matrix as matrix,
+    scale_matrix as scale_matrix,
+)
 from .report import write_report as write_report
-from .running import command_line as command_line
-from .running import run as run
-from .running import run_one as run_one
+from .running import command_line as command_line, run as run, run_one as run_one

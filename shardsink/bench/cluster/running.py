@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from ...config import ClusterConfig
-from ...persist.digest import NO_DIGEST_ENV
+from ...persist import NO_DIGEST_ENV
 from ...workloads import Workload
 from .. import scale
 from ..peers import PEERS, run_peer
@@ -36,7 +36,7 @@ from .report import COLUMNS, table_rows, write_report
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-    from ...cluster.cluster import Cluster
+    from ...cluster import Cluster
 
 COMPACT_EVERY = 10  # intervals between compactions when compaction is on
 
@@ -75,7 +75,7 @@ def run_one(spec: RunSpec, work_dir: Path, base: ClusterConfig | None = None) ->
 def _run_cluster(spec: RunSpec, work_dir: Path, base: ClusterConfig) -> dict:
     """One cluster run of ``spec`` at full pace: its stats, where the CPU went,
     what is left in the shard's state, and its verification."""
-    from ...cluster.cluster import Cluster
+    from ...cluster import Cluster
 
     config = msgspec.structs.replace(
         base,
@@ -141,7 +141,7 @@ def _merges_off(spec: RunSpec, config: ClusterConfig) -> Iterator[ClusterConfig]
         return
     from ... import datadir
     from ...process import ConsensusProcess
-    from ...server.config import ServeConfig
+    from ...server import ServeConfig
 
     data = datadir.create(config.data_path)
     sockets = Path(tempfile.mkdtemp(prefix="shardsink-bench-"))  # ipc paths are short

@@ -30,9 +30,7 @@ version of the table references), ``metadata_files`` and
 
 from __future__ import annotations
 
-from .harness import PEERS as PEERS
-from .harness import peer_of
-from .harness import run_peer as run_peer
+from .harness import PEERS as PEERS, peer_of, run_peer as run_peer
 from .registry import format_named as format_named
 
 

@@ -14,13 +14,13 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
 from shardsink.process import marked
+from tests.helpers.wait import wait_until
 
 SHM_DIR = Path("/dev/shm")
 MARK = "SHARDSINK_TEST_MARK"
@@ -89,13 +89,15 @@ def no_leaks(request, monkeypatch):
     monkeypatch.setenv(MARK, mark)
     shm_before = _shm_segments()
     yield
-    deadline = time.monotonic() + 5.0
-    while True:
-        procs = _own_processes(mark)
-        shm = _shm_segments() - shm_before
-        if (not procs and not shm) or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+    left: list = []
+
+    def clean() -> bool:
+        left[:] = [_own_processes(mark), _shm_segments() - shm_before]
+        return not any(left)
+
+    with contextlib.suppress(AssertionError):  # 5 s for them to end; what stays is dealt with below
+        wait_until(clean, 5.0, "the end of the test's processes and segments", every_s=0.05)
+    procs, shm = left
     if procs:  # clean up so one leak does not fail every later test
         killed = []
         for pid in procs:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
+
+from tests.helpers.wait import wait_until
 
 
 def test_an_orphaned_grandchild_is_seen(own_processes) -> None:
@@ -18,7 +19,4 @@ def test_an_orphaned_grandchild_is_seen(own_processes) -> None:
         assert orphan in own_processes()
     finally:
         os.kill(orphan, signal.SIGKILL)  # ours: started by this test
-    deadline = time.monotonic() + 10
-    while orphan in own_processes():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(lambda: orphan not in own_processes(), 10, f"the end of the orphan {orphan}")

@@ -16,7 +16,6 @@ from typing import NamedTuple
 
 import psutil
 import pyarrow as pa
-import pytest
 import zmq
 
 from shardsink import open_shard, protocol
@@ -28,6 +27,7 @@ from shardsink.process import Child, ConsensusProcess, Launch, SpawnStarter, kil
 from shardsink.server.config import ServeConfig
 from shardsink.shm import PartSender, list_segments
 from shardsink.workloads import SCHEMA
+from tests.helpers.wait import wait_until
 
 TIMEOUT = 30.0
 ROOT = Path(__file__).resolve().parents[2]
@@ -159,9 +159,7 @@ class BuilderHarness:
             w.close()
         if self.builder.alive():
             self.tell(protocol.Shutdown())
-            deadline = time.monotonic() + 10
-            while self.builder.alive() and time.monotonic() < deadline:
-                time.sleep(0.02)
+            self.builder.wait(10)  # its exit, through a pidfd; still running after: killed
         kill_all([self.builder])
         self.coord.close()
         self.ctx.term()
@@ -185,11 +183,12 @@ def running(pid: int) -> bool:
 def wait_gone(pids: list[int], timeout_s: float) -> float:
     """Seconds until none of ``pids`` runs; fails the test after ``timeout_s``."""
     began = time.monotonic()
-    while time.monotonic() - began < timeout_s:
-        if not any(running(p) for p in pids):
-            return time.monotonic() - began
-        time.sleep(0.05)
-    pytest.fail(f"processes {[p for p in pids if running(p)]} still run {timeout_s}s later")
+    wait_until(
+        lambda: not any(running(p) for p in pids),
+        timeout_s,
+        lambda: f"the end of processes {[p for p in pids if running(p)]}",
+    )
+    return time.monotonic() - began
 
 
 def assert_nothing_left(pids: list[int], cluster_id: str) -> None:
@@ -265,16 +264,19 @@ def two_ups(tmp_path: Path, popen, flags: list[str], timeout_s: float) -> tuple[
                 "--data-dir", str(tmp_path / f"d{i}")]  # fmt: skip
         with out.open("w") as stdout, err.open("w") as stderr:
             procs.append(popen(argv, cwd=ROOT, env=env, stdout=stdout, stderr=stderr))
-    deadline = time.monotonic() + timeout_s
     ended: dict[int, float] = {}
-    while len(ended) < 2:
+
+    def both_ended() -> bool:
         for i, proc in enumerate(procs):
             if i not in ended and proc.poll() is not None:
                 ended[i] = time.monotonic()
-        if time.monotonic() > deadline:
-            logs = [outputs[i][1].read_text()[-3000:] for i in range(2) if i not in ended]
-            pytest.fail(f"still running after {timeout_s} s: {logs}")
-        time.sleep(0.05)
+        return len(ended) == 2
+
+    def running_logs() -> str:
+        logs = [outputs[i][1].read_text()[-3000:] for i in range(2) if i not in ended]
+        return f"the end of both runs (still running: {logs})"
+
+    wait_until(both_ended, timeout_s, running_logs, every_s=0.05)  # when each ended, to 50 ms
     for proc, (_, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err.read_text()
     return [json.loads(out.read_text()) for out, _ in outputs], [ended[0], ended[1]]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from shardsink.persist import spine
 from shardsink.persist.state import ShardState
 from shardsink.server import ConsensusServer
 from shardsink.storage import open_consensus
+from tests.helpers.wait import wait_until
 
 
 @contextlib.contextmanager
@@ -44,8 +44,11 @@ def serving(tmp_path: Path, blob, *, consensus=None, **options) -> Iterator[Cons
 
 def settled_spine(shard, timeout_s: float = 30.0) -> ShardState:
     """The shard's state once the server's spine has no merge left to make."""
-    deadline = time.monotonic() + timeout_s
-    while spine.merges(state := shard.state(refresh=True)):
-        assert time.monotonic() < deadline, f"{len(state.batches)} batches stay"
-        time.sleep(0.05)
-    return state
+    last: list[ShardState] = []
+
+    def settled() -> bool:
+        last[:] = [shard.state(refresh=True)]
+        return not spine.merges(last[0])
+
+    wait_until(settled, timeout_s, lambda: f"a settled spine ({len(last[0].batches)} batches stay)")
+    return last[0]

@@ -5,7 +5,6 @@ Ray cluster on loopback; a node removed without grace leaves none of them."""
 from __future__ import annotations
 
 import os
-import time
 import uuid
 
 import pytest
@@ -30,6 +29,7 @@ from shardsink.process import Launch
 from tests.helpers.cli import ROOT
 from tests.helpers.cluster import wait_gone
 from tests.helpers.roles import EXIT, ROLES, SLEEP
+from tests.helpers.wait import wait_until
 
 ENV = {"PYTHONPATH": str(ROOT)}
 
@@ -52,13 +52,13 @@ def test_an_agent_starts_watches_and_kills_its_hosts_children(start):
         assert isinstance(leader, Started) and isinstance(member, Started)
         assert isinstance(quick, Started)
         assert os.getpgid(member.pid) == leader.pid  # the group's leader leads its OS group
-        deadline = time.monotonic() + 30
-        exited: list = []
-        while not exited and time.monotonic() < deadline:
+
+        def some_exited() -> list:
             polled = _ask(agent, Poll())
             assert isinstance(polled, Polled)
-            exited = list(polled.exited)
-            time.sleep(0.05)
+            return list(polled.exited)
+
+        exited = wait_until(some_exited, 30, "an exit reported by the agent's Poll")
         assert [(e.name, e.pid, e.returncode) for e in exited] == [("g0/w1", quick.pid, 3)]
         assert _ask(agent, Poll()) == Polled(())  # each exit is reported once
         assert _ask(agent, Kill(("g0/w0",))) == Done()

@@ -26,6 +26,7 @@ from shardsink.server.config import ServeConfig
 from shardsink.storage import open_blob
 from shardsink.workloads import Workload
 from tests.helpers.server import serving, settled_spine
+from tests.helpers.wait import wait_until
 
 LEASE_MS = 1500
 WORKLOAD = Workload("trickle", rows_per_interval=16, interval_ms=1)
@@ -70,11 +71,14 @@ def test_a_killed_coordinators_writer_leaves_state_within_its_lease(tmp_path, po
         # an append is retried for at most two thirds of the lease (up refuses more)
         argv += ["--append-retry-s", str(LEASE_MS * 2 / 3 / 1000)]
         up = popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 60
-        while not (writers := _writers(server.address, blob)) - _own(server, writers):
+
+        def registered() -> set[str] | None:
             assert up.poll() is None, up.stderr.read().decode()
-            assert time.monotonic() < deadline, "the coordinator never registered its writer"
-            time.sleep(0.2)
+            writers = _writers(server.address, blob)
+            return writers if writers - _own(server, writers) else None
+
+        # each look runs ``shard inspect``: at most one a 0.2 s
+        writers = wait_until(registered, 60, "the coordinator's writer", every_s=0.2)
         (own,) = _own(server, writers)
         (writer,) = writers - {own}
         with open_shard(blob=blob, consensus=server.address, create=False) as shard:
@@ -82,12 +86,15 @@ def test_a_killed_coordinators_writer_leaves_state_within_its_lease(tmp_path, po
             while time.monotonic() < seen_until:
                 writers = shard.state(refresh=True).writers
                 assert writer in writers, "a live coordinator's writer expired"
-                time.sleep(0.05)
+                time.sleep(0.05)  # a look every 50 ms through three leases: it must stay all along
             os.kill(up.pid, signal.SIGKILL)
             killed = time.monotonic()
-            while writer in shard.state(refresh=True).writers:
-                assert time.monotonic() - killed < 10, "the dead coordinator's writer stayed"
-                time.sleep(0.02)
+            wait_until(  # a look every 20 ms: the time to expiry is measured
+                lambda: writer not in shard.state(refresh=True).writers,
+                10,
+                "the expiry of the dead coordinator's writer",
+                every_s=0.02,
+            )
             gone_after_s = time.monotonic() - killed
         up.wait(10)
         # only the server's own writer is left: the same one all along, several
@@ -119,16 +126,16 @@ def test_a_reader_that_stops_heartbeating_stops_holding_back_gc(tmp_path) -> Non
         assert shard.compact().applied == 1
         runs = _gc_runs(server)
         now[0] += 999  # the last moment of the lease
-        deadline = time.monotonic() + 30
-        while _gc_runs(server) < runs + 3:  # GC runs inside the lease: the hold keeps the parts
-            assert time.monotonic() < deadline, "GC did not run"
-            time.sleep(0.02)
+        # GC runs inside the lease: the hold keeps the parts
+        wait_until(lambda: _gc_runs(server) >= runs + 3, 30, "3 GC runs", every_s=0.02)
         assert held <= set(shard.blob.list("g/part/"))
         assert reader.reader_id in shard.state(refresh=True).readers
         now[0] += 2
-        while held & set(shard.blob.list("g/part/")):
-            assert time.monotonic() < deadline, "an expired reader still holds back GC"
-            time.sleep(0.05)
+        wait_until(
+            lambda: not held & set(shard.blob.list("g/part/")),
+            30,
+            "GC of the parts an expired reader held",
+        )
         assert reader.reader_id not in shard.state(refresh=True).readers
         assert shard.reader().snapshot().equals(WORKLOAD.expected(4))
 
@@ -142,10 +149,11 @@ def test_maintenance_advances_since_by_retain_held_back_by_live_readers(tmp_path
     served = ShardConfig(writer_lease_ms=500, retain=3)  # expiry and retention every 50 ms
 
     def since_reaches(since: int) -> None:
-        deadline = time.monotonic() + 10
-        while shard.state(refresh=True).since != since:
-            assert time.monotonic() < deadline, f"since stayed at {shard.since}, not {since}"
-            time.sleep(0.02)
+        wait_until(
+            lambda: shard.state(refresh=True).since == since,
+            10,
+            lambda: f"since {since} (it stayed at {shard.since})",
+        )
 
     with (
         serving(tmp_path, open_blob(blob_uri), config=served) as server,
@@ -158,7 +166,9 @@ def test_maintenance_advances_since_by_retain_held_back_by_live_readers(tmp_path
         reader = shard.reader(lease_ms=60_000)  # holds [2, 5): its version's window
         for i in range(5, 10):
             writer.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
-        time.sleep(0.3)  # several maintenance runs
+        # several maintenance runs (every 50 ms), each a chance to advance since wrongly: a
+        # wait for something that must not happen, which no signal ends
+        time.sleep(0.3)
         assert shard.state(refresh=True).since == 2
         assert reader.snapshot(2).equals(WORKLOAD.expected(3))
         reader.close()

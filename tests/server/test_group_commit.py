@@ -25,6 +25,7 @@ from shardsink.storage import Mismatch, open_blob, open_consensus
 from shardsink.storage.errors import DeterminateError, IndeterminateError, StorageError
 from shardsink.workloads import Workload
 from tests.helpers.server import serving as helpers_serving
+from tests.helpers.wait import wait_until
 
 WORKLOAD = Workload("churn", rows_per_interval=4, interval_ms=1)
 
@@ -183,7 +184,9 @@ def test_commands_queued_behind_a_commit_are_stored_in_one_batch(tmp_path, gate)
         gate.hold = True
         go.set()
         assert gate.held.wait(30)
-        time.sleep(1.0)  # the other shards' first appends queue behind the held commit
+        # a grace for the other shards' first appends to queue behind the held commit: they
+        # wait in the loop's socket, which nothing outside the server can see
+        time.sleep(1.0)
         gate.release.set()
         next(appending, None)
         assert max(len(b) for b in gate.batches) >= 2
@@ -207,6 +210,7 @@ def test_a_failed_commit_fails_no_request_and_duplicates_nothing(tmp_path, gate,
         gate.hold = True
         go.set()
         assert gate.held.wait(30)
+        # as above: a grace for the other appends to reach the held loop (nothing tells)
         time.sleep(1.0)
         gate.plan = [fault, fault]  # the held batch (one shard) and the one behind it
         gate.release.set()
@@ -224,18 +228,14 @@ def test_own_commands_are_answered_by_the_loop_and_refused_once_closed() -> None
     results: list = []
     asker = threading.Thread(target=lambda: results.append(own.submit("s", HeartbeatWriter("w"))))
     asker.start()
-    deadline = time.monotonic() + 10
-    taken: list = []
-    while not taken and time.monotonic() < deadline:
-        taken = own.take()
+    taken = wait_until(own.take, 10, "the asker's command, taken")
     assert [(i.peer, i.shard) for i in taken] == [(OWN, "s")] and own.take() == []
     own.answer(taken[0], "done")
     asker.join(10)
     assert results == ["done"]
     failing = threading.Thread(target=lambda: results.append(_raised(own)))
     failing.start()
-    while not own._waiting and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: own._waiting, 10, "a submit waiting for its answer")
     own.close()  # what waits fails; what comes next is refused at once
     failing.join(10)
     assert "closing" in str(results[-1]) and "closing" in str(_raised(own))

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -19,6 +18,7 @@ from shardsink import open_shard
 from shardsink.persist import ShardNotFound
 from shardsink.storage import DeterminateError, open_consensus
 from shardsink.storage.uri import BLOB_ENV, STORE_ENV, redact
+from tests.helpers.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 PW = "Zq7-s3cr3t"
@@ -161,10 +161,12 @@ def test_a_cluster_on_a_password_store_shows_it_nowhere(postgres_server, tmp_pat
     root = psutil.Process(up.pid)
     command_lines = _CommandLines(root, argv)
     logs: dict[str, str] = {}
-    killed = None
-    deadline = time.monotonic() + 120
-    while up.poll() is None:
-        assert time.monotonic() < deadline, "shardsink up did not finish in 120 s"
+    killed: list[int] = []
+
+    def ended() -> bool:
+        """Whether ``up`` ended; while it runs, a look at its processes and logs."""
+        if up.poll() is not None:
+            return True
         command_lines.poll()
         child = _consensus_child(root)
         if child is not None:
@@ -173,13 +175,15 @@ def test_a_cluster_on_a_password_store_shows_it_nowhere(postgres_server, tmp_pat
                 logs[log_path] = Path(log_path).read_text()
             except OSError:
                 pass
-            if killed is None and _appends(events) >= 5:
+            if not killed and _appends(events) >= 5:
                 os.kill(child.pid, signal.SIGKILL)  # a grandchild this test started
-                killed = child.pid
-        time.sleep(0.05)
+                killed.append(child.pid)
+        return False
+
+    wait_until(ended, 120, "the end of shardsink up", every_s=0.05)  # a look every 50 ms
     out, err = up.communicate(timeout=60)
     assert up.returncode == 0, err
-    assert killed is not None and logs, "the consensus process was never seen"
+    assert killed and logs, "the consensus process was never seen"
     seen = command_lines.lines()
     summary = json.loads(out)
     assert summary["consensus_restarts"] >= 1 and summary["verified"] is True
@@ -228,11 +232,14 @@ def test_bench_clients_get_the_password_in_no_argv(postgres_server, tmp_path, po
         text=True,
     )
     command_lines = _CommandLines(psutil.Process(proc.pid), argv)
-    deadline = time.monotonic() + 120
-    while proc.poll() is None:
-        assert time.monotonic() < deadline, f"bench {bench} did not finish in 120 s"
-        command_lines.poll()
-        time.sleep(0.02)
+
+    def ended() -> bool:
+        if proc.poll() is not None:
+            return True
+        command_lines.poll()  # a look every 20 ms while it runs: its clients live 0.5 s
+        return False
+
+    wait_until(ended, 120, f"the end of bench {bench}", every_s=0.02)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     seen = command_lines.lines()

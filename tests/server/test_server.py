@@ -78,6 +78,8 @@ def test_listen_wakes_on_append(server, tmp_path) -> None:
         t.start()
         w = shard.writer()
         for i in range(3):
+            # the listener is waiting in listen by then (nothing tells when it blocks), so
+            # the append must wake it, and each append is seen as an event of its own
             time.sleep(0.1)
             w.compare_and_append_table(WORKLOAD.updates(i), i, i + 1)
         t.join(30)
@@ -278,9 +280,9 @@ def test_kills_and_restarts_lose_and_double_nothing(tmp_path) -> None:
     def nemesis() -> None:
         try:
             for _ in range(kills):
-                time.sleep(rng.uniform(0.05, 0.4))
+                time.sleep(rng.uniform(0.05, 0.4))  # the fault's random moment
                 proc.kill()
-                time.sleep(rng.uniform(0.0, 0.1))
+                time.sleep(rng.uniform(0.0, 0.1))  # and its random length
                 proc.start()
         except BaseException as exc:
             errors.append(exc)
@@ -330,7 +332,7 @@ def test_a_long_request_to_a_server_that_dies_is_sent_again_at_once(server, tmp_
     client = ServerClient(server.address, timeout_s=5.0, retry_for_s=60.0)
 
     def restart() -> None:
-        time.sleep(0.5)
+        time.sleep(0.5)  # the request is waiting at the server by then (no reply says so)
         server.kill()
         server.start()
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 from shardsink import open_shard
 from shardsink.persist.config import ShardConfig
@@ -11,6 +10,7 @@ from shardsink.server import ServerClient
 from shardsink.storage import open_blob
 from shardsink.workloads import Workload
 from tests.helpers.server import serving
+from tests.helpers.wait import wait_until
 
 WORKLOAD = Workload("trickle", rows_per_interval=16, interval_ms=1)
 
@@ -71,10 +71,11 @@ def test_gc_deletes_do_not_stall_appends(tmp_path) -> None:
                 assert writer.compare_and_append_table(WORKLOAD.updates(4), 4, 5) == 5
                 assert shard.reader().snapshot().equals(WORKLOAD.expected(5))
                 gated.release.set()
-                deadline = time.monotonic() + 30
-                while parts_before & set(gated.inner.list("g/part/")):
-                    assert time.monotonic() < deadline, "retired blobs were never deleted"
-                    time.sleep(0.05)
+                wait_until(
+                    lambda: not parts_before & set(gated.inner.list("g/part/")),
+                    30,
+                    "the deletion of the retired blobs",
+                )
                 client = ServerClient(server.address)
                 try:
                     (counters,) = client.stats().shards
@@ -145,16 +146,21 @@ def test_merge_lanes_run_at_once_and_lose_nothing(tmp_path, monkeypatch) -> None
                 assert gated.entered.wait(30), "no pass read the first batches"
                 merged = _counters(server).compactions
                 _append(writer, 4, 12)
-                deadline = time.monotonic() + 30
-                while _counters(server).compactions == merged:  # while the first pass waits
-                    assert time.monotonic() < deadline, "no other lane merged meanwhile"
-                    time.sleep(0.02)
+                wait_until(  # while the first pass waits
+                    lambda: _counters(server).compactions != merged,
+                    30,
+                    "a merge by another lane meanwhile",
+                    every_s=0.02,
+                )
                 assert not gated.release.is_set()
                 gated.release.set()
                 ids = {batch.id for batch in first}
-                while ids & shard.state(refresh=True).batches.keys():
-                    assert time.monotonic() < deadline, "the waiting pass never committed"
-                    time.sleep(0.02)
+                wait_until(
+                    lambda: not ids & shard.state(refresh=True).batches.keys(),
+                    30,
+                    "the waiting pass's commit",
+                    every_s=0.02,
+                )
                 assert shard.reader().snapshot().equals(WORKLOAD.expected(12))
                 assert shard.verify().ok
                 assert _counters(server).compactions_abandoned == 0
@@ -191,10 +197,9 @@ def test_a_failing_compaction_is_counted_in_stats_and_metrics(tmp_path) -> None:
             try:
                 with open_shard("f", blob=blob_uri, consensus=server.address, create=True) as shard:
                     _append(shard.writer(), 0, 12)
-                    deadline = time.monotonic() + 30
-                    while _counters(server).compactions == 0:
-                        assert time.monotonic() < deadline, "no merge ever committed"
-                        time.sleep(0.02)
+                    wait_until(
+                        lambda: _counters(server).compactions, 30, "a merge committed", every_s=0.02
+                    )
                     counters = _counters(server)
                     assert counters.failures["compaction"] == 2
                     assert "DeterminateError" in counters.last_failure

@@ -17,6 +17,7 @@ from shardsink.persist.config import ShardConfig
 from shardsink.process import ConsensusProcess
 from shardsink.server.config import ServeConfig
 from shardsink.workloads import Workload
+from tests.helpers.wait import wait_until
 
 WORKLOAD = Workload("trickle", rows_per_interval=4, interval_ms=1)
 #: The server's writer lease, and the shortest grace it allows the sweep.
@@ -93,10 +94,8 @@ def test_the_servers_settings_hold_for_every_shard_and_after_a_restart(tmp_path)
                 path.write_bytes(b"x")
             for path in (leaked, held):
                 os.utime(path, (past_grace, past_grace))
-            deadline = time.monotonic() + 30
-            while leaked.exists():  # swept on the server's schedule, with its grace
-                assert time.monotonic() < deadline, "the leaked blob was never swept"
-                time.sleep(0.05)
+            # swept on the server's schedule, with its grace
+            wait_until(lambda: not leaked.exists(), 30, "the sweep of the leaked blob")
             assert young.exists() and held.exists()
 
 

@@ -265,7 +265,7 @@ def _run_on(
                 if thread.ident is not None:  # a start that failed leaves some unstarted
                     thread.join(MAINTENANCE_TIMEOUT_S)
         finally:
-            _stop_coordinator(run)
+            _stop_coordinator(run, watched)
             if hosts is not None:
                 hosts.stop_servers()
             faults.disarm()
@@ -370,10 +370,19 @@ class _Watched:
         self.exits: Counter[str] = Counter()
         #: the last line a coordinator that exited left in its log
         self.last_words = ""
+        #: whether the run ended recovered: every fault fired, and an
+        #: interval appended since (not stopped at the end of its settling)
+        self.settled = False
 
     def started(self) -> None:
         self.starts += 1
         self.started_at.append(time.time())
+
+    def exited(self, child: Child) -> None:
+        self.exits[exit_reason(child.returncode)] += 1
+        # its last line of its own, not the line the launcher adds on its exit
+        lines = [s for s in child.log_tail().strip().splitlines() if not s.startswith("[")]
+        self.last_words = lines[-1] if lines else ""
 
 
 def _watch(
@@ -408,7 +417,10 @@ def _watch(
         now = time.monotonic()
         if now >= end and settled_at is None and nemesis.settled():
             settled_at = last_appends
-        if now >= end + settle or (settled_at is not None and last_appends > settled_at):
+        if settled_at is not None and last_appends > settled_at:
+            watched.settled = True
+            break
+        if now >= end + settle:
             break
         interrupt.wait(0.2)
         if hosts is not None:
@@ -422,10 +434,7 @@ def _watch(
             # stop waits for them, and counts this one as the last, stopped
             if not _wait_gone(run, give_up_at=end + settle):
                 break
-            watched.exits[exit_reason(child.returncode)] += 1
-            # its last line of its own, not the line the launcher adds on its exit
-            lines = [s for s in child.log_tail().strip().splitlines() if not s.startswith("[")]
-            watched.last_words = lines[-1] if lines else ""
+            watched.exited(child)
             time.sleep(0.2)
             _start_coordinator(run, env, hosts)
             watched.started()
@@ -541,18 +550,35 @@ def _environ(values: dict[str, str]) -> Iterator[None]:
                 os.environ[name] = value
 
 
-def _stop_coordinator(run: RunContext) -> None:
-    """SIGINT the coordinator (a clean stop), SIGKILL it if it does not stop."""
+def _stop_coordinator(run: RunContext, watched: _Watched) -> None:
+    """SIGINT the coordinator (a clean stop), SIGKILL it if it does not stop.
+
+    A stop that hangs is a violation. So is one that fails once the run has
+    settled (:attr:`_Watched.settled`). In a run stopped before it
+    recovered from its last fault, the coordinator may already be failing
+    on its own when the SIGINT comes: it gave up on a consensus process
+    that did not answer for ``append_retry_s``, as it may at any time of a
+    run, when it is started again. That exit is counted as any other
+    (once in a CI run of a 20 s run, settling for 2 s: the consensus process
+    restarted after a kill did not answer for 15 s, the coordinator gave up
+    on its append and, stopping, exited 2 after the run's SIGINT came)."""
     child = run.coordinator
     if child is None:
         return
     if child.alive():
         if not child.stop(STOP_TIMEOUT_S, signal.SIGINT):
             run.violation(f"the coordinator did not stop within {STOP_TIMEOUT_S:g}s of SIGINT")
-        elif child.returncode not in (0, 130):
+        elif child.returncode not in (0, 130) and watched.settled:
             run.violation(
                 f"the coordinator's clean stop exited {child.returncode}:\n{child.log_tail()}"
             )
+        elif child.returncode not in (0, 130):
+            log.warning(
+                "the coordinator exited %s at the stop, before the run recovered from its "
+                "last fault: counted as an exit of its own",
+                child.returncode,
+            )
+            watched.exited(child)
     _wait_gone(run, maintenance=True)  # the end: maintenance has stopped too
 
 

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -32,6 +31,7 @@ from shardsink.cluster.control import (
 )
 from shardsink.shm import list_segments
 from tests.helpers.cli import ENV, scrape, shardsink, start_up
+from tests.helpers.wait import wait_until
 
 
 def _up(popen, data: Path) -> tuple[subprocess.Popen, str]:
@@ -52,11 +52,11 @@ def _status(data: Path) -> dict:
 
 
 def _wait_appends(data: Path, n: int) -> dict:
-    deadline = time.monotonic() + 60
-    while (status := _status(data))["appends"] < n:
-        assert time.monotonic() < deadline, f"fewer than {n} appends in 60 s"
-        time.sleep(0.2)
-    return status
+    def appended() -> dict | None:
+        status = _status(data)
+        return status if status["appends"] >= n else None
+
+    return wait_until(appended, 60, f"{n} appends", every_s=0.2)  # each look runs status
 
 
 def _ends_cleanly(proc: subprocess.Popen, children, cluster_id: str, message: str) -> dict:
@@ -187,9 +187,15 @@ def test_control_server_answers_strictly(tmp_path):
         assert isinstance(refused, Refused) and "extra" in refused.error
         assert isinstance(ask(b'{"type": "reboot"}'), Refused)
         sock.send(msgspec.json.encode(StopRequest()))
-        time.sleep(0.05)
-        with pytest.raises(StopRequested):
-            server.poll()
+
+        def stop_requested() -> bool:  # polled until the request arrives: then it raises
+            try:
+                server.poll()
+            except StopRequested:
+                return True
+            return False
+
+        wait_until(stop_requested, 10, "StopRequested from the server's poll")
         assert msgspec.json.decode(sock.recv(), type=Stopping) == Stopping(os.getpid())
     finally:
         sock.close()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -176,9 +175,9 @@ def _watch_uppers(cluster: Cluster, stop: threading.Event, seen: list) -> None:
             b = lines.state(refresh=True).upper
             seen.append((a, b, orders.state(refresh=True).upper))
 
-        while not stop.is_set():
+        once()
+        while not stop.wait(0.005):  # a look every 5 ms, until told to stop
             once()
-            time.sleep(0.005)
         once()
 
 

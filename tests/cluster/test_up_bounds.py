@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import psutil
 import pytest
@@ -21,6 +20,7 @@ import setproctitle
 from shardsink.cli import main
 from tests.conftest import SHM_DIR, SHM_PREFIX
 from tests.helpers.cli import ENV
+from tests.helpers.wait import wait_until
 
 GROUPS, WORKERS = 16, 8
 #: The start's processes: the groups' members, the zygote and the consensus process.
@@ -39,7 +39,7 @@ class Held:
 
     def __init__(self):
         if setproctitle.getproctitle().startswith("shardsink worker"):
-            time.sleep(600)
+            time.sleep(600)  # a worker held in its start, to be stopped there
 
     def updates(self, interval, worker, workers):
         return pa.table({"key": pa.array([], pa.int64()), "val": pa.array([], pa.string())})
@@ -116,12 +116,15 @@ def test_a_stop_during_the_start_leaves_nothing(tmp_path, popen, sig, status, st
          f"{tmp_path / 'held.py'}:Held", "--json"],
         env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    deadline = time.monotonic() + 200
     seen: list[psutil.Process] = []
-    while len(seen := _descendants(proc.pid)) < started:
+
+    def enough_started() -> bool:
         assert proc.poll() is None, proc.stderr.read()
-        assert time.monotonic() < deadline, f"{len(seen)} of {started} processes started"
-        time.sleep(0.05)
+        seen[:] = _descendants(proc.pid)
+        return len(seen) >= started
+
+    # a look at least every 50 ms: the first case stops it while the groups are forked
+    wait_until(enough_started, 200, lambda: f"{started} processes ({len(seen)})", every_s=0.05)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == status, err

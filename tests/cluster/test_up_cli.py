@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import msgspec
@@ -24,6 +23,7 @@ from shardsink.cli import main
 from shardsink.cluster import Cluster, ClusterConfig
 from shardsink.shm import list_segments
 from shardsink.storage import DeterminateError
+from tests.helpers.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,10 +60,9 @@ def test_ctrl_c_stops_cleanly_and_a_rerun_continues(tmp_path, popen):
     cluster_id = first.split()[1].rstrip(":")
     children = psutil.Process(proc.pid).children(recursive=True)
     assert {c.name() for c in children} >= {"shardsink consensus"}
-    deadline = time.monotonic() + 60
-    while not (events.exists() and len(events.read_text().splitlines()) >= 3):
-        assert time.monotonic() < deadline, "fewer than 3 appends in 60 s"
-        time.sleep(0.05)
+    wait_until(
+        lambda: events.exists() and len(events.read_text().splitlines()) >= 3, 60, "3 appends"
+    )
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
@@ -154,10 +153,8 @@ def test_a_killed_coordinator_takes_its_children_along_and_the_next_start_cleans
     assert first.startswith("cluster "), first + proc.stderr.read()
     cluster_id = first.split()[1].rstrip(":")
     children = psutil.Process(proc.pid).children(recursive=True)
-    deadline = time.monotonic() + 30
-    while not list_segments(cluster_id):  # parts of 2,000 rows go through arenas
-        assert time.monotonic() < deadline, "no worker arena appeared"
-        time.sleep(0.05)
+    # parts of 2,000 rows go through arenas
+    wait_until(lambda: list_segments(cluster_id), 30, "a worker's arena")
     run_dirs = list(Path(tempfile.gettempdir()).glob(f"shardsink-run-{cluster_id}-*"))
     assert len(run_dirs) == 1
     proc.kill()

@@ -8,13 +8,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import psutil
 import pytest
 
 from shardsink.process import Child, Launch, SpawnStarter, Zygote, ZygoteError, kill_all
 from tests.helpers.roles import EXIT, ROLES, SLEEP
+from tests.helpers.wait import wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -183,7 +183,7 @@ def test_a_coordinator_killed_takes_its_zygote_and_children_along(popen, tmp_pat
         zygote = Zygote(ROLES, run).start()
         kids = [Child(Launch("worker", f"w{{i}}", SLEEP), zygote, run).start() for i in range(3)]
         print(zygote.pid, *[k.pid for k in kids], flush=True)
-        time.sleep(60)
+        time.sleep(60)  # to be killed: its zygote and children must die with it
         """
     )
     proc = popen(
@@ -197,10 +197,8 @@ def test_a_coordinator_killed_takes_its_zygote_and_children_along(popen, tmp_pat
     assert len(pids) == 4
     proc.kill()
     proc.wait(10)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        live = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
-        if not live:
-            break
-        time.sleep(0.05)
-    assert not live, f"outlived the coordinator: {live}"
+
+    def live() -> list[int]:
+        return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+
+    wait_until(lambda: not live(), 10, lambda: f"the end of what outlived the coordinator {live()}")

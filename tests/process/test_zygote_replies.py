@@ -11,7 +11,6 @@ import contextlib
 import os
 import resource
 import signal
-import time
 from collections.abc import Iterator
 
 import psutil
@@ -19,6 +18,7 @@ import pytest
 
 from shardsink.process import Child, Launch, Zygote, ZygoteError, kill_all
 from tests.helpers.roles import EXIT, ROLES, SLEEP
+from tests.helpers.wait import wait_until
 
 #: Short enough that a stalled request gives up soon, long enough for a fork
 #: on a busy machine.
@@ -62,12 +62,18 @@ def test_a_late_reply_is_nobodys_and_does_not_shift_the_next(zygote, tmp_path):
     assert zygote.reap(sleeper.pid) is None
     child = Child(Launch("worker", "w", EXIT, b"7"), zygote, tmp_path).start()
     assert child.proc is not None and child.proc.wait(10) == 7
+
     # Nobody tracks the late fork's child: it is killed, and reaped on a later request.
-    deadline = time.monotonic() + 10
-    while others := [p.pid for p in psutil.Process(zygote.pid).children() if p.pid != sleeper.pid]:
-        assert time.monotonic() < deadline, f"the late fork's child lingers: {others}"
-        assert zygote.reap(sleeper.pid) is None
-        time.sleep(0.02)
+    def others() -> list[int]:
+        return [p.pid for p in psutil.Process(zygote.pid).children() if p.pid != sleeper.pid]
+
+    def reaped() -> bool:
+        if not others():
+            return True
+        assert zygote.reap(sleeper.pid) is None  # a request, on which the zygote reaps
+        return False
+
+    wait_until(reaped, 10, lambda: f"the reaping of the late fork's child {others()}", every_s=0.02)
     assert sleeper.alive()
     kill_all([sleeper])
     assert sleeper.returncode == -signal.SIGKILL
@@ -89,14 +95,19 @@ def test_fork_and_reap_cycles_leave_no_descriptor_open(zygote, tmp_path):
             cycle(i)
         except ZygoteError as exc:  # counted below, after the descriptors
             errors.append(exc)
+
     # a late fork's child is reaped (its pidfd closed) on a request after it died
-    deadline = time.monotonic() + 10
-    while (after := _open_fds()) != before and time.monotonic() < deadline:
-        with contextlib.suppress(ZygoteError):
+    def left() -> dict[int, str]:
+        return {fd: what for fd, what in _open_fds().items() if before.get(fd) != what}
+
+    def closed() -> bool:
+        if not left():
+            return True
+        with contextlib.suppress(ZygoteError):  # a request, on which the zygote reaps
             cycle(100)
-        time.sleep(0.02)
-    left = {fd: what for fd, what in after.items() if before.get(fd) != what}
-    assert not left, f"descriptors left open: {left}"
+        return False
+
+    wait_until(closed, 10, lambda: f"the closing of descriptors left open {left()}", every_s=0.02)
     assert not errors, errors
 
 

@@ -9,12 +9,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
 
 from shardsink import faults
+from tests.helpers.wait import wait_until
 
 
 def _survivors(fault_dir) -> list[int]:
@@ -38,10 +38,11 @@ def test_coordinator_killed_around_its_compare_and_set(tmp_path, point, upper) -
     first = subprocess.run([*argv, "--intervals", "3"], env=env, capture_output=True, timeout=180)
     assert first.returncode == -9, first.stderr
     assert [(f["point"], f["role"]) for f in faults.fired(fault_dir)] == [(point, "up")]
-    deadline = time.monotonic() + 15
-    while _survivors(fault_dir):  # its children die with it (PR_SET_PDEATHSIG)
-        assert time.monotonic() < deadline, f"left running: {_survivors(fault_dir)}"
-        time.sleep(0.1)
+    wait_until(  # its children die with it (PR_SET_PDEATHSIG); each look scans every process
+        lambda: not _survivors(fault_dir),
+        15,
+        lambda: f"the end of its children (left running: {_survivors(fault_dir)})",
+    )
     second = subprocess.run(
         [*argv, "--intervals", "3"], env=env, capture_output=True, text=True, timeout=180
     )

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 
 from shardsink import faults, open_shard
 from shardsink.persist import ShardConfig
@@ -17,6 +16,7 @@ from shardsink.process import ConsensusProcess
 from shardsink.server.config import ServeConfig
 from shardsink.storage import open_blob
 from shardsink.workloads import Workload
+from tests.helpers.wait import wait_until
 
 WORKLOAD = Workload("churn", rows_per_interval=16, interval_ms=10)
 BLOB_PARTS = ShardConfig(inline_max_bytes=0)  # every part in blob, so GC has work
@@ -81,10 +81,9 @@ def test_consensus_killed_after_store_before_reply(tmp_path) -> None:
     stop = threading.Event()
 
     def restarter() -> None:
-        while not stop.is_set():
+        while not stop.wait(0.02):  # a look every 20 ms, until told to stop
             if not server.alive():
                 server.start()
-            time.sleep(0.02)
 
     config = ShardConfig(server_timeout_s=0.5, server_retry_for_s=60)
     with server:
@@ -116,10 +115,12 @@ def test_reader_paused_before_fetch_while_compaction_and_gc_run(tmp_path, monkey
         thread = threading.Thread(target=lambda: got.setdefault("t", reader.snapshot()))
         try:
             thread.start()
-            deadline = time.monotonic() + 30
-            while not faults.fired(tmp_path / "f"):
-                assert time.monotonic() < deadline, "the reader never reached its fault point"
-                time.sleep(0.01)
+            wait_until(  # at least every 10 ms: the pause it holds is 4 s
+                lambda: faults.fired(tmp_path / "f"),
+                30,
+                "the reader at its fault point",
+                every_s=0.01,
+            )
             # the reader has selected its batches; compaction retires them and GC runs
             assert shard.compact().applied >= 1
             shard.collect_garbage()

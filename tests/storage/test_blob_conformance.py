@@ -297,7 +297,7 @@ def test_concurrent_get_sees_whole_values(blob):
                 written.add(_digest(value))
                 blob.set("race", value)
                 i += 1
-                time.sleep(0.005)
+                stop.wait(0.005)  # paced, so that reads come between writes
         except BaseException as exc:
             errors.append(exc)
 
@@ -369,7 +369,7 @@ def test_set_is_atomic_under_sigkill(shared_blob_uri):
             proc = subprocess.Popen([*argv, str(size)], stdout=subprocess.PIPE, text=True)
             try:
                 assert _wait_for_line(proc, 60) == "ready"
-                time.sleep(rng.uniform(0, 2 * write_s))
+                time.sleep(rng.uniform(0, 2 * write_s))  # a random moment of its writes
             finally:
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(timeout=30)

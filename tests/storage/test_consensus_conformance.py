@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import select
 import shutil
 import sqlite3
 import subprocess
@@ -388,19 +389,16 @@ def test_racing_transactions_are_all_or_nothing(uri):
 # --- the race: separate processes, each with its own store ---------------------
 
 RACER = r"""
-import json, sys, time
+import json, sys
 from pathlib import Path
 from shardsink.storage import Committed, VersionedData, open_consensus
 
 uri, shard, writer, rounds, workdir = sys.argv[1:6]
 writer, rounds, workdir = int(writer), int(rounds), Path(workdir)
 store = open_consensus(uri)
-(workdir / f"ready-{writer}").touch()
-deadline = time.monotonic() + 60
-while not (workdir / "go").exists():
-    if time.monotonic() > deadline:
-        sys.exit("no go signal within 60 s")
-    time.sleep(0.005)
+print("ready", flush=True)
+if sys.stdin.readline() != "go\n":  # all start at once, on the test's word
+    sys.exit("no go signal")
 head = store.head(shard)
 won, attempts = [], 0
 for rnd in range(rounds):
@@ -424,20 +422,34 @@ def test_processes_racing_compare_and_set_lose_and_duplicate_nothing(shared_uri,
     for w in range(writers):
         with open(tmp_path / f"stderr-{w}", "wb") as err:
             argv = [sys.executable, "-c", RACER, shared_uri, "race", str(w), str(rounds)]
-            procs.append(subprocess.Popen([*argv, str(tmp_path)], stderr=err))
+            procs.append(
+                subprocess.Popen(
+                    [*argv, str(tmp_path)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    text=True,
+                )
+            )
     try:
         deadline = time.monotonic() + 60
-        while not all((tmp_path / f"ready-{w}").exists() for w in range(writers)):
-            assert time.monotonic() < deadline, "racers did not open the store within 60 s"
-            assert all(p.poll() is None for p in procs), "a racer died while opening the store"
-            time.sleep(0.01)
-        (tmp_path / "go").touch()
+        for p in procs:  # each says "ready" once it has opened the store
+            remaining = max(0.0, deadline - time.monotonic())
+            assert select.select([p.stdout], [], [], remaining)[0], (
+                "racers did not open the store within 60 s"
+            )
+            assert p.stdout.readline() == "ready\n", "a racer died while opening the store"
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
         codes = [p.wait(timeout=120) for p in procs]
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait(10)
+            p.stdin.close()
+            p.stdout.close()
     errors = {w: (tmp_path / f"stderr-{w}").read_text() for w in range(writers) if codes[w]}
     assert not errors, f"racers failed: {errors}"
 
@@ -470,7 +482,7 @@ import sys, time
 from shardsink.testing.postgres import PostgresServer
 server = PostgresServer(sys.argv[1]).start()
 print(server.pids()[0], server._private_dir or "", flush=True)
-time.sleep(120)
+time.sleep(120)  # to be killed: the server must die with it
 """
 
 

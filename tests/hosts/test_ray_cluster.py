@@ -92,15 +92,21 @@ def test_a_node_removed_mid_run_has_its_groups_placed_on_the_others(
             pids = child_pids(cluster)
             removed: list[float] = []
 
+            two_appended = threading.Event()
+
+            def on_append(record) -> None:
+                appended.append(time.monotonic())
+                if len(appended) >= 2:
+                    two_appended.set()
+
             def remove_after_two_appends() -> None:
-                while len(appended) < 2:
-                    time.sleep(0.02)
+                two_appended.wait()
                 removed.append(time.monotonic())
                 ray_cluster.remove_node(victim.node_id)
 
             remover = threading.Thread(target=remove_after_two_appends, daemon=True)
             remover.start()
-            stats = cluster.run(on_append=lambda record: appended.append(time.monotonic()))
+            stats = cluster.run(on_append=on_append)
             remover.join(30)
             moved_to = host.agent_of(victim_group)
             restart_s = [round(t, 2) for t in cluster.restart_times()]

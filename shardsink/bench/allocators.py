@@ -40,8 +40,8 @@ import time
 from pathlib import Path
 
 from .._allocator import SERVER_ENV
-from .._units import MIB
 from . import parts as bench_parts
+from .showing import Note, nothing
 
 DEFAULT_PARTS = 8
 DEFAULT_ROWS = 256 * 1024
@@ -66,7 +66,7 @@ ENVIRONMENTS = {
 _FIGURES = ("seconds", "peak_above", "after_above", "released_above")
 
 
-def merges(work: Path, parts: int, rows: int, repeats: int, progress=print) -> list[dict]:
+def merges(work: Path, parts: int, rows: int, repeats: int, progress: Note = nothing) -> list[dict]:
     """The ``merge`` figures (see the module doc)."""
     blob_uri, listings = bench_parts.stage(work, parts, rows, layouts=("sorted",))
     runs: dict[str, list[dict]] = {name: [] for name in ENVIRONMENTS}
@@ -97,7 +97,7 @@ def merges(work: Path, parts: int, rows: int, repeats: int, progress=print) -> l
     return results
 
 
-def starts(work: Path, count: int, progress=print) -> dict:
+def starts(work: Path, count: int, progress: Note = nothing) -> dict:
     """The ``start`` figures (see the module doc)."""
     import psutil
 
@@ -145,9 +145,10 @@ def run(
     rows: int = DEFAULT_ROWS,
     repeats: int = DEFAULT_REPEATS,
     start_count: int = DEFAULT_STARTS,
-    progress=print,
+    progress: Note = nothing,
 ) -> dict:
-    """Measure both (see the module doc) and write ``out/allocators.json``."""
+    """Measure both (see the module doc) and write ``out/allocators.json``;
+    each run's figures to ``progress`` as they come."""
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="shardsink-bench-alloc-"))
     try:
@@ -159,33 +160,3 @@ def run(
         shutil.rmtree(work, ignore_errors=True)
     (out / "allocators.json").write_text(json.dumps(result, indent=2))
     return result
-
-
-def print_table(result: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    merge = result["merge"]
-    first = Table(title=f"a {merge[0]['rows']:,}-row merge, medians of {merge[0]['repeats']}")
-    columns = ("environment", "pool", "s", "peak RSS above MiB", "after MiB", "released MiB")
-    for column in (*columns, "MiB held at most, by pool"):
-        first.add_column(column, justify="right")
-    for r in merge:
-        first.add_row(
-            r["environment"] + (" (server)" if r["server"] else ""),
-            r["pool"],
-            f"{r['seconds']:.2f}",
-            f"{r['peak_above'] / MIB:.0f}",
-            f"{r['after_above'] / MIB:.0f}",
-            f"{r['released_above'] / MIB:.0f}",
-            ", ".join(f"{k} {v / MIB:.0f}" for k, v in r["pool_peaks"].items()),
-        )
-    s = result["start"]
-    second = Table(title=f"consensus server start, medians of {s['starts']}")
-    for column in ("", "fork from the zygote", "fresh interpreter"):
-        second.add_column(column, justify="right")
-    second.add_row("seconds", f"{s['fork_s']:.3f}", f"{s['fresh_s']:.3f}")
-    second.add_row("RSS MiB", f"{s['fork_rss'] / MIB:.0f}", f"{s['fresh_rss'] / MIB:.0f}")
-    console = Console()
-    console.print(first)
-    console.print(second)

@@ -42,6 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._units import MIB
+from .showing import Note, nothing
 
 DEFAULT_PARTS = 8
 DEFAULT_ROWS = 1_000_000
@@ -229,7 +230,7 @@ def stage(work: Path, parts: int, rows: int, layouts=("sorted", "legacy")) -> tu
     return blob_uri, listings
 
 
-def memory(work: Path, parts: int, rows: int, progress=print) -> list[dict]:
+def memory(work: Path, parts: int, rows: int, progress: Note = nothing) -> list[dict]:
     """The ``memory`` figures (see the module doc)."""
     blob_uri, listings = stage(work, parts, rows)
     results = []
@@ -256,7 +257,7 @@ def _batch_builder(blob, **kwargs):
     return BatchBuilder(blob, "bench", writer="bench.1", **kwargs)
 
 
-def builder(rows: int, workers: int, repeats: int, progress=print) -> dict:
+def builder(rows: int, workers: int, repeats: int, progress: Note = nothing) -> dict:
     """The ``builder`` figures (see the module doc)."""
     from ..persist import ShardStats, parts as P
     from ..storage import MemoryBlob
@@ -317,9 +318,10 @@ def run(
     builder_rows: int = DEFAULT_BUILDER_ROWS,
     workers: int = DEFAULT_WORKERS,
     repeats: int = DEFAULT_REPEATS,
-    progress=print,
+    progress: Note = nothing,
 ) -> dict:
-    """Measure both (see the module doc) and write ``out/parts.json``."""
+    """Measure both (see the module doc) and write ``out/parts.json``; each
+    figure (JSON) to ``progress`` as it comes."""
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="shardsink-bench-parts-"))
     try:
@@ -331,35 +333,3 @@ def run(
         shutil.rmtree(work, ignore_errors=True)
     (out / "parts.json").write_text(json.dumps(result, indent=2))
     return result
-
-
-def print_table(result: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    b = result["builder"]
-    first = Table(title=f"BatchBuilder, {b['rows']:,} rows of {b['workers']} workers")
-    for column in ("sorted rows/s", "unsorted rows/s", "sorted/unsorted"):
-        first.add_column(column, justify="right")
-    first.add_row(
-        f"{b['sorted_rows_per_s']:,.0f}",
-        f"{b['unsorted_rows_per_s']:,.0f}",
-        f"{b['sorted_over_unsorted']:.2f}",
-    )
-    m = result["memory"]
-    second = Table(title=f"{m[0]['parts']} overlapping parts of {m[0]['rows_per_part']:,} rows")
-    columns = ("", "parts", "encoded MiB", "peak RSS above MiB", "Arrow pool peak MiB", "rows/s")
-    for column in columns:
-        second.add_column(column, justify="right")
-    for r in m:
-        second.add_row(
-            r["mode"],
-            r["layout"],
-            f"{r['encoded_bytes'] / MIB:.0f}",
-            f"{r['peak_above'] / MIB:.0f}",
-            f"{r['pool_peak'] / MIB:.0f}",
-            f"{r['rows_per_s']:,.0f}",
-        )
-    console = Console()
-    console.print(first)
-    console.print(second)

@@ -32,6 +32,7 @@ from pathlib import Path
 from .._units import MIB
 from ..cluster import Cluster
 from ..config import ClusterConfig
+from .showing import Note, nothing
 
 DEFAULT_ROWS = (2_000_000, 20_000_000)
 
@@ -165,8 +166,9 @@ def bound(snapshot_rows: int, arrow_bytes: int) -> int:
     return 2 * arrow_bytes + 150 * MIB if snapshot_rows <= 2_000_000 else 1024 * MIB
 
 
-def run(out: Path, rows: tuple[int, ...] = DEFAULT_ROWS, progress=print) -> dict:
-    """Measure every size of ``rows`` and write ``out/read.json``."""
+def run(out: Path, rows: tuple[int, ...] = DEFAULT_ROWS, progress: Note = nothing) -> dict:
+    """Measure every size of ``rows`` and write ``out/read.json``; each
+    shard written and each size's figures (JSON) to ``progress`` as they come."""
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="shardsink-bench-read-"))
     results = []
@@ -188,29 +190,3 @@ def run(out: Path, rows: tuple[int, ...] = DEFAULT_ROWS, progress=print) -> dict
     result = {"runs": results}
     (out / "read.json").write_text(json.dumps(result, indent=2))
     return result
-
-
-def print_table(result: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="shard reads: Reader.batches / shardsink read against DuckDB")
-    columns = (
-        "rows", "Arrow MiB", "read peak MiB", "bound MiB", "batches rows/s", "DuckDB rows/s",
-        "batches/DuckDB", "batches peak MiB", "DuckDB peak MiB",
-    )  # fmt: skip
-    for column in columns:
-        table.add_column(column, justify="right")
-    for r in result["runs"]:
-        table.add_row(
-            f"{r['rows']:,}",
-            f"{r['arrow_bytes'] / MIB:.0f}",
-            f"{r['read_peak_rss'] / MIB:.0f}",
-            f"{r['read_rss_bound'] / MIB:.0f}",
-            f"{r['batches_rows_per_s']:,.0f}",
-            f"{r['duckdb_rows_per_s']:,.0f}",
-            f"{r['batches_over_duckdb']:.2f}",
-            f"{r['batches_peak_rss'] / MIB:.0f}",
-            f"{r['duckdb_peak_rss'] / MIB:.0f}",
-        )
-    Console().print(table)

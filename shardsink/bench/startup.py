@@ -34,6 +34,7 @@ import psutil
 from ..cluster import Cluster
 from ..config import STARTS, ClusterConfig
 from .cluster.matrices import repeat_order
+from .showing import Note, nothing
 
 DEFAULT_SHAPES = ((4, 8), (16, 8))
 
@@ -84,9 +85,10 @@ def run(
     shapes: tuple[tuple[int, int], ...] = DEFAULT_SHAPES,
     repeats: int = 3,
     restart_count: int = 5,
-    progress=print,
+    progress: Note = nothing,
 ) -> dict:
-    """Measure (see the module doc) and write ``out/startup.json``."""
+    """Measure (see the module doc) and write ``out/startup.json``; each
+    sample to ``progress`` as it comes."""
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="shardsink-bench-startup-"))
     samples: dict = {
@@ -149,27 +151,3 @@ def _medians(samples: dict) -> dict:
 def _ratio(by_start: dict) -> float | None:
     fork, spawn = by_start.get("fork"), by_start.get("spawn")
     return fork / spawn if fork is not None and spawn else None
-
-
-def print_table(result: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    median = result["median"]
-    table = Table(title="cluster start-up, fork (zygote) vs spawn, medians")
-    for column in ("measure", "fork", "spawn", "fork/spawn"):
-        table.add_column(column, justify="left" if column == "measure" else "right")
-    for shape, fork in median["cold_start_s"]["fork"].items():
-        spawn = median["cold_start_s"]["spawn"][shape]
-        ratio = result["fork_over_spawn"]["cold_start_s"][shape]
-        table.add_row(f"cold start {shape} (s)", f"{fork:.3f}", f"{spawn:.3f}", f"{ratio:.3f}")
-    fork, spawn = median["restart_s"]["fork"], median["restart_s"]["spawn"]
-    ratio = result["fork_over_spawn"]["restart_s"]
-    table.add_row("group restart 1x8 (s)", f"{fork:.3f}", f"{spawn:.3f}", f"{ratio:.3f}")
-    fork, spawn = median["workers_pss_bytes"]["fork"], median["workers_pss_bytes"]["spawn"]
-    ratio = result["fork_over_spawn"]["workers_pss_bytes"]
-    table.add_row(
-        "workers' PSS 1x8 (MiB)", f"{fork / 2**20:.0f}", f"{spawn / 2**20:.0f}", f"{ratio:.3f}"
-    )
-    Console().print(table)
-    Console().print(f"verified: {result['verified']}")

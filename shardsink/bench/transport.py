@@ -91,7 +91,8 @@ ACK_WINDOW = 2 << 20
 # Every wait of the worker and the builder (a barrier, a part, an
 # acknowledgement) gives up after this long: nothing moving for a minute is a hang.
 TIMEOUT = 60.0
-_COLUMNS = ("shm", "zmq", "queue", "memcpy", "memcpy_cached")
+#: The columns of the figures: each transport, then memcpy's two baselines.
+COLUMNS = ("shm", "zmq", "queue", "memcpy", "memcpy_cached")
 _ROW_BYTES = 60  # int64 key, 32-char string value (+ int32 offset), uint64 ts, int64 diff
 # transport -> (kind, message_part_max_bytes); None keeps the default cut-off
 _TRANSPORTS = {
@@ -497,9 +498,9 @@ def run(
                 "size": size,
                 "batch_bytes": batch_bytes[size],
                 "parts_per_rep": parts_per_rep(size),
-                **{f"{t}_gbps": gbps(t, size) for t in _COLUMNS},
-                "gbps_range": {t: spread(t, size) for t in _COLUMNS},
-                "bytes_read": {t: bytes_read[t][size] for t in _COLUMNS},
+                **{f"{t}_gbps": gbps(t, size) for t in COLUMNS},
+                "gbps_range": {t: spread(t, size) for t in COLUMNS},
+                "bytes_read": {t: bytes_read[t][size] for t in COLUMNS},
             }
             for size in sizes
         ],
@@ -519,40 +520,6 @@ def run(
         ]
     (out / "transport.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
-
-
-def print_table(result: dict) -> None:
-    """Print the figures of :func:`run` as tables (GB/s, medians)."""
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"transport GB/s (median of {result['reps']})")
-    for column in ("size", *_COLUMNS, "shm/memcpy", "shm/queue"):
-        table.add_column(column, justify="right")
-    for row in result["parts"]:
-        table.add_row(
-            _size(row["size"]),
-            *(f"{row[f'{t}_gbps']:.2f}" for t in _COLUMNS),
-            f"{row['shm_gbps'] / row['memcpy_gbps']:.2f}",
-            f"{row['shm_gbps'] / row['queue_gbps']:.1f}",
-        )
-    console = Console()
-    console.print(table)
-    if "inline_sweep" in result:
-        cut_off = _size(result["message_part_max_bytes"])
-        sweep = Table(title=f"inline vs shm GB/s (cut-off {cut_off})")
-        for column in ("size", "inline", "shm"):
-            sweep.add_column(column, justify="right")
-        for row in result["inline_sweep"]:
-            sweep.add_row(_size(row["size"]), f"{row['inline_gbps']:.3f}", f"{row['shm_gbps']:.3f}")
-        console.print(sweep)
-
-
-def _size(n: int) -> str:
-    for unit, shift in (("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift:
-            return f"{n >> shift} {unit}"
-    return f"{n} B"
 
 
 if __name__ == "__main__":  # the driver of one transport's pair, see _pair

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .._extras import require
 from ..options import Flag, add_fields, add_options, layered
-from . import bench_stores
+from . import bench_stores, bench_tables
 from ._commands import described
 
 
@@ -303,64 +303,75 @@ def _verdict(
 
 
 def _transport(args: argparse.Namespace) -> int:
-    from ..bench.transport import print_table, run
+    from ..bench.transport import run
 
-    print_table(run(args.out, inline_sweep=args.inline_sweep))
+    _print(*bench_tables.transport_tables(run(args.out, inline_sweep=args.inline_sweep)))
     return 0
 
 
 def _startup(args: argparse.Namespace) -> int:
-    from ..bench.startup import print_table, run
+    from ..bench.startup import run
 
     try:
         shapes = tuple((int(g), int(w)) for g, w in (s.split("x") for s in args.shapes.split(",")))
     except ValueError:
         raise ValueError(f"--shapes {args.shapes!r}: give GxW pairs, e.g. 4x8,16x8") from None
-    result = run(args.out, shapes=shapes, repeats=args.repeats, restart_count=args.restarts)
-    print_table(result)
+    result = run(
+        args.out, shapes=shapes, repeats=args.repeats, restart_count=args.restarts, progress=print
+    )
+    _print(bench_tables.startup_table(result), f"verified: {result['verified']}")
     return 0 if result["verified"] else 1
 
 
 def _parts(args: argparse.Namespace) -> int:
-    from ..bench.parts import print_table, run
+    from ..bench.parts import run
 
-    print_table(
-        run(
-            args.out,
-            parts=args.parts,
-            rows=args.rows,
-            builder_rows=args.builder_rows,
-            workers=args.workers,
-            repeats=args.repeats,
-        )
+    result = run(
+        args.out,
+        parts=args.parts,
+        rows=args.rows,
+        builder_rows=args.builder_rows,
+        workers=args.workers,
+        repeats=args.repeats,
+        progress=print,
     )
+    _print(*bench_tables.parts_tables(result))
     return 0
 
 
 def _allocators(args: argparse.Namespace) -> int:
-    from ..bench.allocators import print_table, run
+    from ..bench.allocators import run
 
-    print_table(
-        run(
-            args.out,
-            parts=args.parts,
-            rows=args.rows,
-            repeats=args.repeats,
-            start_count=args.starts,
-        )
+    result = run(
+        args.out,
+        parts=args.parts,
+        rows=args.rows,
+        repeats=args.repeats,
+        start_count=args.starts,
+        progress=print,
     )
+    _print(*bench_tables.allocators_tables(result))
     return 0
 
 
 def _read(args: argparse.Namespace) -> int:
-    from ..bench.read import print_table, run
+    from ..bench.read import run
 
     require("bench read", "read", "duckdb")
     try:
         rows = tuple(int(n) for n in args.rows.split(","))
     except ValueError:
         raise ValueError(f"--rows {args.rows!r}: give row counts, e.g. 2000000,20000000") from None
-    result = run(args.out, rows)
-    print_table(result)
+    result = run(args.out, rows, progress=print)
+    _print(bench_tables.read_table(result))
     runs = result["runs"]
     return 0 if all(r["verified"] and r["same_rows"] for r in runs) else 1
+
+
+def _print(*shown) -> None:
+    """Print ``shown`` (tables, lines) on stdout, one after another, as rich renders them."""
+    from rich.console import Console
+
+    console = Console()
+    for each in shown:
+        console.print(each)

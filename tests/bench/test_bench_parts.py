@@ -10,10 +10,7 @@ from shardsink.bench import allocators, parts
 
 
 def test_bench_parts_measures_the_builder_and_both_layouts_side_by_side(tmp_path):
-    result = parts.run(
-        tmp_path, parts=4, rows=20_000, builder_rows=40_000, workers=4, repeats=2,
-        progress=lambda _: 0,
-    )  # fmt: skip
+    result = parts.run(tmp_path, parts=4, rows=20_000, builder_rows=40_000, workers=4, repeats=2)
     builder = result["builder"]
     assert [sorted(o) for o in builder["order"]] == [["sorted", "unsorted"]] * 2
     assert builder["rows"] == 40_000
@@ -27,8 +24,7 @@ def test_bench_parts_measures_the_builder_and_both_layouts_side_by_side(tmp_path
 
 
 def test_bench_allocators_merges_in_every_environment_and_times_the_start(tmp_path):
-    result = allocators.run(tmp_path, parts=4, rows=20_000, repeats=1, start_count=1,
-                            progress=lambda _: 0)  # fmt: skip
+    result = allocators.run(tmp_path, parts=4, rows=20_000, repeats=1, start_count=1)
     merged = {r["environment"]: r for r in result["merge"]}
     assert set(merged) == set(allocators.ENVIRONMENTS)
     assert {r["rows"] for r in merged.values()} == {80_000}

@@ -9,7 +9,7 @@ from shardsink.bench import read
 
 
 def test_bench_read_measures_the_stream_and_duckdb_side_by_side(tmp_path):
-    result = read.run(tmp_path, rows=(20_000,), progress=lambda _: 0)
+    result = read.run(tmp_path, rows=(20_000,))
     (row,) = result["runs"]
     assert row["verified"] and row["same_rows"]
     assert row["rows"] == 20_000 + 1000  # the snapshot and one interval more

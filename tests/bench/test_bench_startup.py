@@ -9,9 +9,7 @@ from shardsink.bench import startup
 
 
 def test_bench_startup_reports_fork_and_spawn_side_by_side(tmp_path):
-    result = startup.run(
-        tmp_path, shapes=((1, 2),), repeats=1, restart_count=1, progress=lambda _: 0
-    )
+    result = startup.run(tmp_path, shapes=((1, 2),), repeats=1, restart_count=1)
     assert result["verified"] is True
     assert [sorted(o) for o in result["order"]] == [["fork", "spawn"]]  # the order it ran
     written = json.loads((tmp_path / "startup.json").read_text())

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from shardsink.bench import transport
+from shardsink.cli.bench_tables import transport_tables
 from shardsink.shm import decode_part, list_segments
 from shardsink.shm.arena import write_stream
 
@@ -47,13 +48,15 @@ TRANSPORTS = ["shm", "zmq", "queue", "inline", "shm_only"]
 
 @pytest.mark.slow
 def test_bench_transport_writes_json_and_a_table(tmp_path, capsys):
+    from rich.console import Console
+
     result = transport.run(
         tmp_path, inline_sweep=True, sizes=(4 << 10, 256 << 10), sweep_sizes=(1 << 10,), reps=2
     )
     # side by side: every pair once a round, each round in its own recorded order
     assert len(result["order"]) == 2
     assert [sorted(o) for o in result["order"]] == [sorted(TRANSPORTS)] * 2
-    transport.print_table(result)
+    Console().print(*transport_tables(result))
     assert json.loads((tmp_path / "transport.json").read_text()) == result
     assert [row["size"] for row in result["parts"]] == [4 << 10, 256 << 10]
     for row in result["parts"]:

@@ -35,8 +35,8 @@ START_TIMEOUT_S = 60.0
 FINISH_GRACE_S = 30.0
 
 #: What a benchmark shows while it measures: called with a line saying what
-#: runs, and entered around that run (the command's spinner, rich's
-#: ``Console.status``); ``contextlib.nullcontext`` shows nothing.
+#: runs, and entered around that run (the command's spinner, its console's
+#: ``status``); ``contextlib.nullcontext`` shows nothing.
 Status = Callable[[str], contextlib.AbstractContextManager]
 
 

@@ -5,7 +5,9 @@ prints nothing. (The racing benchmarks' spinner is :data:`.clients.Status`.)"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Protocol
 
 #: Called with a line saying what was just measured (the command prints it).
 Note = Callable[[str], None]
@@ -13,3 +15,41 @@ Note = Callable[[str], None]
 
 def nothing(line: str) -> None:
     """The :data:`Note` that shows nothing."""
+
+
+class Steps(Protocol):
+    """A count of done steps toward a total, shown as the run goes."""
+
+    def advance(self) -> None:
+        """One more step is done."""
+
+    def describe(self, what: str) -> None:
+        """The step now running is ``what``."""
+
+    def note(self, line: str) -> None:
+        """``line`` shown beside the count (how a step ended, say)."""
+
+
+#: Called with what the steps are and how many there are, and entered
+#: around them: the :class:`Steps` to count them on (the command's progress
+#: bar, there while it is entered).
+Bar = Callable[[str, int], contextlib.AbstractContextManager[Steps]]
+
+
+class _Unseen:
+    """:class:`Steps` that show nothing."""
+
+    def advance(self) -> None:
+        pass
+
+    def describe(self, what: str) -> None:
+        pass
+
+    def note(self, line: str) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def no_bar(description: str, total: int) -> Iterator[Steps]:
+    """The :data:`Bar` that shows nothing."""
+    yield _Unseen()

@@ -40,6 +40,7 @@ import msgspec
 import numpy as np
 
 from ..config import ClusterConfig
+from .showing import Bar, no_bar
 
 #: Intervals per block.
 BLOCK = 500
@@ -202,13 +203,12 @@ def checks(blocks: list[dict]) -> dict:
     return out
 
 
-def run(config: ClusterConfig, out: Path, block: int = BLOCK, quiet: bool = False) -> dict:
+def run(config: ClusterConfig, out: Path, block: int = BLOCK, *, progress: Bar = no_bar) -> dict:
     """Run the soak of ``config`` (its ``intervals``, ``data_dir`` replaced by
     a fresh one under ``out``, removed at the end), write ``soak.json`` and
-    ``soak.png`` into ``out`` and return what ``soak.json`` holds."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+    ``soak.png`` into ``out`` and return what ``soak.json`` holds; the
+    intervals counted on ``progress`` (``soak``) as they are appended.
+    ``ValueError`` for a ``block`` not within 1..intervals."""
     from ..cluster import Cluster
     from ..server import ServerClient
 
@@ -218,7 +218,6 @@ def run(config: ClusterConfig, out: Path, block: int = BLOCK, quiet: bool = Fals
     data = out / "data"
     shutil.rmtree(data, ignore_errors=True)
     config = msgspec.structs.replace(config, data_dir=str(data), pace="max", verify=True)
-    console = Console(stderr=True, quiet=quiet)
     blocks: list[dict] = []
     started = time.monotonic()
     try:
@@ -235,7 +234,7 @@ def run(config: ClusterConfig, out: Path, block: int = BLOCK, quiet: bool = Fals
                     current.puts += record.blob_puts
                     current.put_bytes += record.blob_put_bytes
                     current.diff_bytes += record.diff_bytes
-                    progress.advance(task)
+                    steps.advance()
                     n = len(current.latencies)
                     if n % SAMPLE_EVERY and n < block:
                         return
@@ -246,14 +245,7 @@ def run(config: ClusterConfig, out: Path, block: int = BLOCK, quiet: bool = Fals
                         blocks.append(current.row(start, now))
                         current, start = _Block(first=record.interval + 1), now
 
-                columns = (
-                    TextColumn("soak"),
-                    BarColumn(),
-                    MofNCompleteColumn(),
-                    TimeElapsedColumn(),
-                )
-                with Progress(*columns, console=console) as progress:
-                    task = progress.add_task("intervals", total=config.intervals)
+                with progress("soak", config.intervals) as steps:
                     stats = cluster.run(config.intervals, on_append=appended)
                 settled = _settle(cluster.shard, client, first)
             finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import signal
 import sys
@@ -213,27 +214,13 @@ def _register_cluster(bench) -> None:
 
 
 def _soak(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
     from ..bench.soak import run
     from ..config import ClusterConfig
 
     require("bench soak", "bench", "matplotlib")
     config = ClusterConfig(**{name: getattr(args, name) for name in SOAK_CLUSTER})
-    result = run(config, args.out, args.block)
-    table = Table(
-        title=f"soak: {args.intervals} intervals, {args.groups}x{args.workers} {args.mode}"
-        + (" (coalesce host)" if args.coalesce == "host" else "")
-    )
-    for column in ("check", "value", "bound", "ok"):
-        table.add_column(column)
-    for name, check in result["checks"].items():
-        table.add_row(
-            name, f"{check['value']:.3g}", f"{check['bound']}", "yes" if check["ok"] else "NO"
-        )
-    table.add_row("verified", "", "", "yes" if result["verified"] else "NO")
-    Console().print(table)
+    result = run(config, args.out, args.block, progress=_bar)
+    _print(bench_tables.soak_table(result, config))
     print(f"wrote {args.out / 'soak.json'} and {args.out / 'soak.png'}")
     failed = [name for name, check in result["checks"].items() if not check["ok"]]
     return _verdict(args, failed, int(not result["verified"]), 1, args.out / "soak.json")
@@ -257,9 +244,11 @@ def _run(args: argparse.Namespace) -> int:
     saying how many, unless ``--report-only``; an inconclusive check (a
     timing past its bound by less than its repeats' noise) is no failure."""
     from msgspec.structs import replace
+    from rich.console import Console
 
     from ..bench import peers
     from ..bench.cluster import checks, command_line, matrix, run
+    from ..bench.cluster.checks import verdict_word
     from ..bench.cluster.matrices import workload_matrix
 
     config = bench_cluster_config(args)
@@ -268,11 +257,46 @@ def _run(args: argparse.Namespace) -> int:
     # before any run: plots need matplotlib, the peers' runs their table libraries
     peer = sorted({m for s in specs if s.mode in peers.PEERS for m in peers.modules(s.mode)})
     require("bench cluster", "bench", "matplotlib", *peer)
-    rows = run(specs, Path(config.out), command_line(), title=config.matrix, base=config.cluster)
-    failed = [claim for claim, passed, _ in checks(rows) if passed is False]
+    out = Path(config.out)
+    rows = run(specs, out, command_line(), base=config.cluster, progress=_bar)
+    verdicts = checks(rows)
+    # piped output (CI logs, tee) gets room for the whole table, not 80 columns
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    console.print(bench_tables.cluster_table(rows, config.matrix, out / "results.json"))
+    for claim, passed, figures in verdicts:
+        console.print(f"{verdict_word(passed):>12}  {claim}: {figures}")
+    failed = [claim for claim, passed, _ in verdicts if passed is False]
     unverified = sum(not r.get("verified") for r in rows)
-    report = Path(config.out) / "report.md"
-    return _verdict(args, failed, unverified, len(rows), report)
+    return _verdict(args, failed, unverified, len(rows), out / "report.md")
+
+
+class _RichSteps:
+    """The :class:`~shardsink.bench.showing.Steps` of a task on a rich progress bar."""
+
+    def __init__(self, progress, task) -> None:
+        self._progress, self._task = progress, task
+
+    def advance(self) -> None:
+        self._progress.advance(self._task)
+
+    def describe(self, what: str) -> None:
+        self._progress.update(self._task, description=what)
+
+    def note(self, line: str) -> None:
+        self._progress.console.print(line)
+
+
+@contextlib.contextmanager
+def _bar(description: str, total: int):
+    """The :data:`~shardsink.bench.showing.Bar` of ``bench soak`` and ``bench
+    cluster``: a progress bar on stderr (what runs, the bar, done of
+    ``total``, time elapsed), left on the screen when done; notes above it."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, TimeElapsedColumn(), console=Console(stderr=True)) as progress:
+        yield _RichSteps(progress, progress.add_task(description, total=total))
 
 
 def _report_only(parser: argparse.ArgumentParser) -> None:

@@ -3,6 +3,8 @@ benchmark returned (``bench consensus`` and ``appends``: ``bench_stores``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from .._units import MIB
 
 
@@ -147,3 +149,37 @@ def allocators_tables(result: dict) -> list:
     second.add_row("seconds", f"{s['fork_s']:.3f}", f"{s['fresh_s']:.3f}")
     second.add_row("RSS MiB", f"{s['fork_rss'] / MIB:.0f}", f"{s['fresh_rss'] / MIB:.0f}")
     return [first, second]
+
+
+def soak_table(result: dict, config):
+    """``bench soak`` of ``config`` (a ClusterConfig): each steady-state
+    check, then whether the shard verified."""
+    from rich.table import Table
+
+    table = Table(
+        title=f"soak: {config.intervals} intervals, {config.groups}x{config.workers} {config.mode}"
+        + (" (coalesce host)" if config.coalesce == "host" else "")
+    )
+    for column in ("check", "value", "bound", "ok"):
+        table.add_column(column)
+    for name, check in result["checks"].items():
+        table.add_row(
+            name, f"{check['value']:.3g}", f"{check['bound']}", "yes" if check["ok"] else "NO"
+        )
+    table.add_row("verified", "", "", "yes" if result["verified"] else "NO")
+    return table
+
+
+def cluster_table(rows: list[dict], title: str, results: Path):
+    """``bench cluster``'s table of every run of the matrix ``title``,
+    whose ``results.json`` is ``results``."""
+    from rich.table import Table
+
+    from ..bench.cluster.report import COLUMNS, table_rows
+
+    table = Table(title=f"bench cluster ({title}): {results}")
+    for name, _, _ in COLUMNS:
+        table.add_column(name, justify="left" if name in ("mode", "shape") else "right")
+    for cells in table_rows(rows):
+        table.add_row(*cells)
+    return table

@@ -245,7 +245,7 @@ def test_a_tiny_scale_run_is_verified_and_reported_with_its_plots(tmp_path) -> N
     specs = scale_matrix(
         (1, 2), (1, 2), group_workers=2, rows_per_worker=50, intervals=3, repeats=1
     )
-    rows = run(specs, tmp_path, "shardsink bench cluster --matrix tiny", title="tiny", quiet=True)
+    rows = run(specs, tmp_path, "shardsink bench cluster --matrix tiny")
     assert len(rows) == len(specs) == 4 * 5  # 4 shapes, every variant
     assert all(r["verified"] for r in rows), [r["error"] for r in rows]
     assert json.loads((tmp_path / "results.json").read_text())["runs"] == json.loads(
@@ -375,8 +375,6 @@ def test_every_matrix_runs_each_repeat_in_its_own_seeded_order() -> None:
 
 
 def test_a_matrix_warms_up_on_its_first_run_and_reports_only_its_own(tmp_path, monkeypatch):
-    from rich.progress import Progress
-
     from shardsink.bench.cluster import running
 
     calls = []
@@ -387,8 +385,7 @@ def test_a_matrix_warms_up_on_its_first_run_and_reports_only_its_own(tmp_path, m
 
     monkeypatch.setattr(running, "run_one", fake_run_one)
     specs = matrix("hydrate")[:3]
-    with Progress(disable=True) as progress:
-        rows = running._run_specs(specs, tmp_path, tmp_path / "scratch", None, progress)
+    rows = running._run_specs(specs, tmp_path, tmp_path / "scratch", None)
     assert calls[0] == (specs[0].label, "warm-up")
     assert calls[1:] == [(s.label, f"run-{i:03d}") for i, s in enumerate(specs)]
     assert [row["label"] for row in rows] == [s.label for s in specs]

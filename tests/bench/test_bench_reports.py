@@ -110,7 +110,7 @@ def test_a_tiny_saturation_run_opens_its_loop_at_twice_the_closed_rate(tmp_path,
     shape = {"section": "saturation", "mode": "barrier", "groups": 1, "workers": 2,
              "workload": "trickle", "rows_per_interval": 16, "intervals": 12}  # fmt: skip
     specs = [RunSpec(**shape), RunSpec(**shape, saturate=2.0)]
-    rows = run(specs, tmp_path, "shardsink bench cluster --matrix tiny", title="tiny", quiet=True)
+    rows = run(specs, tmp_path, "shardsink bench cluster --matrix tiny")
     closed, opened = rows
     assert closed["verified"] and opened["verified"], [r.get("error") for r in rows]
     assert opened["target_rate"] == pytest.approx(2.0 * closed["achieved_rate"])

@@ -14,7 +14,7 @@ from shardsink.config import ClusterConfig
 def test_a_short_soak_measures_every_block_and_stays_bounded(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(soak, "SAMPLE_EVERY", 5)
     config = ClusterConfig(groups=1, workers=3, mode="off", rows_per_interval=24, intervals=90)
-    result = soak.run(config, tmp_path, block=30, quiet=True)
+    result = soak.run(config, tmp_path, block=30)
     assert result["verified"] is True, result["verify_detail"]
     blocks = result["blocks"]
     assert [b["first_interval"] for b in blocks] == [0, 30, 60]
@@ -59,4 +59,4 @@ def test_the_baseline_is_the_median_of_the_blocks_after_the_warm_up() -> None:
 
 def test_a_block_longer_than_the_run_is_refused(tmp_path) -> None:
     with pytest.raises(ValueError, match="--block"):
-        soak.run(ClusterConfig(intervals=10), tmp_path, block=20, quiet=True)
+        soak.run(ClusterConfig(intervals=10), tmp_path, block=20)

@@ -27,15 +27,13 @@ from ...persist import NO_DIGEST_ENV
 from ...workloads import Workload
 from .. import scale
 from ..peers import PEERS, run_peer
+from ..showing import Bar, no_bar
 from . import hosts, rates, saturation
-from .checks import checks, verdict_word
 from .matrices import RunSpec
 from .plots import plot
-from .report import COLUMNS, table_rows, write_report
+from .report import write_report
 
 if TYPE_CHECKING:
-    from rich.progress import Progress
-
     from ...cluster import Cluster
 
 COMPACT_EVERY = 10  # intervals between compactions when compaction is on
@@ -199,38 +197,24 @@ def run(
     out: Path,
     command: str,
     *,
-    title: str,
-    quiet: bool = False,
     base: ClusterConfig | None = None,
+    progress: Bar = no_bar,
 ) -> list[dict]:
-    """Run ``specs`` (a matrix, named ``title``), their clusters from ``base``
-    (:func:`run_one`), and write ``results.json``, plots and ``report.md``
-    into ``out``."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+    """Run ``specs`` (a matrix), their clusters from ``base``
+    (:func:`run_one`), each counted on ``progress`` as :func:`_run_specs`
+    counts it, and write ``results.json``, plots and ``report.md`` into
+    ``out``; the rows of the runs."""
     out.mkdir(parents=True, exist_ok=True)
     scratch = out / "scratch"
-    console = Console(stderr=True, quiet=quiet)
     started = time.monotonic()
     try:
-        with (
-            Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=console,
-            ) as progress,
-            hosts.ray_for(specs, base or ClusterConfig()) as on_hosts,
-        ):
+        with hosts.ray_for(specs, base or ClusterConfig()) as on_hosts:
             rows = _run_specs(specs, out, scratch, on_hosts, progress)
     finally:  # interrupted too: results.json holds the runs done, whole
         shutil.rmtree(scratch, ignore_errors=True)
     plot(rows, out)
     rates.write_histograms(rows, out)
     write_report(rows, out, command, time.monotonic() - started)
-    _print_summary(rows, out, title, quiet)
     return rows
 
 
@@ -239,37 +223,38 @@ def _run_specs(
     out: Path,
     scratch: Path,
     base: ClusterConfig | None,
-    progress: Progress,
+    progress: Bar = no_bar,
 ) -> list[dict]:
-    """Run each spec in its own directory under ``scratch``, showing it on
-    ``progress``; ``results.json`` is rewritten after every run. The first
+    """Run each spec in its own directory under ``scratch``, counted on
+    ``progress`` (``bench cluster``: each described as it runs, its outcome
+    noted when done); ``results.json`` is rewritten after every run. The first
     spec runs once more before them all, unreported: the first cluster of a
     bench process ran slower than the same runs later, whatever its variant
     (hydration of 4M rows at 1x2, ``--matrix hydrate`` twice and its runs
     once more in another seed's order: 0.36-0.66 s against 0.20-0.25 for
     the next two, its workers' CPU 0.54-1.10 s against 0.34-0.40)."""
     rows: list[dict] = []
-    task = progress.add_task("bench cluster", total=len(specs))
-    if specs:
-        progress.update(task, description=f"warm-up: {specs[0].label}")
-        run_one(specs[0], scratch / "warm-up", base)
+    with progress("bench cluster", len(specs)) as steps:
+        if specs:
+            steps.describe(f"warm-up: {specs[0].label}")
+            run_one(specs[0], scratch / "warm-up", base)
 
-    def done(spec: RunSpec, row: dict) -> None:
-        rows.append(row)
-        mark = "ok" if row.get("verified") else f"FAILED: {row.get('error', '')[:100]}"
-        progress.console.print(f"{spec.label}: {mark}")
-        progress.update(task, advance=1)
-        # keep what is measured even if a later run crashes the driver
-        _write_results(out, rows)
+        def done(spec: RunSpec, row: dict) -> None:
+            rows.append(row)
+            mark = "ok" if row.get("verified") else f"FAILED: {row.get('error', '')[:100]}"
+            steps.note(f"{spec.label}: {mark}")
+            steps.advance()
+            # keep what is measured even if a later run crashes the driver
+            _write_results(out, rows)
 
-    for i, spec in enumerate(specs):
-        progress.update(task, description=spec.label)
-        try:
-            spec = saturation.resolved(spec, rows)
-        except ValueError as exc:
-            done(spec, {**msgspec.structs.asdict(spec), "verified": False, "error": str(exc)})
-            continue
-        done(spec, run_one(spec, scratch / f"run-{i:03d}", base))
+        for i, spec in enumerate(specs):
+            steps.describe(spec.label)
+            try:
+                spec = saturation.resolved(spec, rows)
+            except ValueError as exc:
+                done(spec, {**msgspec.structs.asdict(spec), "verified": False, "error": str(exc)})
+                continue
+            done(spec, run_one(spec, scratch / f"run-{i:03d}", base))
     of_baseline(rows)
     _write_results(out, rows)
     return rows
@@ -286,23 +271,6 @@ def of_baseline(rows: list[dict]) -> None:
     for r in rows:
         if r.get("section") == "hydrate" and r.get("verified") and r["repeat"] in base:
             r["of_baseline"] = r["rows_per_s"] / base[r["repeat"]]
-
-
-def _print_summary(rows: list[dict], out: Path, title: str, quiet: bool) -> None:
-    """The table of every run and the checks' verdicts, on stdout."""
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"bench cluster ({title}): {out / 'results.json'}")
-    for name, _, _ in COLUMNS:
-        table.add_column(name, justify="left" if name in ("mode", "shape") else "right")
-    for cells in table_rows(rows):
-        table.add_row(*cells)
-    # piped output (CI logs, tee) gets room for the whole table, not 80 columns
-    console = Console(quiet=quiet, width=None if sys.stdout.isatty() else 200)
-    console.print(table)
-    for claim, passed, figures in checks(rows):
-        console.print(f"{verdict_word(passed):>12}  {claim}: {figures}")
 
 
 def _write_results(out: Path, rows: list[dict]) -> None:

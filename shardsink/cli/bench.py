@@ -244,7 +244,6 @@ def _run(args: argparse.Namespace) -> int:
     saying how many, unless ``--report-only``; an inconclusive check (a
     timing past its bound by less than its repeats' noise) is no failure."""
     from msgspec.structs import replace
-    from rich.console import Console
 
     from ..bench import peers
     from ..bench.cluster import checks, command_line, matrix, run
@@ -260,8 +259,7 @@ def _run(args: argparse.Namespace) -> int:
     out = Path(config.out)
     rows = run(specs, out, command_line(), base=config.cluster, progress=_bar)
     verdicts = checks(rows)
-    # piped output (CI logs, tee) gets room for the whole table, not 80 columns
-    console = Console(width=None if sys.stdout.isatty() else 200)
+    console = bench_tables.console()
     console.print(bench_tables.cluster_table(rows, config.matrix, out / "results.json"))
     for claim, passed, figures in verdicts:
         console.print(f"{verdict_word(passed):>12}  {claim}: {figures}")

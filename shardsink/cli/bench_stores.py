@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import bench_tables
 from ._commands import described
 
 
@@ -105,7 +106,7 @@ def _consensus(args: argparse.Namespace) -> int:
 
     if args.bytes < 1:
         raise ValueError(f"--bytes must be positive, got {args.bytes}")
-    console = _console()
+    console = bench_tables.console()
     runs = consensus.run(
         args.store, args.clients, args.seconds, args.shard, args.bytes, status=console.status
     )
@@ -136,7 +137,7 @@ def _appends(args: argparse.Namespace) -> int:
         return _appends_shards(args)
     if args.out or args.repeats != 1 or args.processes is not None:
         raise ValueError("--out, --processes and --repeats go with --shards")
-    console = _console()
+    console = bench_tables.console()
     runs = appends.run(
         args.store,
         args.clients or [1, 4],
@@ -173,7 +174,7 @@ def _appends_shards(args: argparse.Namespace) -> int:
     runs = appends_shards.runs_of(args.shards, args.clients, args.processes)
     if args.repeats < 1:
         raise ValueError(f"--repeats must be at least 1, got {args.repeats}")
-    console = _console()
+    console = bench_tables.console()
     started = time.monotonic()
     rows = appends_shards.run(
         args.store, runs, args.seconds, args.repeats, txn=args.txn, status=console.status
@@ -192,14 +193,6 @@ def _appends_shards(args: argparse.Namespace) -> int:
         report = appends_shards.save(rows, args.out, command, time.monotonic() - started)
         console.print(f"report written to {report}")
     return 0
-
-
-def _console():
-    """The console the tables go to: piped output (CI logs, tee) gets room
-    for whole store URIs, not 80 columns."""
-    from rich.console import Console
-
-    return Console() if sys.stdout.isatty() else Console(width=200)
 
 
 def _table(title: str, headers: list[str], rows: list[list[str]], left=("store",)):

@@ -86,7 +86,7 @@ def test_a_stale_lock_is_reported_and_replaced(tmp_path, popen, caplog):
             "-c",
             "import sys, time; from shardsink import datadir; "
             f"datadir.acquire({str(tmp_path)!r}, datadir.COORDINATOR); "
-            "print('held', flush=True); time.sleep(120)",
+            "print('held', flush=True); time.sleep(120)",  # holds the lock until killed
         ],
         env=ENV,
         stdout=subprocess.PIPE,

@@ -28,6 +28,7 @@ from shardsink.chaos.runner import _wait_gone
 from shardsink.chaos.schedule import firings, kind_of
 from shardsink.persist import ShardConfig
 from shardsink.workloads import SCHEMA
+from tests.helpers.wait import wait_until
 
 #: What stopping a run and its final checks may add to its duration: a gc
 #: left waiting for a consensus process killed under it once held every
@@ -212,11 +213,13 @@ def test_ctrl_c_stops_early_and_still_checks(tmp_path, popen) -> None:
     argv += ["--groups", "1", "--workers", "2", "--json", "--data-dir", str(tmp_path / "run")]
     started = time.monotonic()
     proc = popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = started + 120
     events = tmp_path / "run" / "appended.jsonl"
-    while not (events.exists() and events.stat().st_size > 10_000):
-        assert proc.poll() is None and time.monotonic() < deadline, "no progress"
-        time.sleep(0.2)
+
+    def progressed() -> bool:
+        assert proc.poll() is None, "the run ended before it was interrupted"
+        return events.exists() and events.stat().st_size > 10_000
+
+    wait_until(progressed, 120, "10 kB of appended events")
     proc.send_signal(signal.SIGINT)
     interrupted_at = time.monotonic() - started
     out, err = proc.communicate(timeout=180)

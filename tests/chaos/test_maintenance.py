@@ -14,7 +14,7 @@ class _Hung:
     """A GC child that never exits."""
 
     def wait(self, timeout_s: float) -> int | None:
-        time.sleep(timeout_s)
+        time.sleep(timeout_s)  # as a child's wait does when the child runs on
         return None
 
 
@@ -23,6 +23,7 @@ class _Exits:
         self.at = time.monotonic() + after_s
 
     def wait(self, timeout_s: float) -> int | None:
+        # as a child's wait does: until it exits, or the timeout
         time.sleep(max(0.0, min(timeout_s, self.at - time.monotonic())))
         return 0 if time.monotonic() >= self.at else None
 

@@ -31,7 +31,7 @@ def _chatter():
     while True:
         print("noise: printed by a thread", flush=True)
         os.write(1, b"noise: written to fd 1 by a thread\\n")
-        time.sleep(0.02)
+        time.sleep(0.02)  # noise all along the run, not a flood
 
 
 class Noisy:

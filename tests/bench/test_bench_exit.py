@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,8 @@ import pytest
 from shardsink.bench import cluster
 from shardsink.bench.cluster import RunSpec
 from shardsink.cli import main
+from shardsink.cluster import control
+from tests.helpers.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -76,12 +77,21 @@ def test_an_interrupted_run_leaves_no_scratch_and_whole_results(popen, tmp_path,
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 120
-    # the first run is in results.json and the second is running
-    while not ((out / "results.json").exists() and (out / "scratch" / "run-001").exists()):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
-        time.sleep(0.05)
-    time.sleep(0.5)  # into the cluster's run
+
+    def second_run_appending() -> bool:
+        """Whether the first run is in results.json and the second one's cluster appends
+        (its coordinator answers on its control socket only from its run's loop)."""
+        assert proc.poll() is None, proc.stderr.read()
+        if not (out / "results.json").exists():
+            return False
+        try:
+            holder = control.find(out / "scratch" / "run-001" / "data")
+            status = control.request(holder, control.StatusRequest(), timeout_s=1.0)
+        except control.ControlError:  # not yet started, or its loop not yet running
+            return False
+        return isinstance(status, control.Status) and status.appends >= 1
+
+    wait_until(second_run_appending, 120, "an append of the second run")
     proc.send_signal(signum)
     assert proc.wait(120) == 130, proc.stderr.read()
     assert sorted(p.name for p in out.iterdir()) == ["results.json"]

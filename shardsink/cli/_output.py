@@ -271,3 +271,12 @@ def _sync_directory(directory: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def table_console():
+    """The console tables go to on stdout: piped output (CI logs, tee, a
+    test) gets 200 columns, room for whole store URIs and every column of a
+    wide table, where rich would give 80 and cut each cell to an ellipsis."""
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=200)

@@ -14,6 +14,7 @@ from .._extras import require
 from ..options import Flag, add_fields, add_options, layered
 from . import bench_stores, bench_tables
 from ._commands import described
+from ._output import table_console
 
 
 def register(bench) -> None:
@@ -259,7 +260,7 @@ def _run(args: argparse.Namespace) -> int:
     out = Path(config.out)
     rows = run(specs, out, command_line(), base=config.cluster, progress=_bar)
     verdicts = checks(rows)
-    console = bench_tables.console()
+    console = table_console()
     console.print(bench_tables.cluster_table(rows, config.matrix, out / "results.json"))
     for claim, passed, figures in verdicts:
         console.print(f"{verdict_word(passed):>12}  {claim}: {figures}")
@@ -392,8 +393,6 @@ def _read(args: argparse.Namespace) -> int:
 
 def _print(*shown) -> None:
     """Print ``shown`` (tables, lines) on stdout, one after another, as rich renders them."""
-    from rich.console import Console
-
-    console = Console()
+    console = table_console()
     for each in shown:
         console.print(each)

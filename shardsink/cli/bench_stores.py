@@ -12,8 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from . import bench_tables
 from ._commands import described
+from ._output import table_console
 
 
 def register(bench) -> None:
@@ -106,7 +106,7 @@ def _consensus(args: argparse.Namespace) -> int:
 
     if args.bytes < 1:
         raise ValueError(f"--bytes must be positive, got {args.bytes}")
-    console = bench_tables.console()
+    console = table_console()
     runs = consensus.run(
         args.store, args.clients, args.seconds, args.shard, args.bytes, status=console.status
     )
@@ -137,7 +137,7 @@ def _appends(args: argparse.Namespace) -> int:
         return _appends_shards(args)
     if args.out or args.repeats != 1 or args.processes is not None:
         raise ValueError("--out, --processes and --repeats go with --shards")
-    console = bench_tables.console()
+    console = table_console()
     runs = appends.run(
         args.store,
         args.clients or [1, 4],
@@ -174,7 +174,7 @@ def _appends_shards(args: argparse.Namespace) -> int:
     runs = appends_shards.runs_of(args.shards, args.clients, args.processes)
     if args.repeats < 1:
         raise ValueError(f"--repeats must be at least 1, got {args.repeats}")
-    console = bench_tables.console()
+    console = table_console()
     started = time.monotonic()
     rows = appends_shards.run(
         args.store, runs, args.seconds, args.repeats, txn=args.txn, status=console.status

@@ -3,7 +3,6 @@ benchmark returned (``bench consensus`` and ``appends``: ``bench_stores``)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from .._units import MIB
@@ -184,11 +183,3 @@ def cluster_table(rows: list[dict], title: str, results: Path):
     for cells in table_rows(rows):
         table.add_row(*cells)
     return table
-
-
-def console():
-    """The console the tables go to: piped output (CI logs, tee) gets room
-    for whole store URIs and whole tables, not 80 columns."""
-    from rich.console import Console
-
-    return Console() if sys.stdout.isatty() else Console(width=200)

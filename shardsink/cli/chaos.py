@@ -10,6 +10,7 @@ from pathlib import Path
 from .._http import FREE_PORT
 from ..chaos import FAULT_KINDS, ChaosConfig
 from ..options import Flag, add_options, build, layered
+from ._output import table_console
 from .cluster import PLACE_HELP, placement
 
 #: ``chaos``'s flag of every :class:`~.config.ChaosConfig` field (its name,
@@ -146,7 +147,7 @@ def _chaos(args: argparse.Namespace) -> int:
     if args.json:
         print(msgspec.json.encode(report).decode())
     else:
-        Console().print(report_table(report))
+        table_console().print(report_table(report))
         for violation in report.violations:
             print(f"VIOLATION: {violation}", file=sys.stderr)
         for reason in report.reasons:

@@ -33,6 +33,7 @@ from ..options import Flag, add_options, build, flag_of, layered
 from ..persist import ShardConfig
 from ..storage import BLOB_ENV, STORE_ENV
 from . import logs as _logs
+from ._output import table_console
 from ._tables import host_words, status_tables, summary_table
 
 #: ``--place``'s help, for ``up`` and ``chaos``.
@@ -272,7 +273,6 @@ def config_of(args: argparse.Namespace):
 
 
 def _up(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from setproctitle import setproctitle
 
     from ..config import emulated_hosts
@@ -299,7 +299,7 @@ def _up(args: argparse.Namespace) -> int:
         if args.json:
             print(msgspec.json.encode(stats).decode(), file=document, flush=True)
         else:
-            Console().print(summary_table(stats))
+            table_console().print(summary_table(stats))
         if stats.restarts or stats.consensus_restarts or stats.verified is False:
             _name_logs(cluster, config.data_path)
     if interrupted:
@@ -590,7 +590,6 @@ class _TermHandler:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from rich.console import Console
 
     from ..cluster import ControlError, StatusRequest, find, request
 
@@ -605,7 +604,7 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         print(msgspec.json.encode(status).decode())
     else:
-        Console().print(*status_tables(status))
+        table_console().print(*status_tables(status))
     return 0
 
 

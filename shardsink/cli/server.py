@@ -14,6 +14,7 @@ from ..datadir import DATA_DIR_ENV
 from ..options import Flag, add_options, build, layered
 from ..persist import SERVED_FIELDS, ShardConfig
 from ..storage import BLOB_ENV, STORE_ENV
+from ._output import table_console
 
 
 def register(commands) -> None:
@@ -152,7 +153,6 @@ def _exec_with_server_env() -> None:
 
 
 def _stats(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from ..server import ServerClient
@@ -195,7 +195,7 @@ def _stats(args: argparse.Namespace) -> int:
         table.add_column(name, justify="left" if name == "shard" else "right")
     for shard in reply.shards:
         table.add_row(*(str(get(shard)) for get in columns.values()))
-    console = Console()
+    console = table_console()
     console.print(table)
     for shard in reply.shards:
         if shard.last_failure:

@@ -17,7 +17,7 @@ ROLES = (SLEEP, REPORT, EXIT, TELL)
 
 
 def sleep(payload: bytes) -> int:
-    time.sleep(float(payload or b"30"))
+    time.sleep(float(payload or b"30"))  # the role: a child that runs until stopped or killed
     return 0
 
 
@@ -32,7 +32,7 @@ def report(payload: bytes) -> int:
         flush=True,
     )
     sys.stderr.write("reported\n")
-    time.sleep(30)
+    time.sleep(30)  # stays, so that what it reported is still held when looked at
     return 0
 
 
@@ -48,5 +48,5 @@ def tell(payload: bytes) -> int:
     channel = ParentChannel()
     print("listening on nothing: this line is for the log", flush=True)
     channel.tell(Ready(address=payload.decode()))
-    time.sleep(30)
+    time.sleep(30)  # stays ready until stopped, as a real server would
     return 0

@@ -86,7 +86,7 @@ def tcp_serve(port: int) -> None:
 def clock() -> None:
     print("ready", flush=True)
     while sys.stdin.readline():
-        time.sleep(0.01)
+        time.sleep(0.01)  # the behaviour under test: a sleep under libfaketime's clock
         print(time.time(), flush=True)
 
 

@@ -86,7 +86,7 @@ class Listener:
             if now == last and now >= at_least:
                 return now
             last = now
-            time.sleep(0.3)
+            time.sleep(0.3)  # the quiet span that counts as settled: not a wait for an event
         return last
 
     def close(self) -> None:

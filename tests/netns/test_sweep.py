@@ -30,7 +30,7 @@ with Network(2, run="victim") as net:
     net.nemesis.delay("h1", 5)
     sleeper = net.popen("h0", ["sleep", "300"])
     print(net.name, sleeper.pid, flush=True)
-    time.sleep(300)
+    time.sleep(300)  # to be killed: its network is left for the sweep
 """
 NEEDS = [tools.require_iptables, tools.require_netfilterqueue]
 

@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from shardsink.chaos.schedule import NETWORK_KINDS, firings, schedule
 from shardsink.netns.names import NETNS_DIR, netns_names
 from shardsink.testing.emulated import EmulatedCluster
 from shardsink.testing.netns import require
+from tests.helpers.wait import wait_until
 from tests.netns.probes import hosts_command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,19 +89,19 @@ def test_a_sigkilled_run_is_swept(tmp_path, popen, own_processes) -> None:
         stderr=subprocess.PIPE,
     )
     appended = tmp_path / "run" / "appended.jsonl"
-    deadline = time.monotonic() + 240
-    while not (appended.exists() and len(appended.read_text().splitlines()) >= 3):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.2)
+
+    def three_appended() -> bool:
+        assert proc.poll() is None, proc.communicate()
+        return appended.exists() and len(appended.read_text().splitlines()) >= 3
+
+    wait_until(three_appended, 240, "3 appended intervals")
     (run,) = _run_names(proc.pid)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)
     assert (NETNS_DIR / f"{run}-h0").exists()  # a dead run's hosts stay until swept
     assert hosts_command(["hosts", "sweep"]) == 0
     assert not _run_names(proc.pid)
-    deadline = time.monotonic() + 60
-    while own_processes():  # killed by the sweep, reaped by init
-        assert time.monotonic() < deadline, own_processes()
-        time.sleep(0.2)
+    # killed by the sweep, reaped by init
+    wait_until(lambda: not own_processes(), 60, lambda: f"the end of {own_processes()}")
     report = tmp_path / "run" / "history.jsonl"
     assert report.exists() and json.loads(report.read_text().splitlines()[0])["kind"]

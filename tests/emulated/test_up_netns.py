@@ -21,6 +21,7 @@ from shardsink.netns.names import NETNS_DIR, netns_names, parse_netns, parse_sta
 from shardsink.shm import list_segments
 from shardsink.testing.emulated import EmulatedCluster
 from shardsink.testing.netns import require
+from tests.helpers.wait import wait_until
 from tests.netns.probes import hosts_command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,26 +142,27 @@ def test_a_sigkilled_up_is_swept(tmp_path, popen, own_processes):
     assert [s for s in list_segments() if s.pid in ours], "no part went through shared memory"
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)
-    deadline = time.monotonic() + 60
-    while [s for s in list_segments() if s.pid in ours]:  # the coordinator's clean stop
-        assert time.monotonic() < deadline, list_segments()
-        time.sleep(0.1)
+    wait_until(  # the coordinator's clean stop
+        lambda: not [s for s in list_segments() if s.pid in ours],
+        60,
+        lambda: f"the unlinking of its segments ({list_segments()})",
+    )
     assert (NETNS_DIR / f"{run}-h0").exists()  # a dead run's hosts stay until swept
 
     assert hosts_command(["hosts", "sweep"]) == 0
     _gone(run)
-    deadline = time.monotonic() + 30
-    while own_processes():  # killed, reaped by init
-        assert time.monotonic() < deadline, own_processes()
-        time.sleep(0.1)
+    # killed, reaped by init
+    wait_until(lambda: not own_processes(), 30, lambda: f"the end of {own_processes()}")
 
 
 def _appended(proc: subprocess.Popen, events: Path, count: int) -> None:
     """Wait until the run has appended ``count`` intervals (its events)."""
-    deadline = time.monotonic() + RUN_S
-    while not (events.exists() and len(events.read_text().splitlines()) >= count):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.1)
+
+    def appended() -> bool:
+        assert proc.poll() is None, proc.communicate()
+        return events.exists() and len(events.read_text().splitlines()) >= count
+
+    wait_until(appended, RUN_S, f"{count} appended intervals")
 
 
 @pytest.mark.slow
@@ -181,11 +183,13 @@ def test_sigterm_stops_the_coordinator_cleanly_and_removes_the_hosts(tmp_path, p
 @pytest.mark.slow
 def test_ctrl_c_while_the_hosts_start_removes_them(tmp_path, popen):
     proc = _up(popen, tmp_path, *SHAPE, "--intervals", "5")
-    deadline = time.monotonic() + RUN_S
-    while not [n for n in netns_names() if n.startswith(f"shardsink-up-{proc.pid}-")]:
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.02)
-    run = next(n for n in netns_names() if n.startswith(f"shardsink-up-{proc.pid}-"))
+
+    def starting() -> list[str]:
+        assert proc.poll() is None, proc.communicate()
+        return [n for n in netns_names() if n.startswith(f"shardsink-up-{proc.pid}-")]
+
+    # a look at least every 20 ms: the hosts are still starting when it is interrupted
+    run = wait_until(starting, RUN_S, "its first emulated host", every_s=0.02)[0]
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=RUN_S)
     assert proc.returncode == 130, err

@@ -80,3 +80,28 @@ def test_other_floors_go_through_a_floors_door() -> None:
             if inside and into != floor and into not in OPEN_FLOORS:
                 past.append(f"{path.relative_to(package.parent)}:{node.lineno} {node.module}")
     assert past == []
+
+
+#: Doors that bind a function over their module's name, older than this
+#: test: ``from shardsink.shm import sweep`` is the function, not the module.
+SHADOWING = {"shm": {"sweep"}, "netns": {"sweep"}, "chaos": {"schedule"}}
+
+
+def test_no_door_hides_a_module_of_its_floor() -> None:
+    """A door that re-exports a name its floor has a module of makes
+    ``from ..persist import digest`` the function, and the module out of
+    reach through the door (``persist.digest`` once did)."""
+    package = Path(__file__).parents[1] / "shardsink"
+    hidden = {}
+    for door in sorted(package.glob("*/__init__.py")):
+        floor = door.parent
+        modules = {p.stem for p in floor.glob("*.py")}
+        modules |= {p.name for p in floor.iterdir() if p.is_dir()}
+        bound = set()
+        for node in ast.parse(door.read_text()).body:
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+                bound |= {a.asname or a.name for a in node.names}
+        shadowed = bound & modules - SHADOWING.get(floor.name, set())
+        if shadowed:
+            hidden[floor.name] = sorted(shadowed)
+    assert hidden == {}

@@ -127,7 +127,7 @@ def _serve_command(args: argparse.Namespace) -> int:
     from ..server import serve
 
     _exec_with_server_env()
-    return serve(serve_config(args, COMMAND_ENV), _print_ready)
+    return serve.serve(serve_config(args, COMMAND_ENV), _print_ready)
 
 
 def _print_ready(address: str, metrics_url: str | None) -> None:

@@ -206,7 +206,7 @@ def _against_digests(shard: Shard, state: ShardState, as_of: int) -> tuple[int, 
     held, rows = Digest(), 0
     if state.upper:
         for batch in shard.batches(as_of):
-            held = held + digest(batch)
+            held = held + digest.digest(batch)
             rows += batch.num_rows
     if held.same_content(written):
         return rows, ""

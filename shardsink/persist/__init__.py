@@ -44,7 +44,6 @@ from .digest import (
     NO_DIGEST_ENV as NO_DIGEST_ENV,
     Digest as Digest,
     comparable as comparable,
-    digest as digest,
     mix as mix,
     row_hashes as row_hashes,
     total_known as total_known,

@@ -14,5 +14,4 @@ from .metrics import (
     MetricsEndpoint as MetricsEndpoint,
     process_families as process_families,
 )
-from .serve import serve as serve
 from .server import ConsensusServer as ConsensusServer

@@ -12,6 +12,7 @@ from .loading import (
     check as check,
     expected as expected,
     expected_shards as expected_shards,
+    is_sharded as is_sharded,
     of as of,
     prepare as prepare,
     resolve as resolve,

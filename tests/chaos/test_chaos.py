@@ -68,8 +68,11 @@ def _assert_clean(config: ChaosConfig, report) -> None:
     assert Counter(report.missed) <= Counter(report.unfired)
     # the last faults get a tenth of the duration, never more (looked at every 0.2 s)
     assert report.interrupted or report.ran_s <= config.duration_s * 1.1 + 0.3
+    # every coordinator but the last exited and was started again; the last
+    # was stopped, or, failing on its own when the unsettled run stopped it,
+    # exited too
     ended = sum(report.coordinator_exits.values())
-    assert report.coordinator_starts == ended + 1
+    assert report.coordinator_starts - ended in (0, 1)
 
 
 def assert_every_fault_fired(

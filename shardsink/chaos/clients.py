@@ -185,7 +185,7 @@ def digest_difference(table, state: ShardState, as_of: int) -> str | None:
     written = total_known(b.digest for b in state.batches.values() if b.upper <= as_of + 1)
     if written is None or not comparable(written, table.schema):
         return ""
-    read = digest(table)
+    read = digest.digest(table)
     if read.same_content(written):
         return None
     return (

@@ -8,7 +8,7 @@ from collections import Counter
 from .. import faults
 from ..cluster import verify_shards
 from ..connect import open_shards
-from ..persist import OFFLINE, PersistError, Shard, ShardNotFound
+from ..persist import OFFLINE, ExpireWriter, PersistError, Shard, ShardNotFound
 from ..process import remove_dead_run_dirs
 from ..server import history
 from ..shm import list_segments, unlink_segment
@@ -48,6 +48,12 @@ def final_checks(run: RunContext, events: list, nemesis: Nemesis, watched) -> Ch
             check_shards(run, shards, "at the end")
             time.sleep(0.002)  # past the offline lease of the last writer seen
             for shard in shards.values():
+                # every process of the run is gone, and so is every writer: one
+                # last seen by a host whose clock a clock-skew set ahead would
+                # outlive a lease counted on this clock, and keep the temporary
+                # files of its killed writes from the sweep (a netns CI run)
+                for writer in shard.state(refresh=True).writers:
+                    shard.machine.run(ExpireWriter(writer))
                 shard.collect_garbage()
                 swept += len(shard.sweep_leaked_blobs())
                 shard.collect_garbage()

@@ -47,16 +47,7 @@ def final_checks(run: RunContext, events: list, nemesis: Nemesis, watched) -> Ch
             shards = {name: opened.shard(name) for name in run.shard_names}
             check_shards(run, shards, "at the end")
             time.sleep(0.002)  # past the offline lease of the last writer seen
-            for shard in shards.values():
-                # every process of the run is gone, and so is every writer: one
-                # last seen by a host whose clock a clock-skew set ahead would
-                # outlive a lease counted on this clock, and keep the temporary
-                # files of its killed writes from the sweep (a netns CI run)
-                for writer in shard.state(refresh=True).writers:
-                    shard.machine.run(ExpireWriter(writer))
-                shard.collect_garbage()
-                swept += len(shard.sweep_leaked_blobs())
-                shard.collect_garbage()
+            swept = sum(sweep_after_run(shard) for shard in shards.values())
             intervals = check_shards(run, shards, "after sweeping leaked blobs and GC", swept=True)
             final_uppers = {name: shard.upper for name, shard in shards.items()}
     except ShardNotFound:  # nothing was ever appended, so nothing can be lost
@@ -176,6 +167,22 @@ def check_shards(
     for name, shard in shards.items():
         _check_blobs(run, shard, f"{when}, shard {name}" if len(shards) > 1 else when, swept)
     return min(shard.upper for shard in shards.values()) // INTERVAL_MS
+
+
+def sweep_after_run(shard: Shard) -> int:
+    """Clean ``shard`` up after a run whose every process is gone: expire
+    every writer left in its state, collect garbage, sweep leaked blobs and
+    temporary files, collect again; how many blobs and files the sweep
+    removed. Writers are expired by name, not by a lease counted on this
+    clock: one last seen by a host whose clock a clock-skew set ahead would
+    outlive that lease, and keep the temporary files of its killed writes
+    (a netns CI run: "1 temporary files remain")."""
+    for writer in shard.state(refresh=True).writers:
+        shard.machine.run(ExpireWriter(writer))
+    shard.collect_garbage()
+    swept = len(shard.sweep_leaked_blobs())
+    shard.collect_garbage()
+    return swept
 
 
 def _check_blobs(run: RunContext, shard: Shard, when: str, swept: bool) -> None:

@@ -10,9 +10,13 @@ import pyarrow as pa
 
 from shardsink import open_shard, open_shards
 from shardsink.chaos import ChaosConfig
-from shardsink.chaos.checks import check_shards
+from shardsink.chaos.checks import check_shards, sweep_after_run
 from shardsink.chaos.context import RunContext
 from shardsink.persist.config import OFFLINE
+from shardsink.persist.machine import wall_clock_ms
+from shardsink.persist.maintenance import register_writer
+from shardsink.persist.shard import Shard
+from shardsink.storage import open_blob, open_consensus
 from shardsink.workloads import SCHEMA
 
 
@@ -81,3 +85,30 @@ def _at(table: pa.Table, ts: int) -> pa.Table:
     """A workload's ``key``, ``val``, ``diff`` rows as a shard's, at ``ts``."""
     stamped = table.append_column("ts", pa.array([ts] * len(table), pa.uint64()))
     return stamped.select(["key", "val", "ts", "diff"])
+
+
+def test_a_writer_seen_by_a_clock_ahead_is_swept_after_the_run(tmp_path) -> None:
+    """A writer killed mid-``set`` whose last sight a server's clock ten
+    minutes ahead recorded: after the run its temporary file is swept, not
+    kept by a lease this clock counts from that sight."""
+    blob_uri, store_uri = f"file://{tmp_path}/blob", f"sqlite://{tmp_path}/consensus.db"
+    ahead = lambda: wall_clock_ms() + 600_000  # noqa: E731
+    with Shard.open(
+        "default",
+        blob=open_blob(blob_uri),
+        consensus=open_consensus(store_uri),
+        schema=SCHEMA,
+        config=OFFLINE,
+        clock=ahead,
+    ) as skewed:
+        killed = register_writer(skewed.machine, "killed")
+    temp = Path(tmp_path, "blob", "default", "part", killed, "x.parquet~4242-0123456789ab")
+    temp.parent.mkdir(parents=True)
+    temp.write_bytes(b"partial")
+    time.sleep(0.002)  # older than the 1 ms grace
+    with open_shard("default", blob=blob_uri, consensus=store_uri, config=OFFLINE) as shard:
+        assert killed in shard.state(refresh=True).writers
+        shard.sweep_leaked_blobs()
+        assert temp.exists()  # a live writer's, as a lease on this clock says
+        assert sweep_after_run(shard) == 1
+        assert not temp.exists() and not shard.state(refresh=True).writers

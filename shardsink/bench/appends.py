@@ -34,6 +34,7 @@ import msgspec
 
 from ..storage import BLOB_ENV, STORE_ENV
 from . import clients as racing
+from .showing import Status
 
 
 class AppendsClient(msgspec.Struct, forbid_unknown_fields=True):
@@ -257,7 +258,7 @@ def run(
     *,
     blob_parts: bool = False,
     unchecked: bool = False,
-    status: racing.Status = contextlib.nullcontext,
+    status: Status = contextlib.nullcontext,
 ) -> list[dict]:
     """For each store of ``stores`` and client count of ``clients``, a
     :func:`measure` of its clients appending ``local`` (each over the store

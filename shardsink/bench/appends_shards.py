@@ -44,6 +44,7 @@ from ..storage import BLOB_ENV, STORE_ENV, redact
 from . import clients as racing
 from .appends import AppendsClient, IntervalsClient
 from .consensus import race as raw_race
+from .showing import Status
 
 #: The columns of the console table and of ``report.md``: header, key, format.
 COLUMNS = [
@@ -245,7 +246,7 @@ def run(
     repeats: int,
     *,
     txn: bool = False,
-    status: racing.Status = contextlib.nullcontext,
+    status: Status = contextlib.nullcontext,
 ) -> list[dict]:
     """:func:`measure` on each store of ``stores``, its blob store a scratch
     directory removed afterwards; the rows of every store in turn.

@@ -15,7 +15,6 @@ shown.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
 import select
@@ -28,16 +27,13 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from ..process import resolve
+
 # Client start-up (interpreter, imports, connecting) is not measured, but
 # bounded: this, and a sixteenth of it per client (64 started in more than 60 s
 # on a loaded 2-core machine).
 START_TIMEOUT_S = 60.0
 FINISH_GRACE_S = 30.0
-
-#: What a benchmark shows while it measures: called with a line saying what
-#: runs, and entered around that run (the command's spinner, its console's
-#: ``status``); ``contextlib.nullcontext`` shows nothing.
-Status = Callable[[str], contextlib.AbstractContextManager]
 
 
 def serve(entry: str) -> None:
@@ -46,8 +42,7 @@ def serve(entry: str) -> None:
     annotated with. ``msgspec.DecodeError`` (a ``ValidationError`` naming
     the field) if the line is not that type's JSON, strictly: no unknown
     field, no value of another type coerced."""
-    module, function = entry.split(":")
-    func = getattr(importlib.import_module(module), function)
+    func = resolve(entry)
     (kind,) = (hint for name, hint in typing.get_type_hints(func).items() if name != "return")
     func(msgspec.json.decode(sys.stdin.readline(), type=kind, strict=True))
 

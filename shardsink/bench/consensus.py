@@ -26,6 +26,7 @@ from ..storage import (
     redact,
 )
 from . import clients as racing
+from .showing import Status
 
 
 class ConsensusClient(msgspec.Struct, forbid_unknown_fields=True):
@@ -128,7 +129,7 @@ def run(
     shard: str,
     payload_bytes: int,
     *,
-    status: racing.Status = contextlib.nullcontext,
+    status: Status = contextlib.nullcontext,
 ) -> list[dict]:
     """:func:`race` on ``shard`` of each store of ``stores`` with each
     client count of ``clients``, in that order, one after another.

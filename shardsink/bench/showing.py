@@ -1,13 +1,18 @@
 """What a long benchmark shows while it measures: the callbacks its
 ``shardsink bench`` command passes in and renders (``cli/bench.py``), each
 showing nothing by default, so that a benchmark run from code or a test
-prints nothing. (The racing benchmarks' spinner is :data:`.clients.Status`.)"""
+prints nothing."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
 from typing import Protocol
+
+#: Called with a line saying what runs, and entered around that run (the
+#: racing benchmarks': the command's spinner, its console's ``status``);
+#: ``contextlib.nullcontext`` shows nothing.
+Status = Callable[[str], contextlib.AbstractContextManager]
 
 #: Called with a line saying what was just measured (the command prints it).
 Note = Callable[[str], None]

@@ -59,10 +59,7 @@ def _postgres(args: argparse.Namespace) -> int:
     password role's database's) once it takes connections, then serve until
     Ctrl-C or SIGTERM, which stop it; it also stops if this process dies.
     Without ``DIR`` its log goes with a temporary directory removed on exit."""
-    # SIGTERM takes the same way out as Ctrl-C, so the server is always stopped;
-    # SIGINT is set too because a shell starts background jobs with it ignored.
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, _interrupt_once)
+    _stop_once()
     with contextlib.ExitStack() as stack, contextlib.suppress(KeyboardInterrupt):
         base_dir = args.dir or stack.enter_context(
             tempfile.TemporaryDirectory(prefix="shardsink-pg-")  # data and log alike
@@ -75,11 +72,20 @@ def _postgres(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stop_once() -> None:
+    """SIGTERM takes the same way out as Ctrl-C, so the server is always
+    stopped; SIGINT is set too because a shell starts background jobs with
+    it ignored."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _interrupt_once)
+
+
 def _interrupt_once(signum: int, frame: object) -> None:
     """Ctrl-C or SIGTERM: stop (``KeyboardInterrupt``), and ignore both from
     now on: a second one cut the server's stop short, leaving its private
     data directory behind (a process group stopped with SIGTERM, then
-    SIGTERM again, as :func:`shardsink.netns.processes.stop` does)."""
+    SIGTERM again, as :func:`shardsink.netns.processes.stop` does: how an
+    emulated host's stores are stopped)."""
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
     raise KeyboardInterrupt
@@ -92,7 +98,7 @@ def _s3(args: argparse.Namespace) -> int:
     also stops if this process dies); exit 1 if the server exits on its own.
     Without ``DATA_DIR`` the data lives in a temporary directory removed at
     exit."""
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    _stop_once()
     try:
         if args.data_dir:
             return _serve_s3(args.data_dir, args.listen)
